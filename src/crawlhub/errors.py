@@ -1,0 +1,89 @@
+"""The one exception tree of crawlhub.
+
+Every error crawlhub raises on purpose derives from :class:`CrawlhubError`; its message
+names the input, the place and, where there is one, the fix::
+
+    CrawlhubError
+    ├── ConfigError          bad config file, entry, key or value (file/entry/key attributes)
+    │   └── SelectorError    a selector that does not compile or uses a forbidden construct
+    ├── QueueError           a queue backend refused or failed an operation
+    ├── RoutingError         a task could not be routed (no outbound, limits reached)
+    ├── BackpressureError    an outbound is over its max_lag: try again later
+    ├── FrontierError        seed store / dedup failures
+    ├── FetchError           a request failed after its retries
+    ├── SinkError            a sink could not write a batch
+    └── CancelledError       work stopped by a cancellation token
+"""
+
+from __future__ import annotations
+
+
+class CrawlhubError(Exception):
+    """Base of every error crawlhub raises on purpose."""
+
+
+class ConfigError(CrawlhubError):
+    """A config file, entry, key or value is wrong.
+
+    ``file``, ``entry`` and ``key`` locate the problem, e.g. ``main.yaml``,
+    ``outbound[2] 'zongju_captcha_ts3'`` and ``retry_limits``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        entry: str | None = None,
+        key: str | None = None,
+    ) -> None:
+        self.file = file
+        self.entry = entry
+        self.key = key
+        self.reason = message
+        where = ", ".join(
+            part
+            for part in (
+                f"file {file}" if file else "",
+                f"entry {entry}" if entry else "",
+                f"key '{key}'" if key else "",
+            )
+            if part
+        )
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class SelectorError(ConfigError):
+    """A selector expression does not compile or uses a forbidden construct."""
+
+
+class QueueError(CrawlhubError):
+    """A queue backend refused or failed an operation."""
+
+
+class RoutingError(CrawlhubError):
+    """A task could not be routed."""
+
+
+class BackpressureError(CrawlhubError):
+    """An outbound holds ``max_lag`` tasks or more; the caller should retry later."""
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+class FrontierError(CrawlhubError):
+    """The frontier (seed store or dedup filter) failed."""
+
+
+class FetchError(CrawlhubError):
+    """A request failed after its retries."""
+
+
+class SinkError(CrawlhubError):
+    """A sink could not write a batch."""
+
+
+class CancelledError(CrawlhubError):
+    """Work stopped because its cancellation token was cancelled."""

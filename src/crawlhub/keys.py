@@ -1,0 +1,37 @@
+"""Every Redis key crawlhub writes, in one place.
+
+All keys start with a configurable prefix (default ``crawlhub:``) so several
+deployments, or tests, can share one Redis server without touching each other.
+"""
+
+from __future__ import annotations
+
+DEFAULT_PREFIX = "crawlhub:"
+
+
+def queue_keys(prefix: str, name: str) -> dict[str, str]:
+    """Keys of one reliable queue (hash-tagged so a cluster keeps them on one slot)."""
+    base = f"{prefix}q:{{{name}}}"
+    return {
+        "ready": f"{base}:ready",
+        "leased": f"{base}:leased",
+        "dead": f"{base}:dead",
+        "payloads": f"{base}:payloads",
+        "meta": f"{base}:meta",
+        "stats": f"{base}:stats",
+        "seq": f"{base}:seq",
+    }
+
+
+def queue_registry(prefix: str) -> str:
+    return f"{prefix}queues"
+
+
+def hub_keys(prefix: str) -> dict[str, str]:
+    """Keys of the hub's shared state: task ledger, deadlines, counters, token buckets."""
+    return {
+        "ledger": f"{prefix}hub:ledger",
+        "deadlines": f"{prefix}hub:deadlines",
+        "counters": f"{prefix}hub:counters",
+        "tokens": f"{prefix}hub:tokens",
+    }

@@ -1,0 +1,126 @@
+"""The reliable priority queue protocol every backend implements.
+
+Callers: the hub's ``queue`` outbound pushes; workers (agents, CLI ``lease``/``ack``)
+lease, ack and nack. A leased message is invisible until its visibility timeout ends,
+then returns to ready by itself: a worker killed while holding leases loses nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(slots=True)
+class Message:
+    """One leased message.
+
+    ``id`` is the queue's own id (use it to ack/nack); ``attempts`` counts the leases
+    this message has had, including the current one.
+    """
+
+    id: str
+    payload: dict[str, Any]
+    priority: int
+    attempts: int
+    lease_until: float
+
+
+@dataclass(slots=True)
+class QueueStats:
+    """Counters of one queue; names are what the API and ``crawlhub queues`` show.
+
+    total: messages ever pushed; left: ready + leased (not yet acked or dead);
+    ready: waiting to be leased; leased: currently leased; success: acked;
+    failed: nacked to the dead letter; retried: nacked back to ready or expired leases
+    returned; dead: messages currently in the dead letter.
+    """
+
+    name: str
+    total: int = 0
+    left: int = 0
+    ready: int = 0
+    leased: int = 0
+    success: int = 0
+    failed: int = 0
+    retried: int = 0
+    dead: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "total": self.total,
+            "left": self.left,
+            "ready": self.ready,
+            "leased": self.leased,
+            "success": self.success,
+            "failed": self.failed,
+            "retried": self.retried,
+            "dead": self.dead,
+        }
+
+
+@runtime_checkable
+class ReliableQueue(Protocol):
+    """One named queue. Higher ``priority`` is leased first; FIFO within a priority."""
+
+    name: str
+
+    async def push(self, payload: dict[str, Any], priority: int = 0) -> str:
+        """Store one message; returns its id."""
+        ...
+
+    async def push_many(self, items: Sequence[tuple[dict[str, Any], int]]) -> list[str]:
+        """Store many ``(payload, priority)`` messages atomically; returns their ids."""
+        ...
+
+    async def lease(self, n: int = 1, visibility_timeout: float = 60.0) -> list[Message]:
+        """Lease up to ``n`` ready messages for ``visibility_timeout`` seconds."""
+        ...
+
+    async def ack(self, ids: Sequence[str]) -> int:
+        """Finish leased messages; returns how many were leased and are now done."""
+        ...
+
+    async def nack(self, ids: Sequence[str], *, dead: bool = False) -> int:
+        """Return leased messages to ready (``dead=False``) or to the dead letter."""
+        ...
+
+    async def extend(self, ids: Sequence[str], visibility_timeout: float) -> int:
+        """Push the lease deadline of leased messages ``visibility_timeout`` from now."""
+        ...
+
+    async def requeue_expired(self) -> int:
+        """Return expired leases to ready now (also done lazily by ``lease``)."""
+        ...
+
+    async def length(self) -> int:
+        """Messages not yet finished (ready + leased): the outbound's lag."""
+        ...
+
+    async def stats(self) -> QueueStats: ...
+
+    async def dead_letters(self, n: int = 100) -> list[Message]:
+        """Peek at up to ``n`` dead messages (oldest first)."""
+        ...
+
+    async def purge(self) -> int:
+        """Drop every message and counter of this queue (tests, admin)."""
+        ...
+
+
+@runtime_checkable
+class QueueBackend(Protocol):
+    """Opens named queues on one storage (a SQLite file or a Redis server)."""
+
+    url: str
+
+    def queue(self, name: str) -> ReliableQueue: ...
+
+    async def names(self) -> list[str]:
+        """Names of the queues this backend holds."""
+        ...
+
+    async def close(self) -> None: ...
