@@ -5,6 +5,7 @@ names the input, the place and, where there is one, the fix::
 
     CrawlhubError
     ├── ConfigError          bad config file, entry, key or value (file/entry/key attributes)
+    │   ├── ConfigErrors     several ConfigErrors found in one pass (``errors``)
     │   └── SelectorError    a selector that does not compile or uses a forbidden construct
     ├── QueueError           a queue backend refused or failed an operation
     ├── RoutingError         a task could not be routed (no outbound, limits reached)
@@ -51,6 +52,21 @@ class ConfigError(CrawlhubError):
             if part
         )
         super().__init__(f"{where}: {message}" if where else message)
+
+
+class ConfigErrors(ConfigError):
+    """Several config errors found in one pass; ``str()`` lists them one per line.
+
+    ``file``, ``entry`` and ``key`` are those of the first error.
+    """
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        self.errors = list(errors)
+        lines = [f"config has {len(self.errors)} errors:"] + [f"  {e}" for e in self.errors]
+        super().__init__("\n".join(lines))
+        if self.errors:
+            first = self.errors[0]
+            self.file, self.entry, self.key = first.file, first.entry, first.key
 
 
 class SelectorError(ConfigError):
