@@ -17,7 +17,8 @@ def queue_keys(prefix: str, name: str) -> dict[str, str]:
         "leased": f"{base}:leased",
         "dead": f"{base}:dead",
         "payloads": f"{base}:payloads",
-        "meta": f"{base}:meta",
+        "priorities": f"{base}:priorities",
+        "attempts": f"{base}:attempts",
         "stats": f"{base}:stats",
         "seq": f"{base}:seq",
     }
@@ -33,5 +34,6 @@ def hub_keys(prefix: str) -> dict[str, str]:
         "ledger": f"{prefix}hub:ledger",
         "deadlines": f"{prefix}hub:deadlines",
         "counters": f"{prefix}hub:counters",
+        "retention": f"{prefix}hub:retention",
         "tokens": f"{prefix}hub:tokens",
     }

@@ -1,14 +1,16 @@
 """Reliable priority queues: one protocol, a SQLite and a Redis backend."""
 
+from crawlhub.keys import DEFAULT_PREFIX
 from crawlhub.queues.base import Message, QueueBackend, QueueStats, ReliableQueue
 
 __all__ = ["Message", "QueueBackend", "QueueStats", "ReliableQueue", "open_backend"]
 
 
-def open_backend(url: str) -> QueueBackend:
+def open_backend(url: str, *, prefix: str = DEFAULT_PREFIX) -> QueueBackend:
     """Open the queue backend named by ``url``.
 
-    ``sqlite:///path/to/queues.db`` (embedded) or ``redis://host:port/db`` (distributed).
+    ``sqlite:///path/to/queues.db`` (embedded) or ``redis://host:port/db`` (distributed);
+    ``prefix`` starts every Redis key (unused by SQLite).
     """
     if url.startswith("sqlite"):
         from crawlhub.queues.sqlite import SqliteQueueBackend
@@ -17,7 +19,7 @@ def open_backend(url: str) -> QueueBackend:
     if url.startswith(("redis://", "rediss://", "unix://", "valkey://")):
         from crawlhub.queues.redis import RedisQueueBackend
 
-        return RedisQueueBackend(url)
+        return RedisQueueBackend(url, prefix=prefix)
     from crawlhub.errors import QueueError
 
     raise QueueError(

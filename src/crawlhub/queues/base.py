@@ -17,7 +17,9 @@ class Message:
     """One leased message.
 
     ``id`` is the queue's own id (use it to ack/nack); ``attempts`` counts the leases
-    this message has had, including the current one.
+    this message has had, including the current one. ``receipt`` names this very lease:
+    ack/nack/extend given a receipt act only while this lease is the current one, so a
+    worker whose lease expired and was handed to another worker cannot finish it.
     """
 
     id: str
@@ -25,6 +27,11 @@ class Message:
     priority: int
     attempts: int
     lease_until: float
+
+    @property
+    def receipt(self) -> str:
+        """``"<id>#<attempts>"``: accepted wherever an id is, but only for this lease."""
+        return f"{self.id}#{self.attempts}"
 
 
 @dataclass(slots=True)
@@ -81,7 +88,12 @@ class ReliableQueue(Protocol):
         ...
 
     async def ack(self, ids: Sequence[str]) -> int:
-        """Finish leased messages; returns how many were leased and are now done."""
+        """Finish leased messages; returns how many were leased and are now done.
+
+        ``ids`` are message ids or receipts (see :attr:`Message.receipt`); an id that is
+        unknown, not leased, or a receipt of an older lease is skipped and not counted.
+        The same holds for ``nack`` and ``extend``.
+        """
         ...
 
     async def nack(self, ids: Sequence[str], *, dead: bool = False) -> int:

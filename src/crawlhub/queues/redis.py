@@ -1,0 +1,346 @@
+"""The distributed queue backend: each named queue is a few Redis keys moved by Lua scripts.
+
+Every state change is one script, so it is atomic across any number of hub and worker
+processes; lease deadlines use the Redis server's clock, so worker clocks may drift.
+
+Layout (key names from :func:`crawlhub.keys.queue_keys`, one hash slot per queue):
+
+- ``ready``: sorted set, score ``-priority``, member the id zero-padded to 16 digits, so
+  equal scores pop in id order (FIFO) by Redis' lexicographic tie-break. Scores are
+  small integers and ids never enter a float: ordering is exact for every priority in
+  [-2^31, 2^31 - 1] and every id below 2^53.
+- ``leased``: sorted set, score the lease deadline in integer milliseconds.
+- ``dead``: list of ids in the order they died.
+- ``payloads`` / ``priorities`` / ``attempts``: hashes keyed by id.
+- ``stats``: hash of the persistent counters ``total success failed retried``.
+- ``seq``: the id counter; kept by ``purge`` so an id is never reused.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from crawlhub.errors import QueueError
+from crawlhub.keys import DEFAULT_PREFIX, queue_keys, queue_registry
+from crawlhub.queues.base import Message
+from crawlhub.queues.common import BaseQueue, Counters, Ref, check_name, message
+
+T = TypeVar("T")
+
+_KEY_ORDER = ("ready", "leased", "dead", "payloads", "priorities", "attempts", "stats", "seq")
+
+# Shared head of every script: key names, the clock, lease checks and the expiry sweep.
+# Numbers handed to redis.call become strings with 14 significant digits, which is why
+# deadlines are integer milliseconds and scores are plain priorities.
+_PRELUDE = """
+local ready, leased, dead, payloads = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local priorities, attempts, stats, seq = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+
+local function now_ms(given)
+  local now = tonumber(given)
+  if now < 0 then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
+
+-- leased now, and by the lease a receipt names when `want` is not ''
+local function holds(id, want)
+  if not redis.call('ZSCORE', leased, id) then return false end
+  return want == '' or redis.call('HGET', attempts, id) == want
+end
+
+local function to_ready(id)
+  redis.call('ZADD', ready, -tonumber(redis.call('HGET', priorities, id)), id)
+end
+
+local function requeue(now)
+  local expired = redis.call('ZRANGEBYSCORE', leased, '-inf', now)
+  if #expired == 0 then return 0 end
+  for _, id in ipairs(expired) do to_ready(id) end
+  redis.call('ZREMRANGEBYSCORE', leased, '-inf', now)
+  redis.call('HINCRBY', stats, 'retried', #expired)
+  return #expired
+end
+"""
+
+_PUSH = """
+local n = #ARGV / 2
+local first = redis.call('INCRBY', seq, n) - n + 1
+for i = 0, n - 1 do
+  local id = string.format('%016d', first + i)
+  local priority = ARGV[2 * i + 2]
+  redis.call('ZADD', ready, -tonumber(priority), id)
+  redis.call('HSET', payloads, id, ARGV[2 * i + 1])
+  redis.call('HSET', priorities, id, priority)
+end
+redis.call('HINCRBY', stats, 'total', n)
+return first
+"""
+
+_LEASE = """
+local now = now_ms(ARGV[1])
+local deadline = now + tonumber(ARGV[2])
+requeue(now)
+local popped = redis.call('ZPOPMIN', ready, tonumber(ARGV[3]))
+local out = {deadline}
+for i = 1, #popped, 2 do
+  local id = popped[i]
+  redis.call('ZADD', leased, deadline, id)
+  out[#out + 1] = id
+  out[#out + 1] = redis.call('HGET', priorities, id)
+  out[#out + 1] = redis.call('HINCRBY', attempts, id, 1)
+  out[#out + 1] = redis.call('HGET', payloads, id)
+end
+return out
+"""
+
+_ACK = """
+local k = 0
+for i = 1, #ARGV, 2 do
+  local id = ARGV[i]
+  if holds(id, ARGV[i + 1]) then
+    redis.call('ZREM', leased, id)
+    redis.call('HDEL', payloads, id)
+    redis.call('HDEL', priorities, id)
+    redis.call('HDEL', attempts, id)
+    k = k + 1
+  end
+end
+if k > 0 then redis.call('HINCRBY', stats, 'success', k) end
+return k
+"""
+
+_NACK = """
+local dead_letter = ARGV[1] == '1'
+local k = 0
+for i = 2, #ARGV, 2 do
+  local id = ARGV[i]
+  if holds(id, ARGV[i + 1]) then
+    redis.call('ZREM', leased, id)
+    if dead_letter then redis.call('RPUSH', dead, id) else to_ready(id) end
+    k = k + 1
+  end
+end
+if k > 0 then redis.call('HINCRBY', stats, dead_letter and 'failed' or 'retried', k) end
+return k
+"""
+
+_EXTEND = """
+local deadline = now_ms(ARGV[1]) + tonumber(ARGV[2])
+local k = 0
+for i = 3, #ARGV, 2 do
+  local id = ARGV[i]
+  if holds(id, ARGV[i + 1]) then
+    redis.call('ZADD', leased, deadline, id)
+    k = k + 1
+  end
+end
+return k
+"""
+
+_REQUEUE = """
+return requeue(now_ms(ARGV[1]))
+"""
+
+_COUNTERS = """
+requeue(now_ms(ARGV[1]))
+local c = redis.call('HMGET', stats, 'total', 'success', 'failed', 'retried')
+c[5] = redis.call('ZCARD', ready)
+c[6] = redis.call('ZCARD', leased)
+c[7] = redis.call('LLEN', dead)
+return c
+"""
+
+_DEAD_LETTERS = """
+local ids = redis.call('LRANGE', dead, 0, tonumber(ARGV[1]) - 1)
+local out = {}
+for _, id in ipairs(ids) do
+  out[#out + 1] = id
+  out[#out + 1] = redis.call('HGET', priorities, id)
+  out[#out + 1] = redis.call('HGET', attempts, id)
+  out[#out + 1] = redis.call('HGET', payloads, id)
+end
+return out
+"""
+
+_PURGE = """
+local k = redis.call('ZCARD', ready) + redis.call('ZCARD', leased) + redis.call('LLEN', dead)
+redis.call('DEL', ready, leased, dead, payloads, priorities, attempts, stats)
+return k
+"""
+
+_SCRIPTS = {
+    "push": _PUSH,
+    "lease": _LEASE,
+    "ack": _ACK,
+    "nack": _NACK,
+    "extend": _EXTEND,
+    "requeue": _REQUEUE,
+    "counters": _COUNTERS,
+    "dead_letters": _DEAD_LETTERS,
+    "purge": _PURGE,
+}
+
+
+def _member(num: int) -> str:
+    return f"{num:016d}"
+
+
+def _ref_args(refs: list[Ref]) -> list[str]:
+    args: list[str] = []
+    for r in refs:
+        args += (_member(r.num), "" if r.attempt is None else str(r.attempt))
+    return args
+
+
+def _ms(seconds: float) -> int:
+    return max(1, math.ceil(seconds * 1000))
+
+
+def redacted(url: str) -> str:
+    """The URL without its password, for error messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class RedisQueueBackend:
+    """Queues on a Redis (or Valkey) server; ``url`` is ``redis://host:port/db``.
+
+    ``prefix`` starts every key, so deployments and tests can share one server.
+    ``clock`` (seconds since the epoch) replaces the server clock; tests pass a fake one.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        prefix: str = DEFAULT_PREFIX,
+        *,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.clock = clock
+        if url.startswith("valkey://"):
+            url = "redis://" + url[len("valkey://") :]
+        try:
+            self.redis = aioredis.Redis.from_url(url)
+        except ValueError as exc:
+            raise QueueError(
+                f"Redis queue URL {redacted(self.url)!r} is malformed ({exc}): "
+                "use redis://host:port/0"
+            ) from None
+        self.scripts = {n: self.redis.register_script(_PRELUDE + s) for n, s in _SCRIPTS.items()}
+        self._queues: dict[str, RedisQueue] = {}
+
+    def __repr__(self) -> str:
+        return f"<RedisQueueBackend {redacted(self.url)} prefix={self.prefix!r}>"
+
+    def queue(self, name: str) -> RedisQueue:
+        q = self._queues.get(name)
+        if q is None:
+            q = self._queues[name] = RedisQueue(check_name(name), self)
+        return q
+
+    async def names(self) -> list[str]:
+        members = await self.call("names", self.redis.smembers(queue_registry(self.prefix)))
+        return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    def now_arg(self) -> str:
+        """The clock argument of a script: ``-1`` asks for the server's clock."""
+        return "-1" if self.clock is None else str(math.floor(self.clock() * 1000))
+
+    async def call(self, op: str, awaitable: Awaitable[T]) -> T:
+        """Await a Redis call; Redis errors become a QueueError naming the server and op."""
+        try:
+            return await awaitable
+        except RedisError as exc:
+            raise QueueError(
+                f"Redis queue at {redacted(self.url)}: {op} failed: {exc} "
+                "(check the server is running and the URL is right)"
+            ) from exc
+
+
+class RedisQueue(BaseQueue):
+    """One named queue on a :class:`RedisQueueBackend`."""
+
+    def __init__(self, name: str, backend: RedisQueueBackend) -> None:
+        super().__init__(name)
+        self.backend = backend
+        keys = queue_keys(backend.prefix, name)
+        self._keys = [keys[k] for k in _KEY_ORDER]
+
+    async def _run(self, script: str, op: str, args: list[Any]) -> Any:
+        b = self.backend
+        return await b.call(
+            f"{op} on queue {self.name!r}", b.scripts[script](keys=self._keys, args=args)
+        )
+
+    async def _push(self, rows: list[tuple[str, int]]) -> list[int]:
+        b = self.backend
+        args: list[Any] = []
+        for data, priority in rows:
+            args += (data, priority)
+        async with b.redis.pipeline(transaction=False) as pipe:
+            pipe.sadd(queue_registry(b.prefix), self.name)
+            await b.scripts["push"](keys=self._keys, args=args, client=pipe)
+            _, first = await b.call(f"push to queue {self.name!r}", pipe.execute())
+        return list(range(int(first), int(first) + len(rows)))
+
+    async def _lease(self, n: int, timeout: float) -> list[Message]:
+        out = await self._run("lease", "lease", [self.backend.now_arg(), _ms(timeout), n])
+        until = int(out[0]) / 1000
+        return [
+            message(int(out[i]), out[i + 3], int(out[i + 1]), int(out[i + 2]), until)
+            for i in range(1, len(out), 4)
+        ]
+
+    async def _ack(self, refs: list[Ref]) -> int:
+        return int(await self._run("ack", "ack", _ref_args(refs)))
+
+    async def _nack(self, refs: list[Ref], dead: bool) -> int:
+        return int(await self._run("nack", "nack", ["1" if dead else "0", *_ref_args(refs)]))
+
+    async def _extend(self, refs: list[Ref], timeout: float) -> int:
+        args = [self.backend.now_arg(), _ms(timeout), *_ref_args(refs)]
+        return int(await self._run("extend", "extend", args))
+
+    async def _requeue_expired(self) -> int:
+        return int(await self._run("requeue", "requeue expired leases", [self.backend.now_arg()]))
+
+    async def _length(self) -> int:
+        c = await self._counters()
+        return c.ready + c.leased
+
+    async def _counters(self) -> Counters:
+        raw = await self._run("counters", "stats", [self.backend.now_arg()])
+        return Counters(*(int(v or 0) for v in raw))
+
+    async def _dead_letters(self, n: int) -> list[Message]:
+        out = await self._run("dead_letters", "dead_letters", [n])
+        return [
+            message(int(out[i]), out[i + 3], int(out[i + 1]), int(out[i + 2]), 0.0)
+            for i in range(0, len(out), 4)
+        ]
+
+    async def _purge(self) -> int:
+        b = self.backend
+        async with b.redis.pipeline(transaction=False) as pipe:
+            await b.scripts["purge"](keys=self._keys, args=[], client=pipe)
+            pipe.srem(queue_registry(b.prefix), self.name)
+            k, _ = await b.call(f"purge of queue {self.name!r}", pipe.execute())
+        return int(k)
