@@ -37,3 +37,16 @@ def hub_keys(prefix: str) -> dict[str, str]:
         "retention": f"{prefix}hub:retention",
         "tokens": f"{prefix}hub:tokens",
     }
+
+
+def sink_stream_index(prefix: str, stream: str) -> str:
+    """The hash of record key -> content hash a Redis stream sink has written.
+
+    The stream key is the user's name verbatim (consumers read it); the index carries the
+    stream's hash slot (its ``{tag}``, else the whole name) so one Lua script can touch both
+    in a Redis Cluster.
+    """
+    start = stream.find("{")
+    end = stream.find("}", start + 1) if start >= 0 else -1
+    tag = stream[start + 1 : end] if start >= 0 and end > start + 1 else stream
+    return f"{prefix}sink:{{{tag}}}:index:{stream}"

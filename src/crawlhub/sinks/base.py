@@ -12,14 +12,36 @@ from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(slots=True)
+class TableResult:
+    """What one table did in a multi-table write (each table has its own transaction)."""
+
+    table: str
+    inserted: int = 0
+    updated: int = 0
+    skipped: int = 0
+    failed: int = 0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(slots=True)
 class BatchResult:
-    """What one batch did: rows inserted, updated, skipped as unchanged, failed."""
+    """What one batch did: rows inserted, updated, skipped as unchanged, failed.
+
+    ``tables`` is filled by sinks that write several tables, one transaction each
+    (PostgreSQL with ``route_field``): a failed table's records count as ``failed``
+    while the other tables' records are committed.
+    """
 
     inserted: int = 0
     updated: int = 0
     skipped: int = 0
     failed: int = 0
     errors: list[str] = field(default_factory=list)
+    tables: dict[str, TableResult] = field(default_factory=dict)
 
     @property
     def written(self) -> int:
@@ -31,6 +53,13 @@ class BatchResult:
         self.skipped += other.skipped
         self.failed += other.failed
         self.errors.extend(other.errors)
+        for name, table in other.tables.items():
+            mine = self.tables.setdefault(name, TableResult(name))
+            mine.inserted += table.inserted
+            mine.updated += table.updated
+            mine.skipped += table.skipped
+            mine.failed += table.failed
+            mine.error = table.error or mine.error
 
 
 @runtime_checkable
@@ -46,3 +75,20 @@ class Sink(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class SnapshotSink(Sink, Protocol):
+    """A sink that can soft-delete what a full snapshot did not deliver (PostgreSQL).
+
+    Between ``begin_snapshot`` and ``finish_snapshot`` every written or unchanged record
+    is marked seen; ``finish_snapshot`` marks the rows not seen as deleted and returns
+    how many per table. A run that fails or is cancelled calls ``abandon_snapshot``
+    instead, so a partial snapshot deletes nothing.
+    """
+
+    async def begin_snapshot(self, snapshot_id: str | None = None) -> str: ...
+
+    async def finish_snapshot(self, snapshot_id: str | None = None) -> dict[str, int]: ...
+
+    async def abandon_snapshot(self) -> None: ...
