@@ -1,0 +1,589 @@
+"""The hub: takes tasks and messages in, routes them to outbounds, handles their results.
+
+Intake (HTTP, inbound sources) -> convert -> inbound selectors -> frontier admission ->
+first matching outbound -> ledger + push. Results resolve ledger entries and lead to
+terminal / retry / failback / re-route / failed; a ledger deadline passing is a lost
+task, handled as a failure with status ``timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict, deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from crawlhub.errors import BackpressureError, ConfigError, CrawlhubError
+from crawlhub.hub.converters import Converter, build_converter
+from crawlhub.hub.failures import FailureLog
+from crawlhub.hub.inbounds.base import InboundSource
+from crawlhub.hub.loading import import_object
+from crawlhub.hub.metrics import HubMetrics
+from crawlhub.hub.outbounds import OutboundTransport, build_transport
+from crawlhub.hub.routing import (
+    OutboundRule,
+    Outcome,
+    ResultDecision,
+    Router,
+    decide_result,
+    status_key,
+)
+from crawlhub.hub.state import HubState, LedgerEntry
+from crawlhub.queues.base import QueueBackend
+from crawlhub.selectors import SelectorSet, compile_selectors
+from crawlhub.task import BUILTIN_KEY_SET, RESULT_KEY, Task
+
+log = logging.getLogger("crawlhub.hub")
+
+#: Timeout status given to a dispatched task whose result never came.
+TIMEOUT_STATUS = "timeout"
+#: How long a cached outbound lag is trusted before asking the backend again.
+LAG_TTL = 0.2
+
+
+@dataclass(slots=True)
+class SubmitResult:
+    """What happened to one submitted task (the API answers a list of these)."""
+
+    task_uuid: str | None = None
+    outbound: str | None = None
+    status: str = "routed"  # routed | duplicate | rejected | deferred
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"task_uuid": self.task_uuid, "status": self.status}
+        if self.outbound:
+            out["outbound"] = self.outbound
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+@dataclass(slots=True)
+class Inbound:
+    """One inbound entry, compiled: selectors, converters and (unless http) its source."""
+
+    name: str
+    class_name: str
+    selectors: SelectorSet
+    converters: list[Converter]
+    derive: bool = False
+    frontier: str | None = None
+    threads: int = 1
+    disabled: bool = False
+    init: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_http(self) -> bool:
+        return self.class_name in HTTP_NAMES
+
+    def convert(self, message: Mapping[str, Any]) -> dict[str, Any] | None:
+        data: dict[str, Any] | None = dict(message)
+        for converter in self.converters:
+            if data is None:
+                return None
+            data = converter(data)
+        return data
+
+
+HTTP_NAMES = frozenset({"http", "http.HttpInbound", "HttpInbound"})
+REDIS_NAMES = frozenset({"redis", "redis_list", "redis_stream", "redis.RedisInbound",
+                         "RedisInbound"})
+KAFKA_NAMES = frozenset({"kafka", "kafka.KafkaInbound", "KafkaInbound"})
+
+
+class Hub:
+    """Routes tasks; see the module docstring. Build with :meth:`from_config`."""
+
+    def __init__(
+        self,
+        *,
+        router: Router,
+        inbounds: Sequence[Inbound],
+        transports: Mapping[str, OutboundTransport],
+        state: HubState,
+        failures: FailureLog,
+        submitter: str = "crawlhub",
+        frontiers: Mapping[str, Any] | None = None,
+        metrics: HubMetrics | None = None,
+        sources: Mapping[str, InboundSource] | None = None,
+    ) -> None:
+        self.router = router
+        self.inbounds = {i.name: i for i in inbounds}
+        self.transports = dict(transports)
+        self.state = state
+        self.failures = failures
+        self.submitter = submitter
+        self.frontiers = dict(frontiers or {})
+        self.metrics = metrics or HubMetrics()
+        self.sources = dict(sources or {})
+        self._lag_cache: dict[str, tuple[float, int]] = {}
+        self._dispatch_times: dict[str, deque[tuple[float, int]]] = defaultdict(deque)
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.orphan_results = 0
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def from_config(
+        cls,
+        config: Any,
+        *,
+        queues: QueueBackend,
+        state: HubState,
+        frontiers: Mapping[str, Any] | None = None,
+    ) -> Hub:
+        """Compile a validated :class:`CrawlhubConfig` into a hub (errors name the entry)."""
+        default_timeout = getattr(config.routing, "result_timeout", None)
+        rules: list[OutboundRule] = []
+        transports: dict[str, OutboundTransport] = {}
+        frontiers = dict(frontiers or {})
+        for ob in config.outbound:
+            where = _where(ob, "outbound")
+            rule = OutboundRule.from_config(ob, default_result_timeout=default_timeout)
+            if rule.frontier and rule.frontier not in frontiers:
+                raise ConfigError(f"frontier {rule.frontier!r} is not defined under 'frontier:'",
+                                  file=where[0], entry=where[1], key="frontier")
+            rules.append(rule)
+            if not rule.disabled:
+                transports[ob.name] = build_transport(
+                    ob.name, ob.class_, dict(ob.init), queues=queues, priority=rule.priority,
+                    file=where[0], entry=where[1],
+                )
+        inbounds: list[Inbound] = []
+        sources: dict[str, InboundSource] = {}
+        for ib in config.inbound:
+            where = _where(ib, "inbound")
+            converters = [
+                build_converter(conv.class_, dict(conv.init), file=where[0], entry=where[1],
+                                key=f"convert[{i}]")
+                for i, conv in enumerate(ib.convert)
+            ]
+            inbound = Inbound(
+                name=ib.name, class_name=ib.class_, selectors=compile_selectors(list(ib.selector)),
+                converters=converters, derive=bool(ib.derive), frontier=ib.frontier,
+                threads=int(ib.threads), disabled=bool(ib.disable), init=dict(ib.init),
+            )
+            if inbound.frontier and inbound.frontier not in frontiers:
+                raise ConfigError(f"frontier {inbound.frontier!r} is not defined under"
+                                  " 'frontier:'", file=where[0], entry=where[1], key="frontier")
+            inbounds.append(inbound)
+            if not inbound.disabled and not inbound.is_http:
+                sources[ib.name] = build_source(inbound, file=where[0], entry=where[1])
+        router = Router(rules, limits=config.routing.limits,
+                        terminal_codes=config.routing.terminal_codes)
+        failures = FailureLog(config.failure.path, compress=config.failure.compress)
+        return cls(router=router, inbounds=inbounds, transports=transports, state=state,
+                   failures=failures, submitter=config.submitter, frontiers=frontiers,
+                   sources=sources)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Start consuming inbound sources and watching for lost tasks."""
+        self._stop.clear()
+        for name, source in self.sources.items():
+            self._tasks.append(asyncio.create_task(self._run_source(name, source),
+                                                   name=f"inbound:{name}"))
+        if any(r.result_timeout for r in self.router.rules):
+            self._tasks.append(asyncio.create_task(self._sweep_forever(), name="hub:sweeper"))
+
+    async def stop(self) -> None:
+        self._stop.set()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        for transport in self.transports.values():
+            with contextlib.suppress(Exception):
+                await transport.close()
+
+    async def _run_source(self, name: str, source: InboundSource) -> None:
+        async def deliver(batch: list[dict[str, Any]]) -> None:
+            await self.receive(name, batch, wait=True)
+
+        while not self._stop.is_set():
+            try:
+                await source.run(deliver, self._stop)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("inbound %s failed; restarting it in 1 s", name)
+                await asyncio.sleep(1.0)
+
+    async def _sweep_forever(self) -> None:
+        timeouts = [r.result_timeout for r in self.router.rules if r.result_timeout]
+        interval = max(0.05, min(1.0, min(timeouts) / 4))
+        while not self._stop.is_set():
+            try:
+                await self.sweep_lost()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("lost-task sweep failed")
+            await asyncio.sleep(interval)
+
+    # ------------------------------------------------------------------ intake
+    async def submit(self, tasks: Sequence[Mapping[str, Any]], *, wait: bool = False,
+                     frontier: str | None = None) -> list[SubmitResult]:
+        """Route new tasks. Without ``wait``, an outbound over ``max_lag`` raises
+        :class:`BackpressureError` before anything is written, and tasks whose token
+        scope is exhausted come back ``deferred``; with ``wait`` both are waited out."""
+        results: list[SubmitResult] = [SubmitResult() for _ in tasks]
+        plans: list[tuple[int, Task, OutboundRule]] = []
+        for i, raw in enumerate(tasks):
+            task = Task(raw).ensure_identity(self.submitter)
+            task.pop(RESULT_KEY, None)
+            results[i].task_uuid = task.task_uuid
+            decision = self.router.route(task)
+            if decision.outbound is None:
+                results[i].status, results[i].reason = "rejected", decision.reason
+                self.metrics.rejected.inc()
+                continue
+            plans.append((i, task, decision.outbound))
+        # Backpressure first: a task refused here must not have been admitted already.
+        await self._check_lag(plans, wait=wait)
+        await self._admit(plans, results, frontier)
+        plans = [p for p in plans if results[p[0]].status == "routed"]
+        # An admitted task cannot come back 'deferred' (its resubmission would read as a
+        # duplicate), so frontier-gated tasks wait for their tokens.
+        gated = wait or bool(frontier) or any(rule.frontier for _, _, rule in plans)
+        deferred = await self._dispatch([(t, rule) for _, t, rule in plans], wait=gated)
+        for i, task, rule in plans:
+            if task.task_uuid in deferred:
+                results[i].status = "deferred"
+                results[i].reason = deferred[task.task_uuid]
+            else:
+                results[i].outbound = rule.name
+        return results
+
+    async def _admit(self, plans: list[tuple[int, Task, OutboundRule]],
+                     results: list[SubmitResult], inbound_frontier: str | None) -> None:
+        """Frontier admission: a URL already admitted in its segment is a duplicate."""
+        for i, task, rule in plans:
+            name = inbound_frontier or rule.frontier
+            if not name:
+                continue
+            admitted = await self.frontiers[name].admit_task(task)
+            if admitted is False:
+                results[i].status = "duplicate"
+                results[i].reason = f"already admitted by frontier {name!r} in this segment"
+                self.metrics.duplicates.labels(name).inc()
+
+    async def _check_lag(self, plans: Sequence[tuple[int, Task, OutboundRule]], *,
+                         wait: bool) -> None:
+        incoming: dict[str, int] = defaultdict(int)
+        rules: dict[str, OutboundRule] = {}
+        for _, _, rule in plans:
+            if rule.max_lag > 0:
+                incoming[rule.name] += 1
+                rules[rule.name] = rule
+        for name, n in incoming.items():
+            while True:
+                lag = await self.lag(name)
+                if lag < rules[name].max_lag:
+                    break
+                self.metrics.backpressure.labels(name).inc()
+                if not wait:
+                    raise BackpressureError(
+                        f"outbound {name!r} holds {lag} tasks, at or over its max_lag of"
+                        f" {rules[name].max_lag}; retry later", retry_after=1.0)
+                await asyncio.sleep(0.5)
+                self._lag_cache.pop(name, None)
+
+    async def _dispatch(self, items: Sequence[tuple[Task, OutboundRule]], *,
+                        wait: bool = True) -> dict[str, str]:
+        """Ledger then push, grouped by outbound. Returns uuid -> reason of deferred tasks."""
+        groups: dict[str, list[Task]] = defaultdict(list)
+        rules: dict[str, OutboundRule] = {}
+        for task, rule in items:
+            groups[rule.name].append(rule.stamp(task))
+            rules[rule.name] = rule
+        deferred: dict[str, str] = {}
+        for name, group in groups.items():
+            rule = rules[name]
+            allowed = await self._take_tokens(rule, len(group), wait=wait)
+            for task in group[allowed:]:
+                deferred[task.task_uuid] = (
+                    f"token scope {rule.token_scope!r} allows {rule.token_per_second}/s;"
+                    " retry later"
+                )
+            group = group[:allowed]
+            if not group:
+                continue
+            transport = self.transports.get(name)
+            if transport is None:
+                raise CrawlhubError(f"outbound {name!r} is disabled or has no transport")
+            now = time.time()
+            deadline = now + rule.result_timeout if rule.result_timeout else None
+            await self.state.record([LedgerEntry(dict(t), name, deadline) for t in group])
+            await transport.send([(rule.params(t), _int(t.get("priority"))) for t in group])
+            await self.state.incr(name, "total", len(group))
+            self.metrics.dispatched.labels(name).inc(len(group))
+            self._note_dispatch(name, len(group), now)
+            cached = self._lag_cache.get(name)
+            if cached:
+                self._lag_cache[name] = (cached[0], cached[1] + len(group))
+        return deferred
+
+    async def _take_tokens(self, rule: OutboundRule, n: int, *, wait: bool) -> int:
+        """How many of ``n`` tasks the token scope lets through now (all, if ``wait``)."""
+        rate = rule.token_per_second
+        if not rate or not rule.token_scope:
+            return n
+        burst = max(1.0, rate)
+        taken = 0
+        while taken < n:
+            chunk = int(min(n - taken, burst))
+            delay = await self.state.take_tokens(rule.token_scope, rate, chunk, burst)
+            if delay <= 0:
+                taken += chunk
+                continue
+            if not wait:
+                # Take what the bucket holds now, one at a time, rather than nothing.
+                while taken < n and await self.state.take_tokens(rule.token_scope, rate, 1,
+                                                                  burst) <= 0:
+                    taken += 1
+                return taken
+            await asyncio.sleep(min(delay, 1.0))
+        return taken
+
+    async def lag(self, outbound: str) -> int:
+        cached = self._lag_cache.get(outbound)
+        now = time.monotonic()
+        if cached and now - cached[0] < LAG_TTL:
+            return cached[1]
+        transport = self.transports.get(outbound)
+        lag = await transport.lag() if transport else 0
+        self._lag_cache[outbound] = (now, lag)
+        return lag
+
+    def _note_dispatch(self, name: str, n: int, now: float) -> None:
+        window = self._dispatch_times[name]
+        window.append((now, n))
+        while window and now - window[0][0] > 10.0:
+            window.popleft()
+
+    def rate(self, outbound: str) -> float:
+        """Tasks per second dispatched to ``outbound`` by this process, last 10 s."""
+        window = self._dispatch_times.get(outbound)
+        if not window:
+            return 0.0
+        now = time.time()
+        return sum(n for t, n in window if now - t <= 10.0) / 10.0
+
+    # ------------------------------------------------------------------ messages
+    async def receive(self, inbound_name: str, messages: Iterable[Mapping[str, Any]], *,
+                      wait: bool = False) -> list[dict[str, Any]]:
+        """Take messages through an inbound: convert, select, then each is a result of a
+        known task, a task to derive, or a new task. Returns one outcome per message."""
+        inbound = self.inbound(inbound_name)
+        outcomes: list[dict[str, Any]] = []
+        new_tasks: list[tuple[int, dict[str, Any]]] = []
+        for message in messages:
+            outcome: dict[str, Any] = {}
+            outcomes.append(outcome)
+            data = inbound.convert(message) if isinstance(message, Mapping) else None
+            if data is None:
+                outcome.update(status="dropped", reason="not a JSON object, or a converter"
+                               " dropped it")
+                continue
+            if not inbound.selectors.matches(data):
+                outcome.update(status="ignored", reason=f"no selector of inbound"
+                               f" {inbound.name!r} matched")
+                continue
+            if inbound.derive:
+                new_tasks.append((len(outcomes) - 1, _derived(data)))
+                continue
+            uuid = data.get("task_uuid")
+            if RESULT_KEY in data and uuid:
+                entry = await self.state.resolve(str(uuid))
+                if entry is None:
+                    self.orphan_results += 1
+                    self.metrics.results.labels("unknown", "orphan").inc()
+                    outcome.update(status="orphan", task_uuid=uuid, reason="no dispatched task"
+                                   " with this task_uuid is waiting for a result")
+                    continue
+                decision = await self.handle_result(entry, data[RESULT_KEY])
+                outcome.update(status=decision.outcome.value, task_uuid=uuid,
+                               reason=decision.reason)
+                continue
+            new_tasks.append((len(outcomes) - 1, data))
+        if new_tasks:
+            submitted = await self.submit([t for _, t in new_tasks], wait=wait,
+                                          frontier=inbound.frontier)
+            for (index, _), result in zip(new_tasks, submitted, strict=True):
+                outcomes[index].update(result.as_dict())
+        return outcomes
+
+    def inbound(self, name: str) -> Inbound:
+        try:
+            return self.inbounds[name]
+        except KeyError:
+            raise KeyError(f"no inbound named {name!r}; configured:"
+                           f" {', '.join(self.inbounds) or 'none'}") from None
+
+    async def handle_result(self, entry: LedgerEntry, code: Any) -> ResultDecision:
+        """Apply a result to a resolved ledger entry (SPEC §1 "Results")."""
+        decision = decide_result(self.router, entry.task, entry.outbound, code)
+        name = entry.outbound
+        self.metrics.results.labels(name, decision.outcome.value).inc()
+        if status_key(code) == TIMEOUT_STATUS:
+            await self.state.incr(name, "timeout")
+        if decision.outcome is Outcome.SUCCESS:
+            await self.state.incr(name, "success")
+            return decision
+        if decision.outcome is Outcome.FAILED:
+            await self.state.incr(name, "failed")
+            await self.failures.append([{
+                "task": entry.task, "outbound": name, "task_result": code,
+                "reason": decision.reason,
+            }])
+            return decision
+        field_name = {Outcome.RETRY: "retried", Outcome.FAILBACK: "failback",
+                      Outcome.REROUTE: "rerouted"}[decision.outcome]
+        await self.state.incr(name, field_name)
+        assert decision.task is not None and decision.target is not None
+        try:
+            await self._dispatch([(decision.task, decision.target)], wait=True)
+        except Exception:
+            # Put it back so a later sweep or result retries: never lose an accepted task.
+            await self.state.record([entry])
+            raise
+        return decision
+
+    async def sweep_lost(self, now: float | None = None) -> int:
+        """Handle every dispatched task past its result_timeout as failed with 'timeout'."""
+        expired = await self.state.claim_expired(now if now is not None else time.time())
+        for entry in expired:
+            log.warning("task %s on %s had no result within its result_timeout",
+                        entry.task.get("task_uuid"), entry.outbound)
+            await self.handle_result(entry, TIMEOUT_STATUS)
+        return len(expired)
+
+    # ------------------------------------------------------------------ dry run
+    async def check_task(self, inbound_name: str, message: Mapping[str, Any]) -> dict[str, Any]:
+        """What the hub would do with ``message`` on ``inbound_name``; changes nothing."""
+        inbound = self.inbound(inbound_name)
+        report: dict[str, Any] = {"inbound": inbound.name}
+        data = inbound.convert(message)
+        report["converted"] = data
+        if data is None:
+            report.update(action="drop", reason="a converter dropped the message")
+            return report
+        selector = inbound.selectors.match(data)
+        report["inbound_selector"] = selector.text if selector and inbound.selectors.texts \
+            else None
+        if selector is None:
+            report.update(action="ignore",
+                          reason=f"no selector of inbound {inbound.name!r} matched")
+            return report
+        if not inbound.derive and RESULT_KEY in data and data.get("task_uuid"):
+            entry = await self.state.get(str(data["task_uuid"]))
+            if entry is None:
+                report.update(action="orphan_result", reason="no dispatched task with this"
+                              " task_uuid is waiting for a result")
+                return report
+            decision = decide_result(self.router, entry.task, entry.outbound, data[RESULT_KEY])
+            report.update(action="result", outcome=decision.outcome.value,
+                          reason=decision.reason)
+            if decision.task is not None and decision.target is not None:
+                preview = decision.target.stamp(Task(decision.task))
+                report.update(outbound=decision.target.name,
+                              params=decision.target.params(preview),
+                              priority=preview.get("priority"))
+            return report
+        task = Task(_derived(data) if inbound.derive else data).ensure_identity(self.submitter)
+        task.pop(RESULT_KEY, None)
+        decision = self.router.route(task, explain=True)
+        report["action"] = "derive" if inbound.derive else "route"
+        report["candidates"] = [
+            {"outbound": c.outbound, "matched": c.matched, "reason": c.reason}
+            for c in decision.candidates
+        ]
+        if decision.outbound is None:
+            report.update(outbound=None, reason=decision.reason)
+            return report
+        stamped = decision.outbound.stamp(Task(task))
+        report.update(outbound=decision.outbound.name, selector=decision.selector,
+                      reason="matched", params=decision.outbound.params(stamped),
+                      priority=stamped.get("priority"))
+        return report
+
+    # ------------------------------------------------------------------ stats
+    async def outbound_stats(self, prefix: str = "") -> list[dict[str, Any]]:
+        counters = await self.state.counters()
+        rows = []
+        for rule in self.router.rules:
+            if not rule.name.startswith(prefix):
+                continue
+            c = counters.get(rule.name, {})
+            left = await self.lag(rule.name) if rule.name in self.transports else 0
+            rows.append({
+                "name": rule.name,
+                "disabled": rule.disabled,
+                "queue_length": left,
+                "left": left,
+                "total": c.get("total", 0),
+                "success": c.get("success", 0),
+                "failed": c.get("failed", 0),
+                "retried": c.get("retried", 0),
+                "rerouted": c.get("rerouted", 0),
+                "failback": c.get("failback", 0),
+                "timeout": c.get("timeout", 0),
+                "rate": round(self.rate(rule.name), 3),
+            })
+        return rows
+
+
+def _derived(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A result turned into a new task: its own identity, no result, fresh counters."""
+    return {k: v for k, v in data.items() if k not in BUILTIN_KEY_SET and k != RESULT_KEY}
+
+
+def build_source(inbound: Inbound, *, file: str | None, entry: str | None) -> InboundSource:
+    name = inbound.class_name
+    if name in REDIS_NAMES:
+        from crawlhub.hub.inbounds.redis import RedisInbound
+
+        kind = {"redis_list": "list", "redis_stream": "stream"}.get(name)
+        init = dict(inbound.init)
+        if kind:
+            init.setdefault("type", kind)
+        try:
+            return RedisInbound(inbound.name, init, threads=inbound.threads)
+        except ValueError as exc:
+            raise ConfigError(str(exc), file=file, entry=entry, key="init") from exc
+    if name in KAFKA_NAMES:
+        try:
+            from crawlhub.hub.inbounds.kafka import KafkaInbound
+        except ImportError as exc:  # pragma: no cover - depends on the optional extra
+            raise ConfigError("the kafka inbound needs the kafka extra:"
+                              " pip install 'crawlhub[kafka]'", file=file, entry=entry,
+                              key="class") from exc
+        try:
+            return KafkaInbound(inbound.name, dict(inbound.init), threads=inbound.threads)
+        except ValueError as exc:
+            raise ConfigError(str(exc), file=file, entry=entry, key="init") from exc
+    cls = import_object(name, file=file, entry=entry, key="class")
+    return cls(inbound.name, dict(inbound.init), threads=inbound.threads)  # type: ignore[no-any-return]
+
+
+def _where(cfg: Any, section: str) -> tuple[str | None, str]:
+    file = getattr(cfg, "source_file", None)
+    index = getattr(cfg, "source_index", None)
+    idx = f"[{index}]" if index is not None else ""
+    return (str(file) if file else None, f"{section}{idx} {cfg.name!r}")
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0

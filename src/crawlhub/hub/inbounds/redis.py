@@ -1,0 +1,142 @@
+"""Redis inbound: messages from a Redis list or a Redis stream, at least once.
+
+A list is consumed with LMOVE into a per-inbound processing list, removed only after the
+hub took the message, and recovered on start. A stream is read with a consumer group
+and XACKed after delivery; entries another consumer left pending are claimed back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+from typing import Any
+
+from crawlhub.hub.inbounds.base import Deliver
+
+log = logging.getLogger("crawlhub.hub.inbounds.redis")
+
+
+class RedisInbound:
+    """init: ``url``, ``key``, ``type: list|stream`` (default list), ``batch`` (100),
+    stream only: ``group`` (default ``crawlhub-<name>``), ``consumer``, ``claim_idle``
+    (seconds before another consumer's pending entries are claimed, default 60)."""
+
+    def __init__(self, name: str, init: dict[str, Any], *, threads: int = 1) -> None:
+        self.name = name
+        if not init.get("url") or not init.get("key"):
+            raise ValueError("redis inbound needs init.url (redis://host:port/db) and init.key")
+        self.url = str(init["url"])
+        self.key = str(init["key"])
+        self.kind = str(init.get("type", "list"))
+        if self.kind not in ("list", "stream"):
+            raise ValueError(f"redis inbound init.type must be 'list' or 'stream', got {self.kind!r}")
+        self.batch = int(init.get("batch", 100))
+        self.group = str(init.get("group") or f"crawlhub-{name}")
+        self.consumer = str(init.get("consumer") or f"{socket.gethostname()}-{os.getpid()}")
+        self.claim_idle_ms = int(float(init.get("claim_idle", 60)) * 1000)
+        self.block_ms = int(float(init.get("block", 1.0)) * 1000)
+        self.threads = max(1, threads)
+        self.processing = f"{self.key}:processing:{name}"
+
+    async def run(self, deliver: Deliver, stop: asyncio.Event) -> None:
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(self.url)
+        try:
+            if self.kind == "list":
+                await self._run_list(client, deliver, stop)
+            else:
+                await self._run_stream(client, deliver, stop)
+        finally:
+            await client.aclose()
+
+    async def _run_list(self, client: Any, deliver: Deliver, stop: asyncio.Event) -> None:
+        # Messages a crashed run had taken but not delivered go first.
+        while not stop.is_set():
+            pending = await client.lrange(self.processing, 0, self.batch - 1)
+            if not pending:
+                break
+            await self._deliver_list(client, pending, deliver)
+        while not stop.is_set():
+            first = await client.blmove(self.key, self.processing, self.block_ms / 1000,
+                                        "RIGHT", "LEFT")
+            if first is None:
+                continue
+            raws = [first]
+            while len(raws) < self.batch:
+                more = await client.lmove(self.key, self.processing, "RIGHT", "LEFT")
+                if more is None:
+                    break
+                raws.append(more)
+            await self._deliver_list(client, raws, deliver)
+
+    async def _deliver_list(self, client: Any, raws: list[bytes], deliver: Deliver) -> None:
+        await deliver(_decode(raws, self.name))
+        async with client.pipeline(transaction=False) as pipe:
+            for raw in raws:
+                pipe.lrem(self.processing, 1, raw)
+            await pipe.execute()
+
+    async def _run_stream(self, client: Any, deliver: Deliver, stop: asyncio.Event) -> None:
+        import redis.exceptions
+
+        try:
+            await client.xgroup_create(self.key, self.group, id="0", mkstream=True)
+        except redis.exceptions.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        # Our own pending entries first (a restart), then new ones; claim abandoned ones.
+        cursor = "0"
+        while not stop.is_set():
+            if cursor == ">":
+                await self._claim(client, deliver)
+            reply = await client.xreadgroup(self.group, self.consumer, {self.key: cursor},
+                                            count=self.batch,
+                                            block=self.block_ms if cursor == ">" else None)
+            entries = reply[0][1] if reply else []
+            if cursor != ">" and not entries:
+                cursor = ">"
+                continue
+            if entries:
+                await self._deliver_stream(client, entries, deliver)
+
+    async def _claim(self, client: Any, deliver: Deliver) -> None:
+        reply = await client.xautoclaim(self.key, self.group, self.consumer,
+                                        min_idle_time=self.claim_idle_ms, start_id="0-0",
+                                        count=self.batch)
+        entries = [e for e in reply[1] if e and e[1] is not None] if reply else []
+        if entries:
+            await self._deliver_stream(client, entries, deliver)
+
+    async def _deliver_stream(self, client: Any, entries: list[Any], deliver: Deliver) -> None:
+        raws = [_stream_payload(fields) for _, fields in entries]
+        await deliver(_decode([r for r in raws if r is not None], self.name))
+        await client.xack(self.key, self.group, *[eid for eid, _ in entries])
+
+
+def _stream_payload(fields: dict[bytes, bytes]) -> bytes | None:
+    """A stream entry carries the JSON in field ``data`` (or ``message``/``task``)."""
+    for name in (b"data", b"message", b"task", b"json"):
+        if name in fields:
+            return fields[name]
+    if fields:
+        return json.dumps({k.decode(): v.decode() for k, v in fields.items()}).encode()
+    return None
+
+
+def _decode(raws: list[bytes], name: str) -> list[dict[str, Any]]:
+    messages = []
+    for raw in raws:
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            log.warning("inbound %s: skipped a message that is not JSON: %r", name, raw[:200])
+            continue
+        if not isinstance(value, dict):
+            log.warning("inbound %s: skipped a JSON message that is not an object", name)
+            continue
+        messages.append(value)
+    return messages
