@@ -1,0 +1,53 @@
+"""fetch: rate-limited request scheduling, cancellation, retries and the HTTP clients.
+
+The public face; the modules behind it hold one concept each (cancel, clock, http,
+scheduler, retry, fetcher, joblog).
+"""
+
+from crawlhub.errors import CancelledError, FetchError
+from crawlhub.fetch.cancel import CancellationToken, ctrl_c_cancels
+from crawlhub.fetch.clock import Clock, ManualClock, MonotonicClock
+from crawlhub.fetch.fetcher import Fetcher, FetchStats
+from crawlhub.fetch.http import (
+    CurlCffiClient,
+    HttpClient,
+    Request,
+    RequestTimeout,
+    Response,
+    Transport,
+    TransportError,
+    make_client,
+)
+from crawlhub.fetch.joblog import JobLog, JobLogs, job_log, job_logs
+from crawlhub.fetch.retry import RetryPolicy, TooManyFailures, Verdict
+from crawlhub.fetch.scheduler import RequestScheduler, Slot, check_rate
+
+__all__ = [
+    "CancellationToken",
+    "CancelledError",
+    "Clock",
+    "CurlCffiClient",
+    "FetchError",
+    "FetchStats",
+    "Fetcher",
+    "HttpClient",
+    "JobLog",
+    "JobLogs",
+    "ManualClock",
+    "MonotonicClock",
+    "Request",
+    "RequestScheduler",
+    "RequestTimeout",
+    "Response",
+    "RetryPolicy",
+    "Slot",
+    "TooManyFailures",
+    "Transport",
+    "TransportError",
+    "Verdict",
+    "check_rate",
+    "ctrl_c_cancels",
+    "job_log",
+    "job_logs",
+    "make_client",
+]
