@@ -1,0 +1,23 @@
+"""A loaded config as plain data, the way ``crawlhub check-config`` prints it.
+
+Static params go back into their outbound so the dump reads (and reloads) like the input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crawlhub.config.redact import redact
+from crawlhub.config.schema import CrawlhubConfig
+
+
+def dump_config(cfg: CrawlhubConfig, redacted: bool = True) -> dict[str, Any]:
+    """The merged, resolved config as JSON-able data with ``class`` keys.
+
+    SecretStr fields always dump as ``"***"``; with ``redacted`` (the default) secret keys
+    and URL passwords are masked too.
+    """
+    data: dict[str, Any] = cfg.model_dump(mode="json", by_alias=True, exclude={"include"})
+    for outbound in data.get("outbound", []):
+        outbound.update(outbound.pop("static_params", None) or {})
+    return redact(data) if redacted else data
