@@ -1,0 +1,72 @@
+"""Shared pieces of the API routers: the services, JSON bodies read strictly, errors."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import HTTPException, Request
+
+from crawlhub.service import Services
+
+
+async def services(request: Request) -> Services:
+    return request.app.state.services  # type: ignore[no-any-return]
+
+
+class ApiError(HTTPException):
+    """A 4xx answer with a JSON body ``{"detail": message, ...extra}``."""
+
+    def __init__(self, status: int, message: str, **extra: Any) -> None:
+        super().__init__(status_code=status, detail=message)
+        self.extra = extra
+
+
+async def json_body(request: Request) -> Any:
+    """The request body as JSON, or a 400/413/415 that says what is wrong."""
+    limit = request.app.state.max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, f"request body of {declared} bytes is over the limit of {limit}"
+                       " bytes (server.max_body_bytes); send smaller batches")
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"request body is over the limit of {limit} bytes"
+                           " (server.max_body_bytes); send smaller batches")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    if not body.strip():
+        raise ApiError(400, "request body is empty; send a JSON object or a list of objects")
+    try:
+        return json.loads(body)
+    except UnicodeDecodeError:
+        raise ApiError(400, "request body is not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise ApiError(400, f"request body is not valid JSON: {exc.msg} at line {exc.lineno}"
+                       f" column {exc.colno}") from None
+
+
+def objects(body: Any, *, what: str = "task", limit: int | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """``body`` as a list of JSON objects, and whether it was a list; 422 otherwise."""
+    many = isinstance(body, list)
+    items = body if many else [body]
+    if many and not items:
+        raise ApiError(422, f"the list is empty; send at least one {what}")
+    if limit is not None and len(items) > limit:
+        raise ApiError(413, f"{len(items)} {what}s in one request is over the limit of {limit}"
+                       " (server.max_tasks_per_request)")
+    bad = [i for i, item in enumerate(items) if not isinstance(item, dict)]
+    if bad:
+        where = f"item {bad[0]}" if many else "the body"
+        got = type(items[bad[0]]).__name__
+        raise ApiError(422, f"{where} is a JSON {_json_kind(got)}; each {what} must be a JSON"
+                       " object like {\"url\": \"...\"}", invalid_items=bad[:20])
+    return items, many
+
+
+def _json_kind(pytype: str) -> str:
+    return {"str": "string", "int": "number", "float": "number", "list": "array",
+            "NoneType": "null", "bool": "boolean"}.get(pytype, pytype)

@@ -1,0 +1,50 @@
+"""``GET /healthz`` and ``GET /metrics`` (Prometheus text format)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from crawlhub import __version__
+from crawlhub.api.deps import services
+from crawlhub.service import Services
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", summary="Liveness and backend reachability")
+async def healthz(svc: Services = Depends(services)) -> Any:
+    checks: dict[str, str] = {}
+    ok = True
+    try:
+        await svc.state.pending()
+        checks["state"] = "ok"
+    except Exception as exc:  # report, don't raise: this is the health endpoint
+        checks["state"] = f"error: {type(exc).__name__}"
+        ok = False
+    try:
+        await svc.queues.names()
+        checks["queues"] = "ok"
+    except Exception as exc:
+        checks["queues"] = f"error: {type(exc).__name__}"
+        ok = False
+    body = {"status": "ok" if ok else "degraded", "version": __version__,
+            "project": svc.config.project, "checks": checks}
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse(body, status_code=200 if ok else 503)
+
+
+@router.get("/metrics", summary="Prometheus metrics")
+async def metrics(svc: Services = Depends(services)) -> Response:
+    hub = svc.hub
+    for rule in hub.router.rules:
+        if rule.name in hub.transports:
+            try:
+                hub.metrics.lag.labels(rule.name).set(await hub.lag(rule.name))
+            except Exception:  # a backend down must not break the scrape
+                continue
+    return Response(generate_latest(hub.metrics.registry), media_type=CONTENT_TYPE_LATEST)
