@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from crawlhub.config.durations import parse_duration
+from crawlhub.config.pipeline import PipelineSection
 from crawlhub.config.settings import DEFAULT_DATA_DIR, Settings
 from crawlhub.errors import ConfigError
 from crawlhub.task import BUILTIN_KEY_SET
@@ -362,7 +363,7 @@ class CrawlhubConfig(_Section):
     outbound: list[OutboundConfig] = Field(default_factory=list)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     frontier: FreeMapping = Field(default_factory=dict)
-    pipeline: FreeMapping = Field(default_factory=dict)
+    pipeline: PipelineSection = Field(default_factory=PipelineSection)
     jobs: list[dict[str, Any]] = Field(default_factory=list)
 
     _config_path: Path | None = PrivateAttr(default=None)
