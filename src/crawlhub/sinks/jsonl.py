@@ -1,0 +1,206 @@
+"""JSON lines sink (the embedded default): one line per new or changed record.
+
+A SQLite sidecar index holds each written key's content hash and the file size of the
+last committed batch, so redelivery writes nothing and a half-written batch is cut off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from crawlhub.config.sinks import JsonlSinkConfig
+from crawlhub.errors import SinkError
+from crawlhub.sinks.base import BatchResult
+from crawlhub.sinks.records import PreparedBatch, prepare_batch, prepare_record
+
+log = logging.getLogger(__name__)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, hash TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (id INTEGER PRIMARY KEY CHECK (id = 1), size INTEGER NOT NULL);
+"""
+_LOOKUP_CHUNK = 500
+
+
+class JsonlSink:
+    """Appends records as JSON lines; one batch = one fsync'd append + one index commit.
+
+    Order of a batch: append and fsync the lines, then commit the index with the new file
+    size. A failure before the commit truncates the file back; a crash before it leaves a
+    tail longer than the committed size, which ``open()`` cuts off. A changed record
+    appends a new line (the last line of a key is its current version).
+    """
+
+    def __init__(self, config: JsonlSinkConfig, *, name: str = "jsonl") -> None:
+        self.name = name
+        self.config = config
+        self.path = Path(config.path)
+        self._db: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    async def open(self) -> None:
+        await asyncio.to_thread(self._open)
+
+    async def close(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            await asyncio.to_thread(db.close)
+
+    async def write_batch(self, records: Sequence[dict[str, Any]]) -> BatchResult:
+        batch = prepare_batch(
+            records, self.config.key, sink=self.name, hash_exclude=self.config.hash_exclude
+        )
+        if self._db is None:
+            raise SinkError(f"sink '{self.name}': write_batch before open(); open the sink first")
+        return await asyncio.to_thread(self._write, batch)
+
+    # -- blocking parts, run in a worker thread --------------------------------------
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        index = self.config.index_file
+        fresh_index = not index.exists()
+        db = sqlite3.connect(index, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.executescript(_SCHEMA)
+        self._db = db
+        committed = db.execute("SELECT size FROM meta WHERE id = 1").fetchone()
+        if not self.path.exists():
+            self.path.touch()
+            _fsync_dir(self.path.parent)
+        size = self.path.stat().st_size
+        if committed is None:
+            if fresh_index and size:
+                self._rebuild_index(db)
+            else:
+                db.execute("INSERT INTO meta (id, size) VALUES (1, ?)", (size,))
+            return
+        if size > committed[0]:
+            log.warning(
+                "sink %s: %s has %d bytes past its last committed batch (a crash mid-batch); "
+                "cutting them off",
+                self.name,
+                self.path,
+                size - committed[0],
+            )
+            os.truncate(self.path, committed[0])
+        elif size < committed[0]:
+            raise SinkError(
+                f"sink '{self.name}': {self.path} is shorter ({size} bytes) than its index "
+                f"{index} records ({committed[0]}); it was truncated outside crawlhub. Delete "
+                f"the index to rebuild it from the file"
+            )
+
+    def _rebuild_index(self, db: sqlite3.Connection) -> None:
+        """Index an existing file that has no sidecar: the last line of a key wins."""
+        hashes: dict[str, str] = {}
+        good = 0
+        with open(self.path, "rb") as f:
+            for number, line in enumerate(f, 1):
+                if not line.endswith(b"\n"):
+                    log.warning("sink %s: dropping unfinished last line %d", self.name, number)
+                    break
+                try:
+                    record = prepare_record(
+                        json.loads(line),
+                        self.config.key,
+                        sink=self.name,
+                        index=number,
+                        hash_exclude=self.config.hash_exclude,
+                    )
+                except (ValueError, SinkError) as exc:
+                    raise SinkError(
+                        f"sink '{self.name}': cannot rebuild the index from {self.path} line "
+                        f"{number}: {exc}; fix or move the file"
+                    ) from exc
+                hashes[record.key_text] = record.content_hash
+                good += len(line)
+        if good < self.path.stat().st_size:
+            os.truncate(self.path, good)
+        db.execute("BEGIN IMMEDIATE")
+        db.executemany("INSERT OR REPLACE INTO entries (key, hash) VALUES (?, ?)", hashes.items())
+        db.execute("INSERT INTO meta (id, size) VALUES (1, ?)", (good,))
+        db.execute("COMMIT")
+        log.info("sink %s: rebuilt index of %d keys from %s", self.name, len(hashes), self.path)
+
+    def _write(self, batch: PreparedBatch) -> BatchResult:
+        with self._lock:
+            db = self._db
+            if db is None:
+                raise SinkError(f"sink '{self.name}' is closed")
+            result = BatchResult(skipped=batch.duplicates)
+            db.execute("BEGIN IMMEDIATE")
+            size_before: int | None = None
+            try:
+                known = self._known_hashes(db, [r.key_text for r in batch.records])
+                lines: list[bytes] = []
+                changes: list[tuple[str, str]] = []
+                for record in batch.records:
+                    old = known.get(record.key_text)
+                    if old == record.content_hash:
+                        result.skipped += 1
+                        continue
+                    lines.append(record.full_json().encode() + b"\n")
+                    changes.append((record.key_text, record.content_hash))
+                    if old is None:
+                        result.inserted += 1
+                    else:
+                        result.updated += 1
+                if lines:
+                    size_before = db.execute("SELECT size FROM meta WHERE id = 1").fetchone()[0]
+                    payload = b"".join(lines)
+                    self._append(payload)
+                    db.executemany(
+                        "INSERT INTO entries (key, hash) VALUES (?, ?) "
+                        "ON CONFLICT (key) DO UPDATE SET hash = excluded.hash",
+                        changes,
+                    )
+                    db.execute("UPDATE meta SET size = ? WHERE id = 1", (size_before + len(payload),))
+                db.execute("COMMIT")
+            except Exception as exc:
+                db.execute("ROLLBACK")
+                if size_before is not None:
+                    os.truncate(self.path, size_before)
+                if isinstance(exc, SinkError):
+                    raise
+                raise SinkError(
+                    f"sink '{self.name}': batch of {len(batch.records)} records rolled back, "
+                    f"{self.path} left as before: {exc}"
+                ) from exc
+            return result
+
+    def _append(self, payload: bytes) -> None:
+        with open(self.path, "ab") as f:
+            f.write(payload)
+            f.flush()
+            if self.config.fsync:
+                os.fsync(f.fileno())
+
+    @staticmethod
+    def _known_hashes(db: sqlite3.Connection, keys: list[str]) -> dict[str, str]:
+        known: dict[str, str] = {}
+        for start in range(0, len(keys), _LOOKUP_CHUNK):
+            chunk = keys[start : start + _LOOKUP_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            known.update(db.execute(f"SELECT key, hash FROM entries WHERE key IN ({marks})", chunk))
+        return known
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,299 @@
+"""One PostgreSQL target table: its layout, its DDL and the SQL of a batch merge.
+
+A batch is COPYed into a TEMP staging table of text columns, then merged with one
+``INSERT ... SELECT ... ON CONFLICT`` (upsert) or a close-and-insert pair (SCD2), each
+value cast to the target column's catalog type, so any column type works.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+import xxhash
+
+from crawlhub.config.sinks import PgTableConfig
+from crawlhub.errors import SinkError
+from crawlhub.sinks.records import METADATA_FIELDS, PreparedRecord, stable_json
+
+#: Columns crawlhub manages itself; never filled from a same-named record field.
+RESERVED = frozenset(
+    {
+        "data",
+        "content_hash",
+        *METADATA_FIELDS,
+        "last_seen_snapshot",
+        "deleted_at",
+        "created_at",
+        "updated_at",
+        "valid_from",
+        "valid_to",
+        "is_current",
+        "version_id",
+    }
+)
+
+_INTROSPECT = """
+SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+FROM pg_attribute a
+WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+  AND a.attgenerated = '' AND a.attidentity <> 'a'
+ORDER BY a.attnum
+"""
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def quote_table(name: str) -> str:
+    """``schema.table`` or ``table``, each part quoted."""
+    return ".".join(quote_ident(part) for part in name.split(".", 1))
+
+
+def pg_text(value: Any) -> str | None:
+    """A record value as the text PostgreSQL casts to the column type."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, dict | list | tuple):
+        return stable_json(value)
+    return str(value)
+
+
+def _count(status: str) -> int:
+    """Rows affected from a command tag such as ``UPDATE 3`` or ``INSERT 0 5``."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+class PgTable:
+    """Knows one table after :meth:`prepare` has created or inspected it."""
+
+    def __init__(self, spec: PgTableConfig, *, sink: str) -> None:
+        self.spec = spec
+        self.sink = sink
+        self.name = spec.route_name
+        self.qname = quote_table(spec.table)
+        mapping = spec.columns or {}
+        self.key_columns = [mapping.get(f, f) for f in spec.key]
+        digest = xxhash.xxh32_hexdigest(spec.table.encode())
+        self.stage = f"crawlhub_stage_{digest}"
+        self._index = quote_ident(f"{spec.table.rsplit('.', 1)[-1][:40]}_{digest}_current")
+        self.types: dict[str, str] = {}
+        self.fields: list[tuple[str, str]] = []  # (record field, column) beside the key
+        self._sql: dict[str, str] = {}
+
+    @property
+    def scd2(self) -> bool:
+        return self.spec.mode == "scd2"
+
+    def _where(self) -> str:
+        return f"sink '{self.sink}', table {self.spec.table}"
+
+    # -- layout --------------------------------------------------------------------
+
+    def create_sql(self) -> str:
+        types = self.spec.types
+        cols = [f"{quote_ident(c)} {types.get(c, 'text')} NOT NULL" for c in self.key_columns]
+        cols += [
+            f"{quote_ident(c)} {types.get(c, 'text')}"
+            for f, c in (self.spec.columns or {}).items()
+            if c not in self.key_columns
+        ]
+        cols += [
+            "data jsonb NOT NULL",
+            "content_hash text NOT NULL",
+            "source_endpoint text",
+            "fetched_at timestamptz",
+            "source_file text",
+            "last_seen_snapshot text",
+        ]
+        keys = ", ".join(quote_ident(c) for c in self.key_columns)
+        if self.scd2:
+            cols = ["version_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY", *cols]
+            cols += [
+                "valid_from timestamptz NOT NULL DEFAULT now()",
+                "valid_to timestamptz",
+                "is_current boolean NOT NULL DEFAULT true",
+            ]
+            return (
+                f"CREATE TABLE IF NOT EXISTS {self.qname} ({', '.join(cols)});\n"
+                f"CREATE UNIQUE INDEX IF NOT EXISTS {self._index} ON {self.qname} ({keys}) "
+                "WHERE is_current"
+            )
+        cols += [
+            "deleted_at timestamptz",
+            "created_at timestamptz NOT NULL DEFAULT now()",
+            "updated_at timestamptz NOT NULL DEFAULT now()",
+            f"PRIMARY KEY ({keys})",
+        ]
+        return f"CREATE TABLE IF NOT EXISTS {self.qname} ({', '.join(cols)})"
+
+    async def prepare(self, conn: Any) -> None:
+        """Create the table (``create: true``), read its columns, build the SQL."""
+        if self.spec.create:
+            await conn.execute(self.create_sql())
+        rows = await conn.fetch(_INTROSPECT, self.qname)
+        self.types = {row[0]: row[1] for row in rows}
+        if not self.types:
+            raise SinkError(
+                f"{self._where()} does not exist; create it or set 'create: true'"
+            )
+        required = [*self.key_columns, "content_hash"]
+        if self.scd2:
+            required += ["valid_from", "valid_to", "is_current"]
+        if self.spec.columns:
+            self.fields = [(f, c) for f, c in self.spec.columns.items() if c not in self.key_columns]
+            required += [c for _, c in self.fields]
+        else:
+            self.fields = [
+                (c, c) for c in self.types if c not in RESERVED and c not in self.key_columns
+            ]
+        missing = [c for c in required if c not in self.types]
+        if missing:
+            raise SinkError(
+                f"{self._where()} lacks column(s) {missing}; add them, fix 'key'/'columns', "
+                f"or let crawlhub create the table under another name"
+            )
+        self._build_sql()
+
+    # -- SQL -----------------------------------------------------------------------
+
+    def _has(self, column: str) -> bool:
+        return column in self.types
+
+    def _build_sql(self) -> None:
+        stage_cols = [f"k{i}" for i in range(len(self.key_columns))]
+        stage_cols += [f"f{i}" for i in range(len(self.fields))]
+        stage_cols += ["data", "content_hash", *METADATA_FIELDS]
+        self.stage_columns = stage_cols
+        self._sql["stage"] = (
+            f"CREATE TEMP TABLE IF NOT EXISTS {self.stage} "
+            f"({', '.join(f'{c} text' for c in stage_cols)}) ON COMMIT DELETE ROWS"
+        )
+        # (target column, expression over the staging row s)
+        target: list[tuple[str, str]] = []
+        for i, col in enumerate(self.key_columns):
+            target.append((col, f"s.k{i}::{self.types[col]}"))
+        for i, (_, col) in enumerate(self.fields):
+            target.append((col, f"s.f{i}::{self.types[col]}"))
+        for col in ("data", "content_hash", *METADATA_FIELDS):
+            if self._has(col):
+                target.append((col, f"s.{col}::{self.types[col]}"))
+        if self._has("last_seen_snapshot"):
+            target.append(("last_seen_snapshot", "$1::text"))
+        self.uses_snapshot_param = self._has("last_seen_snapshot")
+        names = ", ".join(quote_ident(c) for c, _ in target)
+        exprs = ", ".join(e for _, e in target)
+        match = self._match("t")
+        live = " AND t.is_current" if self.scd2 else (
+            " AND t.deleted_at IS NULL" if self._has("deleted_at") else ""
+        )
+        if self.uses_snapshot_param:
+            self._sql["touch"] = (
+                f"UPDATE {self.qname} AS t SET last_seen_snapshot = $1 FROM {self.stage} s "
+                f"WHERE {match}{live} AND t.content_hash = s.content_hash "
+                "AND t.last_seen_snapshot IS DISTINCT FROM $1"
+            )
+        if self.scd2:
+            self._sql["close"] = (
+                f"UPDATE {self.qname} AS t SET valid_to = now(), is_current = false "
+                f"FROM {self.stage} s WHERE {match} AND t.is_current "
+                "AND t.content_hash IS DISTINCT FROM s.content_hash"
+            )
+            current = self._match("c")
+            self._sql["insert"] = (
+                f"INSERT INTO {self.qname} ({names}, valid_from, is_current) "
+                f"SELECT {exprs}, now(), true FROM {self.stage} s WHERE NOT EXISTS "
+                f"(SELECT 1 FROM {self.qname} c WHERE c.is_current AND {current})"
+            )
+            if self._has("last_seen_snapshot"):
+                self._sql["finish"] = (
+                    f"UPDATE {self.qname} SET valid_to = now(), is_current = false "
+                    "WHERE is_current AND last_seen_snapshot IS DISTINCT FROM $1"
+                )
+            return
+        sets = [
+            f"{quote_ident(c)} = EXCLUDED.{quote_ident(c)}"
+            for c, _ in target
+            if c not in self.key_columns and c != "last_seen_snapshot"
+        ]
+        changed = "t.content_hash IS DISTINCT FROM EXCLUDED.content_hash"
+        if self._has("last_seen_snapshot"):
+            sets.append(
+                "last_seen_snapshot = COALESCE(EXCLUDED.last_seen_snapshot, t.last_seen_snapshot)"
+            )
+        if self._has("deleted_at"):
+            sets.append("deleted_at = NULL")
+            changed += " OR t.deleted_at IS NOT NULL"
+        if self._has("updated_at"):
+            sets.append("updated_at = now()")
+        keys = ", ".join(quote_ident(c) for c in self.key_columns)
+        self._sql["upsert"] = (
+            f"WITH up AS (INSERT INTO {self.qname} AS t ({names}) "
+            f"SELECT {exprs} FROM {self.stage} s "
+            f"ON CONFLICT ({keys}) DO UPDATE SET {', '.join(sets)} WHERE {changed} "
+            "RETURNING (t.xmax = 0) AS fresh) "
+            "SELECT count(*) FILTER (WHERE fresh), count(*) FILTER (WHERE NOT fresh) FROM up"
+        )
+        if self._has("last_seen_snapshot") and self._has("deleted_at"):
+            upd = ", updated_at = now()" if self._has("updated_at") else ""
+            self._sql["finish"] = (
+                f"UPDATE {self.qname} SET deleted_at = now(){upd} "
+                "WHERE deleted_at IS NULL AND last_seen_snapshot IS DISTINCT FROM $1"
+            )
+
+    def _match(self, alias: str) -> str:
+        """Target row ``alias`` has the key of staging row ``s``."""
+        return " AND ".join(
+            f"{alias}.{quote_ident(c)} = s.k{i}::{self.types[c]}"
+            for i, c in enumerate(self.key_columns)
+        )
+
+    def stage_row(self, record: PreparedRecord) -> tuple[str | None, ...]:
+        return (
+            *(pg_text(v) for v in record.key),
+            *(pg_text(record.data.get(f)) for f, _ in self.fields),
+            record.data_json,
+            record.content_hash,
+            *(record.metadata[m] for m in METADATA_FIELDS),
+        )
+
+    # -- writing -------------------------------------------------------------------
+
+    async def ensure_stage(self, conn: Any) -> None:
+        """Create the session's staging table outside any transaction, so it lasts."""
+        await conn.execute(self._sql["stage"])
+
+    async def write(
+        self, conn: Any, records: Sequence[PreparedRecord], snapshot: str | None
+    ) -> tuple[int, int]:
+        """Merge ``records`` inside the caller's transaction; returns (inserted, updated)."""
+        await conn.copy_records_to_table(
+            self.stage, records=[self.stage_row(r) for r in records], columns=self.stage_columns
+        )
+        args: tuple[Any, ...] = (snapshot,) if self.uses_snapshot_param else ()
+        if snapshot is not None and "touch" in self._sql:
+            await conn.execute(self._sql["touch"], snapshot)
+        if self.scd2:
+            closed = _count(await conn.execute(self._sql["close"]))
+            added = _count(await conn.execute(self._sql["insert"], *args))
+            return added - closed, closed
+        row = await conn.fetchrow(self._sql["upsert"], *args)
+        return int(row[0]), int(row[1])
+
+    async def finish_snapshot(self, conn: Any, snapshot: str) -> int:
+        """Mark rows not seen in ``snapshot`` deleted (SCD2: close their current version)."""
+        sql = self._sql.get("finish")
+        if sql is None:
+            raise SinkError(
+                f"{self._where()} cannot take snapshots: it needs columns last_seen_snapshot "
+                f"text and deleted_at timestamptz (created by 'create: true')"
+            )
+        return _count(await conn.execute(sql, snapshot))

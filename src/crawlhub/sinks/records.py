@@ -1,0 +1,198 @@
+"""Record preparation shared by every sink: key, content hash, source metadata, stable JSON.
+
+A sink calls :func:`prepare_batch` before it touches its store, so everything that can be
+wrong with a record (not an object, a missing key, a value JSON cannot hold) fails there.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import PurePath
+from typing import Any
+
+import xxhash
+
+from crawlhub.errors import SinkError
+
+#: Source metadata the pipeline puts on each record (top-level keys). Sinks store them
+#: beside the data (own columns in PostgreSQL) and leave them out of the content hash, so
+#: a refetch of unchanged data is skipped although ``fetched_at`` moved.
+METADATA_FIELDS: tuple[str, ...] = ("source_endpoint", "fetched_at", "source_file")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, Decimal | uuid.UUID | PurePath):
+        return str(value)
+    if isinstance(value, tuple | frozenset):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} value {value!r:.80} is not JSON-serialisable")
+
+
+def stable_json(value: Any) -> str:
+    """JSON with sorted keys and no spaces: equal data gives equal text (and hash)."""
+    return json.dumps(
+        value,
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+        default=_json_default,
+    )
+
+
+def content_hash(data: Mapping[str, Any]) -> str:
+    """The content hash of a record's data: xxh3-128 of its stable JSON, 32 hex digits."""
+    return xxhash.xxh3_128_hexdigest(stable_json(data).encode())
+
+
+def iso_timestamp(value: Any) -> str | None:
+    """``fetched_at`` as ISO-8601 text: datetimes, epoch seconds and ISO strings accepted."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.astimezone()
+        return value.isoformat()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise ValueError(f"fetched_at {value!r} is not a finite epoch")
+        return dt.datetime.fromtimestamp(value, dt.UTC).isoformat()
+    if isinstance(value, str):
+        return dt.datetime.fromisoformat(value).isoformat()
+    raise ValueError(f"fetched_at {value!r:.60} is not a datetime, an epoch or ISO text")
+
+
+@dataclass(slots=True, frozen=True)
+class PreparedRecord:
+    """One record ready for a store; every field is derived once, here."""
+
+    key: tuple[Any, ...]
+    key_text: str
+    data: dict[str, Any]
+    metadata: dict[str, Any]
+    content_hash: str
+    data_json: str
+
+    def full(self) -> dict[str, Any]:
+        """Data plus the metadata that is set: what JSON-shaped sinks store."""
+        merged = dict(self.data)
+        merged.update({k: v for k, v in self.metadata.items() if v is not None})
+        return merged
+
+    def full_json(self) -> str:
+        return stable_json(self.full())
+
+
+@dataclass(slots=True)
+class PreparedBatch:
+    """A batch after preparation: one record per key (the last), plus how many repeats."""
+
+    records: list[PreparedRecord]
+    duplicates: int
+
+
+def key_text(values: Sequence[Any]) -> str:
+    """The key as one string: the value itself for a one-field key, else a JSON array.
+
+    Kafka message keys, Redis index fields and JSON-lines index rows all use this text.
+    """
+    if len(values) == 1:
+        value = values[0]
+        return value if isinstance(value, str) else stable_json(value)
+    return stable_json(list(values))
+
+
+def _preview(record: Any) -> str:
+    text = repr(record)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def prepare_record(
+    record: Any,
+    key_fields: Sequence[str],
+    *,
+    sink: str,
+    index: int = 0,
+    hash_exclude: Iterable[str] = (),
+    drop: Iterable[str] = (),
+) -> PreparedRecord:
+    """Check one record and derive its key, data, metadata and content hash.
+
+    ``drop`` fields are removed from the data (e.g. a routing field); ``hash_exclude``
+    fields are stored but do not count as a change.
+    """
+    where = f"sink '{sink}': record {index} {_preview(record)}"
+    if not isinstance(record, Mapping):
+        raise SinkError(f"{where} is a {type(record).__name__}, not an object; records are dicts")
+    dropped = set(drop)
+    data = {
+        k: v for k, v in record.items() if k not in METADATA_FIELDS and k not in dropped
+    }
+    key: list[Any] = []
+    for field in key_fields:
+        value = record.get(field)
+        if value is None or value == "":
+            raise SinkError(
+                f"{where} has no key field '{field}'; give every record its key fields "
+                f"or change 'key' in the sink config (now {list(key_fields)})"
+            )
+        key.append(value)
+    try:
+        metadata = {
+            "source_endpoint": _text_or_none(record.get("source_endpoint")),
+            "fetched_at": iso_timestamp(record.get("fetched_at")),
+            "source_file": _text_or_none(record.get("source_file")),
+        }
+        data_json = stable_json(data)
+        excluded = set(hash_exclude)
+        hashed = (
+            xxhash.xxh3_128_hexdigest(data_json.encode())
+            if not excluded
+            else content_hash({k: v for k, v in data.items() if k not in excluded})
+        )
+        text = key_text(key)
+    except (TypeError, ValueError) as exc:
+        raise SinkError(f"{where} cannot be stored: {exc}; convert the value to JSON types") from exc
+    return PreparedRecord(tuple(key), text, data, metadata, hashed, data_json)
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def prepare_batch(
+    records: Sequence[Any],
+    key_fields: Sequence[str],
+    *,
+    sink: str,
+    hash_exclude: Iterable[str] = (),
+    drop: Iterable[str] = (),
+) -> PreparedBatch:
+    """Prepare every record; a repeated key keeps its last record (earlier ones are skips)."""
+    excluded = tuple(hash_exclude)
+    dropped = tuple(drop)
+    by_key: dict[str, PreparedRecord] = {}
+    for i, record in enumerate(records):
+        prepared = prepare_record(
+            record, key_fields, sink=sink, index=i, hash_exclude=excluded, drop=dropped
+        )
+        by_key[prepared.key_text] = prepared
+    return PreparedBatch(list(by_key.values()), len(records) - len(by_key))
+
+
+def redact_url(url: str) -> str:
+    """A connection URL without its password, for messages."""
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        creds, host = rest.rsplit("@", 1)
+        if ":" in creds:
+            rest = f"{creds.split(':', 1)[0]}:***@{host}"
+    return scheme + sep + rest
