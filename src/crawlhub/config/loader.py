@@ -312,6 +312,8 @@ class _Builder:
         self.main = main
         self.errors: list[ConfigError] = []
         self.builtins: dict[str, str] = {"config_dir": str(config_dir)}
+        #: Selector lists to compile, also from entries that failed other checks.
+        self.selectors: list[tuple[list[str], RawEntry]] = []
 
     def lookup(self, name: str) -> str | None:
         key = name.lower()
@@ -340,7 +342,7 @@ class _Builder:
         self._check_unique_names(inbounds)
         self._check_unique_names(outbounds)
         self._check_failbacks(outbounds)
-        self._check_selectors([*inbounds, *outbounds])
+        self._check_selectors()
         if self.errors or cfg is None:
             raise _combine(self.errors)
 
@@ -372,8 +374,9 @@ class _Builder:
         top[key] = resolved
         return resolved
 
-    def _resolve(self, value: Any, prefix: Loc, locate: Callable[[Loc], dict[str, Any]],
-                 skip: set[Loc]) -> Any:
+    def _resolve(
+        self, value: Any, prefix: Loc, locate: Callable[[Loc], dict[str, Any]], skip: set[Loc]
+    ) -> Any:
         def on_missing(path: tuple[str | int, ...], name: str) -> None:
             loc = (*prefix, *(str(p) for p in path))
             skip.add(loc)
@@ -393,7 +396,8 @@ class _Builder:
     def _validate_top(self, top: dict[str, Any]) -> CrawlhubConfig | None:
         skip: set[Loc] = set()
         resolved = {
-            key: value if key in ("project", "data_dir")
+            key: value
+            if key in ("project", "data_dir")
             else self._resolve(value, (key,), self._top_location, skip)
             for key, value in top.items()
         }
@@ -421,6 +425,10 @@ class _Builder:
                     )
                 )
                 continue
+            selector = raw.data.get("selector")
+            selector = [selector] if isinstance(selector, str) else selector
+            if isinstance(selector, list) and all(isinstance(t, str) for t in selector):
+                self.selectors.append((selector, raw))
             skip: set[Loc] = set()
             data = self._resolve(dict(raw.data), (), locate, skip)
             if section == "outbound":
@@ -488,12 +496,12 @@ class _Builder:
                 )
             )
 
-    def _check_selectors(self, entries: list[tuple[Any, RawEntry]]) -> None:
-        for model, raw in entries:
-            if not model.selector:
+    def _check_selectors(self) -> None:
+        for texts, raw in self.selectors:
+            if not texts:
                 continue
             try:
-                compile_selectors(list(model.selector))
+                compile_selectors(texts)
             except SelectorError as exc:
                 self.errors.append(with_location(exc, file=raw.file, entry=raw.label))
 
@@ -573,7 +581,11 @@ def _describe(error: Mapping[str, Any], model_cls: type[BaseModel], loc: Loc) ->
         text = f"expected {ctx.get('expected')}"
     if text is None:
         msg = str(error["msg"])
-        text = "expected " + msg[len("Input should be ") :] if msg.startswith("Input should be ") else msg
+        text = (
+            "expected " + msg[len("Input should be ") :]
+            if msg.startswith("Input should be ")
+            else msg
+        )
     return f"{text}, got {_show(error.get('input'), loc)}"
 
 

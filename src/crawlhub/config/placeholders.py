@@ -71,5 +71,7 @@ def substitute_tree(
             for key, item in value.items()
         }
     if isinstance(value, list):
-        return [substitute_tree(item, lookup, on_missing, (*path, i)) for i, item in enumerate(value)]
+        return [
+            substitute_tree(item, lookup, on_missing, (*path, i)) for i, item in enumerate(value)
+        ]
     return value

@@ -26,8 +26,10 @@ _URL_PASSWORD_RE = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*)
 
 def is_secret_key(key: object) -> bool:
     """Whether a mapping key names a secret (``password``, ``api_key``, ``access_token``...)."""
-    return isinstance(key, str) and key.lower() not in NOT_SECRET_KEYS and bool(
-        SECRET_KEY_RE.search(key)
+    return (
+        isinstance(key, str)
+        and key.lower() not in NOT_SECRET_KEYS
+        and bool(SECRET_KEY_RE.search(key))
     )
 
 
@@ -49,7 +51,9 @@ def redact(obj: Any) -> Any:
         return MASK
     if isinstance(obj, Mapping):
         return {
-            key: (MASK if value is not None and value != "" and is_secret_key(key) else redact(value))
+            key: (
+                MASK if value is not None and value != "" and is_secret_key(key) else redact(value)
+            )
             for key, value in obj.items()
         }
     if isinstance(obj, list | tuple):

@@ -77,8 +77,7 @@ def _check_scheme(value: str, allowed: tuple[str, ...], what: str) -> str:
     scheme = value.split("://", 1)[0].lower() if "://" in value else ""
     if scheme not in allowed:
         raise ValueError(
-            f"{what} URL {value!r} must start with one of "
-            + ", ".join(f"{s}://" for s in allowed)
+            f"{what} URL {value!r} must start with one of " + ", ".join(f"{s}://" for s in allowed)
         )
     return value
 
@@ -400,4 +399,3 @@ class CrawlhubConfig(_Section):
 
     def outbound_named(self, name: str) -> OutboundConfig | None:
         return next((o for o in self.outbound if o.name == name), None)
-

@@ -88,7 +88,9 @@ def load_settings(
         for folder in folders:
             path = folder / filename
             if path.is_file():
-                raw = {k: v for k, v in dotenv_values(path, interpolate=False).items() if v is not None}
+                raw = {
+                    k: v for k, v in dotenv_values(path, interpolate=False).items() if v is not None
+                }
                 layers.extend(_split_prefixed(raw, str(path).replace("{", "{{").replace("}", "}}")))
     plain_env = {k.lower(): v for k, v in environ.items() if not k.lower().startswith(ENV_PREFIX)}
     layers.append((_PLAIN_ENV, plain_env))
