@@ -115,9 +115,17 @@ def test_default_config_is_http_into_one_catch_all_queue(tmp_path: Path) -> None
 
 
 def test_default_config_uses_the_default_data_dir() -> None:
-    cfg = default_config()
+    cfg = default_config(env={})
     assert cfg.data_dir == "./crawlhub-data"
     assert cfg.storage.frontier == "sqlite:///./crawlhub-data/frontier.db"
+
+
+def test_default_config_without_data_dir_reads_the_settings_layers(_empty_cwd: Path) -> None:
+    (_empty_cwd / ".env").write_text("CRAWLHUB_LOG_LEVEL=warning\n")
+    cfg = default_config(env={"CRAWLHUB_DATA_DIR": "/var/lib/crawlhub"})
+    assert cfg.storage.queues == "sqlite:////var/lib/crawlhub/queues.db"
+    assert cfg.logging.level == "WARNING"
+    assert default_config(overrides={"data_dir": "/x"}, env={}).data_dir == "/x"
 
 
 def test_taskhub_example_loads_with_its_env_file() -> None:

@@ -82,8 +82,22 @@ def load_config(
     return cfg
 
 
-def default_config(data_dir: str | Path = DEFAULT_DATA_DIR) -> CrawlhubConfig:
-    """The config ``crawlhub serve`` uses without a file: HTTP intake into one catch-all queue."""
+def default_config(
+    data_dir: str | Path | None = None,
+    *,
+    overrides: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> CrawlhubConfig:
+    """The config ``crawlhub serve`` uses without a file: HTTP intake into one catch-all queue.
+
+    With ``data_dir`` None the settings layers decide it (``--set data_dir=...``,
+    ``CRAWLHUB_DATA_DIR``, a ``.env`` in the current directory), else ``./crawlhub-data``;
+    those layers also give the log level. An explicit ``data_dir`` reads no settings.
+    """
+    settings = None
+    if data_dir is None:
+        settings = load_settings(None, overrides, env)
+        data_dir = settings.data_dir
     cfg = CrawlhubConfig(
         data_dir=str(data_dir),
         inbound=[InboundConfig.model_validate({"name": "http", "class": "http"})],
@@ -98,6 +112,10 @@ def default_config(data_dir: str | Path = DEFAULT_DATA_DIR) -> CrawlhubConfig:
     for section in (cfg.inbound, cfg.outbound):
         for index, entry in enumerate(section):
             entry.set_source(None, index)
+    if settings is not None:
+        if settings.log_level:
+            cfg.logging.level = settings.log_level  # type: ignore[assignment]
+        cfg._settings = settings
     return cfg
 
 
