@@ -61,6 +61,7 @@ class Response:
     headers: Mapping[str, str] = field(default_factory=dict)
     url: str = ""
     elapsed: float = 0.0
+    fetched_at: float = field(default_factory=time.time)  # epoch seconds
     _json: Any = field(default=None, repr=False)
     _json_loaded: bool = field(default=False, repr=False)
 

@@ -1,0 +1,372 @@
+"""One job's run: fetched responses -> processing pool -> single writer -> sink, then details.
+
+``Pipeline`` wires the pool and the writer to a token and a fetcher, keeps the live
+``RunResult`` and the progress snapshot, and decides the final status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from crawlhub.config.pipeline import PipelineConfig
+from crawlhub.errors import CancelledError, FetchError
+from crawlhub.fetch.cancel import CancellationToken
+from crawlhub.fetch.fetcher import Fetcher
+from crawlhub.fetch.http import Request, Response
+from crawlhub.fetch.joblog import JobLog, job_log
+from crawlhub.fetch.retry import TooManyFailures
+from crawlhub.pipeline.pool import Process, ProcessingPool
+from crawlhub.pipeline.result import RunResult, Status
+from crawlhub.pipeline.writer import BatchWriter
+from crawlhub.sinks.base import Sink
+
+
+@dataclass
+class DetailMode:
+    """Fetch each listed item again from a detail endpoint, after the list is written.
+
+    - ``request(id) -> Request`` builds the detail request (through the same scheduler);
+    - ids come from the records the list stage wrote (``id_field``), or from ``ids``;
+    - ``process(response)`` turns a detail response into records; by default the JSON
+      body's ``item_path`` (dotted; None = the whole body) is the record;
+    - records go to ``sink`` (default: the list's sink).
+
+    A failing id is logged with its error and skipped; empty and repeated ids are skipped.
+    """
+
+    request: Callable[[Any], Request]
+    process: Process | None = None
+    item_path: str | None = None
+    sink: Sink | None = None
+    id_field: str = "id"
+    ids: Iterable[Any] | None = None
+
+    def default_process(self, response: Response) -> list[dict[str, Any]]:
+        body: Any = response.json()
+        for part in (self.item_path or "").split("."):
+            if part and isinstance(body, dict):
+                body = body.get(part)
+        return [body] if isinstance(body, dict) else []
+
+
+class Pipeline:
+    """Processing pool plus one batching writer for one job, driven by ``submit``.
+
+    Lifecycle: ``await start()``; ``await submit(item)`` per fetched response (waits while
+    the pool's queue is full); ``await finish()`` processes and writes everything queued
+    and returns the ``RunResult``. ``run(requests)`` does all of it with ``fetcher``.
+
+    A token cancelled before ``start`` gives an empty CANCELLED result: the sink is not
+    opened and nothing is sent. A token cancelled later stops fetching; everything
+    already fetched is still processed and written before ``finish`` returns.
+    """
+
+    def __init__(
+        self,
+        process: Process,
+        sink: Sink,
+        config: PipelineConfig | None = None,
+        token: CancellationToken | None = None,
+        job_code: str = "job",
+        logger: JobLog | None = None,
+        *,
+        fetcher: Fetcher | None = None,
+        own_sink: bool = True,
+        add_metadata: bool = True,
+        id_field: str | None = None,
+    ) -> None:
+        self.process = process
+        self.sink = sink
+        self.config = config or PipelineConfig()
+        self.token = token or (fetcher.token if fetcher is not None else CancellationToken())
+        self.job_code = job_code
+        self.log = logger or (fetcher.log if fetcher is not None else job_log(job_code))
+        self.fetcher = fetcher
+        self.own_sink = own_sink
+        self.add_metadata = add_metadata
+        self.result = RunResult(job_code)
+        self.stage = "idle"
+        self.requests_total: int | None = None
+        self._id_field = id_field
+        self._writer: BatchWriter | None = None
+        self._pool: ProcessingPool | None = None
+        self._sink_open = False
+        self._started = False
+        self._finished = False
+        self._began = 0.0
+        self._failure: str | None = None
+        self._progress_task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Pipeline:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if not self._finished:
+            await self.finish()
+
+    # ---- lifecycle --------------------------------------------------------------------
+    async def start(self) -> None:
+        """Open the sink and start the workers and the writer (not when pre-cancelled)."""
+        if self._started:
+            return
+        self._started = True
+        self._began = time.monotonic()
+        self.result.started_at = time.time()
+        if self.token.is_cancelled:
+            self.log.warning("cancelled before start, nothing sent", reason=self.token.reason)
+            return
+        if self.own_sink:
+            await self.sink.open()
+            self._sink_open = True
+        self._start_stage("list", self.sink, self.process)
+        self.log.info("pipeline started", workers=self.config.workers,
+                      queue_size=self.config.queue_size, batch_size=self.config.batch_size,
+                      batch_timeout=self.config.batch_timeout, sink=self.sink.name)
+        if self.config.progress_interval > 0:
+            self._progress_task = asyncio.create_task(self._log_progress())
+
+    def _start_stage(self, stage: str, sink: Sink, process: Process) -> None:
+        self.stage = stage
+        self._writer = BatchWriter(
+            sink,
+            batch_size=self.config.batch_size,
+            batch_timeout=self.config.batch_timeout,
+            result=self.result,
+            log=self.log,
+            backlog_limit=self.config.queue_size * 2,
+            id_field=self._id_field,
+        )
+        self._pool = ProcessingPool(
+            process,
+            workers=self.config.workers,
+            queue_size=self.config.queue_size,
+            writer=self._writer,
+            result=self.result,
+            log=self.log,
+            add_metadata=self.add_metadata,
+        )
+        self._writer.start()
+        self._pool.start()
+
+    async def _drain(self) -> None:
+        """Process everything queued, write everything processed, stop both."""
+        if self._pool is not None:
+            await self._pool.close()
+        if self._writer is not None:
+            await self._writer.close()
+
+    async def submit(self, item: Any) -> None:
+        """Hand a fetched response (or any item ``process`` takes) to the pool."""
+        if not self._started:
+            raise RuntimeError("Pipeline.submit() before start(): call await pipeline.start()")
+        if self._finished:
+            raise RuntimeError("Pipeline.submit() after finish()")
+        if self._pool is None:  # cancelled before start
+            raise CancelledError(f"cancelled: {self.token.reason}")
+        await self._pool.submit(item)
+
+    def fail(self, reason: str) -> None:
+        """End the run as FAILED (already processed records are still written)."""
+        if self._failure is None:
+            self._failure = reason
+            self.log.error("run failing", reason=reason)
+
+    def set_total(self, total: int | None) -> None:
+        """How many requests the run expects (for progress)."""
+        self.requests_total = total
+
+    async def finish(self) -> RunResult:
+        """Drain pool and writer, close the sink, and return the final result."""
+        if self._finished:
+            return self.result
+        if not self._started:
+            await self.start()
+        self._finished = True
+        try:
+            await self._drain()
+        finally:
+            if self._progress_task is not None:
+                self._progress_task.cancel()
+                self._progress_task = None
+            if self._sink_open:
+                self._sink_open = False
+                await self.sink.close()
+        return self._conclude()
+
+    def _conclude(self) -> RunResult:
+        result = self.result
+        if self.fetcher is not None:
+            listed = self.fetcher.stage("list")
+            detail = self.fetcher.stage("detail")
+            result.requests_ok, result.requests_failed = listed.ok, listed.failed
+            result.requests_retried = listed.retries + detail.retries
+            result.detail_ok, result.detail_failed = detail.ok, detail.failed
+            for stage, stats in (("request", listed), ("detail", detail)):
+                result.errors[stage] = list(stats.errors)
+            result.timings["request"] = listed.request_time + detail.request_time
+            result.timings["rate_wait"] = listed.wait_time + detail.wait_time
+            result.timings["backoff"] = listed.backoff_time + detail.backoff_time
+            if self.fetcher.tripped is not None and self._failure is None:
+                self._failure = str(self.fetcher.tripped)
+        if self._failure is not None:
+            result.status, result.reason = Status.FAILED, self._failure
+        elif self.token.is_cancelled:
+            result.status, result.reason = Status.CANCELLED, self.token.reason
+        else:
+            result.status = Status.SUCCEEDED
+        result.finished_at = time.time()
+        result.timings["total"] = time.monotonic() - self._began
+        self.stage = "done"
+        self.log.info("run finished", status=result.status.value, summary=result.summary())
+        return result
+
+    # ---- the whole run ----------------------------------------------------------------
+    async def run(
+        self,
+        requests: Iterable[Request] | AsyncIterable[Request],
+        *,
+        details: DetailMode | None = None,
+        total: int | None = None,
+    ) -> RunResult:
+        """Fetch ``requests`` in order, process and write them, then the detail stage.
+
+        A request that fails after its tries is recorded and skipped; more than
+        ``max_consecutive_failures`` in a row end the run FAILED; a cancel ends it
+        CANCELLED. Either way, what was fetched is processed and written first.
+        """
+        fetcher = self._need_fetcher()
+        if details is not None and details.ids is None and self._id_field is None:
+            self._id_field = details.id_field
+        if total is None and isinstance(requests, list | tuple):
+            total = len(requests)
+        self.set_total(total)
+        await self.start()
+        if self._pool is None:  # cancelled before start: nothing is sent
+            return await self.finish()
+        began = time.monotonic()
+        try:
+            if isinstance(requests, AsyncIterable):
+                async for req in requests:
+                    if not await self._fetch_one(fetcher, req, "list"):
+                        break
+            else:
+                for req in requests:
+                    if not await self._fetch_one(fetcher, req, "list"):
+                        break
+            await self._drain()
+        finally:
+            self.result.add_time("list", time.monotonic() - began)
+        if details is not None and self._can_go_on():
+            await self._run_details(fetcher, details)
+        return await self.finish()
+
+    def _need_fetcher(self) -> Fetcher:
+        if self.fetcher is None:
+            raise RuntimeError(
+                f"Pipeline.run() for job {self.job_code} needs a fetcher: "
+                "Pipeline(..., fetcher=Fetcher(client, scheduler, job_code=...))"
+            )
+        return self.fetcher
+
+    def _can_go_on(self) -> bool:
+        return (
+            not self.token.is_cancelled
+            and self._failure is None
+            and (self.fetcher is None or self.fetcher.tripped is None)
+        )
+
+    async def _fetch_one(self, fetcher: Fetcher, req: Request, stage: str) -> bool:
+        """Fetch and submit one request; False when the run must stop."""
+        if not self._can_go_on():
+            return False
+        try:
+            response = await fetcher.fetch(req, stage=stage)
+        except CancelledError:
+            return False
+        except TooManyFailures as exc:
+            self.fail(str(exc))
+            return False
+        except FetchError:
+            return True  # recorded by the fetcher; the next request goes on
+        await self.submit(response)
+        return True
+
+    async def _run_details(self, fetcher: Fetcher, details: DetailMode) -> None:
+        ids = list(details.ids) if details.ids is not None else (
+            list(self._writer.written_ids) if self._writer is not None else [])
+        sink = details.sink or self.sink
+        opened = False
+        if details.sink is not None and details.sink is not self.sink:
+            await sink.open()
+            opened = True
+        self.log.info("detail stage started", ids=len(ids), sink=sink.name)
+        self._start_stage("detail", sink, details.process or details.default_process)
+        seen: set[Any] = set()
+        began = time.monotonic()
+        try:
+            for n, item_id in enumerate(ids):
+                if not self._can_go_on():
+                    self.result.detail_skipped += len(ids) - n
+                    self.log.warning("detail stage stopped", skipped=len(ids) - n,
+                                     reason=self.token.reason or self._failure)
+                    break
+                key = repr(item_id)
+                if item_id is None or item_id == "" or key in seen:
+                    self.result.detail_skipped += 1
+                    continue
+                seen.add(key)
+                req = details.request(item_id)
+                req.meta.setdefault("id", item_id)
+                try:
+                    response = await fetcher.fetch(req, stage="detail")
+                except CancelledError:
+                    self.result.detail_skipped += len(ids) - n
+                    break
+                except TooManyFailures as exc:
+                    self.fail(str(exc))
+                    self.result.detail_skipped += len(ids) - n - 1
+                    break
+                except FetchError as exc:
+                    self.log.error("detail failed, skipped", id=item_id, error=str(exc))
+                    continue
+                await self.submit(response)
+            await self._drain()
+        finally:
+            self.result.add_time("detail", time.monotonic() - began)
+            if opened:
+                await sink.close()
+
+    # ---- observation ------------------------------------------------------------------
+    def progress(self) -> dict[str, Any]:
+        """A snapshot for logs and progress bars: queues, workers, requests done/total."""
+        done = 0
+        waiting = 0
+        if self.fetcher is not None:
+            done = self.fetcher.stage("list").done + self.fetcher.stage("detail").done
+            waiting = self.fetcher.scheduler.waiting
+        return {
+            "job": self.job_code,
+            "stage": self.stage,
+            "requests_done": done,
+            "requests_total": self.requests_total,
+            "requests_waiting": waiting,
+            "queue": self._pool.depth if self._pool is not None else 0,
+            "queue_size": self.config.queue_size,
+            "active_workers": self._pool.active if self._pool is not None else 0,
+            "workers": self.config.workers,
+            "write_backlog": self._writer.pending if self._writer is not None else 0,
+            "processed": self.result.records_processed,
+            "written": self.result.records_written,
+            "failed": self.result.records_failed + self.result.records_write_failed,
+            "elapsed": round(time.monotonic() - self._began, 3) if self._started else 0.0,
+        }
+
+    async def _log_progress(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.progress_interval)
+            self.log.info("progress", **self.progress())
