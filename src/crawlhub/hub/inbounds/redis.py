@@ -22,15 +22,20 @@ log = logging.getLogger("crawlhub.hub.inbounds.redis")
 class RedisInbound:
     """init: ``url``, ``key``, ``type: list|stream`` (default list), ``batch`` (100),
     stream only: ``group`` (default ``crawlhub-<name>``), ``consumer``, ``claim_idle``
-    (seconds before another consumer's pending entries are claimed, default 60)."""
+    (seconds before another consumer's pending entries are claimed, default 60).
+    ``stream: NAME`` (or ``list: NAME``) is short for ``key: NAME`` with that type."""
 
     def __init__(self, name: str, init: dict[str, Any], *, threads: int = 1) -> None:
         self.name = name
-        if not init.get("url") or not init.get("key"):
-            raise ValueError("redis inbound needs init.url (redis://host:port/db) and init.key")
+        shorthand = next((k for k in ("stream", "list") if init.get(k)), None)
+        key = init.get("key") or (init[shorthand] if shorthand else None)
+        if not init.get("url") or not key:
+            raise ValueError("redis inbound needs init.url (redis://host:port/db) and"
+                             " init.key (or init.stream / init.list)")
         self.url = str(init["url"])
-        self.key = str(init["key"])
-        self.kind = str(init.get("type", "list"))
+        self.key = str(key)
+        self.kind = str(init.get("type") or (shorthand if not init.get("key") and shorthand
+                                             else "list"))
         if self.kind not in ("list", "stream"):
             raise ValueError(f"redis inbound init.type must be 'list' or 'stream', got {self.kind!r}")
         self.batch = int(init.get("batch", 100))
