@@ -37,7 +37,7 @@ class Services:
         """Open every backend named by ``config.storage`` and compile the hub."""
         Path(config.data_dir).mkdir(parents=True, exist_ok=True)
         storage = config.storage
-        queues = open_backend(storage.queues)
+        queues = open_backend(storage.queues, prefix=storage.redis_prefix)
         state = open_state(storage.state, prefix=storage.redis_prefix)
         frontiers: dict[str, Any] = {}
         if config.frontier:

@@ -54,7 +54,7 @@ def get_config(config: Path | None, data_dir: Path | None = None,
         overrides.setdefault("data_dir", str(data_dir))
     try:
         if config is None:
-            return default_config(overrides.get("data_dir") or "./crawlhub-data")
+            return default_config(None, overrides=overrides)
         return load_config(config, overrides=overrides)
     except ConfigError as exc:
         err.print(f"[bold red]config error[/]\n{exc}", markup=True, highlight=False)
@@ -293,7 +293,7 @@ async def _route(cfg: Any, data: dict[str, Any], inbound: str | None) -> dict[st
 def queues(config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt = None) -> None:
     """Stats of every queue on the configured backend."""
     cfg = get_config(config, data_dir, sets)
-    rows = run(_queue_stats(cfg.storage.queues))
+    rows = run(_queue_stats(cfg.storage.queues, cfg.storage.redis_prefix))
     table = Table(title=f"queues on {_scheme(cfg.storage.queues)}")
     columns = ("name", "total", "left", "ready", "leased", "success", "failed", "retried", "dead")
     for col in columns:
@@ -303,10 +303,10 @@ def queues(config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt =
     out.print(table)
 
 
-async def _queue_stats(url: str) -> list[dict[str, Any]]:
+async def _queue_stats(url: str, prefix: str) -> list[dict[str, Any]]:
     from crawlhub.queues import open_backend
 
-    backend = open_backend(url)
+    backend = open_backend(url, prefix=prefix)
     try:
         return [(await backend.queue(n).stats()).as_dict() for n in sorted(await backend.names())]
     finally:
@@ -322,16 +322,16 @@ def lease(
 ) -> None:
     """Lease messages; prints one JSON line per message: {id, attempts, payload}."""
     cfg = get_config(config, data_dir, sets)
-    for m in run(_lease(cfg.storage.queues, queue, n, visibility)):
+    for m in run(_lease(cfg.storage, queue, n, visibility)):
         out.print(json.dumps({"id": m.id, "attempts": m.attempts, "priority": m.priority,
                               "payload": m.payload}, ensure_ascii=False),
                   markup=False, highlight=False, soft_wrap=True)
 
 
-async def _lease(url: str, name: str, n: int, visibility: float) -> list[Any]:
+async def _lease(storage: Any, name: str, n: int, visibility: float) -> list[Any]:
     from crawlhub.queues import open_backend
 
-    backend = open_backend(url)
+    backend = open_backend(storage.queues, prefix=storage.redis_prefix)
     try:
         return await backend.queue(name).lease(n, visibility)
     finally:
@@ -346,7 +346,7 @@ def ack(
 ) -> None:
     """Finish leased messages."""
     cfg = get_config(config, data_dir, sets)
-    done = run(_finish(cfg.storage.queues, queue, ids, "ack", False))
+    done = run(_finish(cfg.storage, queue, ids, "ack", False))
     out.print(f"acked {done} of {len(ids)}")
     if done != len(ids):
         raise typer.Exit(1)
@@ -361,16 +361,16 @@ def nack(
 ) -> None:
     """Return leased messages to ready, or to the dead letter with --dead."""
     cfg = get_config(config, data_dir, sets)
-    done = run(_finish(cfg.storage.queues, queue, ids, "nack", dead))
+    done = run(_finish(cfg.storage, queue, ids, "nack", dead))
     out.print(f"nacked {done} of {len(ids)}")
     if done != len(ids):
         raise typer.Exit(1)
 
 
-async def _finish(url: str, name: str, ids: list[str], op: str, dead: bool) -> int:
+async def _finish(storage: Any, name: str, ids: list[str], op: str, dead: bool) -> int:
     from crawlhub.queues import open_backend
 
-    backend = open_backend(url)
+    backend = open_backend(storage.queues, prefix=storage.redis_prefix)
     try:
         q = backend.queue(name)
         return await (q.ack(ids) if op == "ack" else q.nack(ids, dead=dead))

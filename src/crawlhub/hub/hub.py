@@ -403,6 +403,11 @@ class Hub:
                 continue
             uuid = data.get("task_uuid")
             if RESULT_KEY in data and uuid:
+                if await self._is_stale(str(uuid), data):
+                    self.metrics.results.labels("unknown", "stale").inc()
+                    outcome.update(status="stale", task_uuid=uuid, reason="result of an"
+                                   " earlier dispatch (routed_count differs); already handled")
+                    continue
                 entry = await self.state.resolve(str(uuid))
                 if entry is None:
                     self.orphan_results += 1
@@ -421,6 +426,15 @@ class Hub:
             for (index, _), result in zip(new_tasks, submitted, strict=True):
                 outcomes[index].update(result.as_dict())
         return outcomes
+
+    async def _is_stale(self, uuid: str, data: Mapping[str, Any]) -> bool:
+        """A result that names an earlier dispatch of a task (a redelivered result) must
+        not be applied to the current one: results carry the ``routed_count`` they got."""
+        if "routed_count" not in data:
+            return False
+        entry = await self.state.get(uuid)
+        return entry is not None and _int(entry.task.get("routed_count")) != _int(
+            data["routed_count"])
 
     def inbound(self, name: str) -> Inbound:
         try:

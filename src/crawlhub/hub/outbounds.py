@@ -118,7 +118,7 @@ def build_transport(
         if init.get("url"):
             from crawlhub.queues import open_backend
 
-            backend = open_backend(str(init["url"]))
+            backend = open_backend(str(init["url"]), prefix=str(init.get("prefix", "crawlhub:")))
         return QueueOutbound(backend.queue(key))
     if class_name in REDIS_LIST_NAMES:
         missing = [k for k in ("url", "key") if not init.get(k)]
