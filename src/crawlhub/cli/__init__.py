@@ -57,7 +57,7 @@ def get_config(config: Path | None, data_dir: Path | None = None,
             return default_config(None, overrides=overrides)
         return load_config(config, overrides=overrides)
     except ConfigError as exc:
-        err.print(f"[bold red]config error[/]\n{exc}", markup=True, highlight=False)
+        err.print(f"[bold red]config error[/]\n{exc}", markup=True, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -110,7 +110,7 @@ def check_config(
     try:
         _compile_hub(cfg, Hub)
     except ConfigError as exc:
-        err.print(f"[bold red]config error[/]\n{exc}", markup=True, highlight=False)
+        err.print(f"[bold red]config error[/]\n{exc}", markup=True, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     out.print(yaml.safe_dump(dump_config(cfg), allow_unicode=True, sort_keys=False),
               highlight=False, markup=False)
