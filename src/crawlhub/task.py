@@ -49,8 +49,11 @@ class Task(dict[str, Any]):
 
     def ensure_identity(self, submitter: str, *, now: float | None = None) -> Task:
         """Give a new task its uuid, submitter, submit time and zeroed counters."""
-        if not self.get("task_uuid"):
-            self["task_uuid"] = new_task_uuid()
+        given = self.get("task_uuid")
+        if not given or not isinstance(given, str | int | float) or isinstance(given, bool):
+            self["task_uuid"] = new_task_uuid()  # absent, or not usable as an id
+        elif not isinstance(given, str):
+            self["task_uuid"] = str(given)
         self.setdefault("submitter", submitter)
         if not self.get("submit_time"):
             self["submit_time"] = time.strftime(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any
 
 from fastapi import HTTPException, Request
@@ -41,12 +43,38 @@ async def json_body(request: Request) -> Any:
     if not body.strip():
         raise ApiError(400, "request body is empty; send a JSON object or a list of objects")
     try:
-        return json.loads(body)
+        value = json.loads(body, parse_constant=_no_constant, parse_float=_finite_float)
     except UnicodeDecodeError:
         raise ApiError(400, "request body is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise ApiError(400, f"request body is not valid JSON: {exc.msg} at line {exc.lineno}"
                        f" column {exc.colno}") from None
+    except RecursionError:
+        raise ApiError(400, "request body is JSON nested too deeply; flatten it") from None
+    except ValueError as exc:  # NaN, Infinity, 1e400, an integer of over 4300 digits
+        raise ApiError(400, f"request body holds a number JSON cannot carry: {exc}") from None
+    # A "\ud800" escape with no partner decodes to text no store can encode.
+    if _SURROGATE_ESCAPE.search(body):
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ApiError(400, "request body holds a lone UTF-16 surrogate escape (such as"
+                           " \\ud800); send well-formed text") from None
+    return value
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number")
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if math.isinf(number):
+        raise ValueError(f"{text} is out of range")
+    return number
 
 
 def objects(body: Any, *, what: str = "task", limit: int | None = None) -> tuple[list[dict[str, Any]], bool]:
