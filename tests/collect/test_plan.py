@@ -68,7 +68,11 @@ def test_a_pending_sweep_from_a_stopped_run_is_finished_after_the_new_items() ->
 
 def test_overlap_rereads_a_margin_below_the_previous_total() -> None:
     state = IncrementalState(covered_total=1000, last_start_offset=900)
-    assert incremental_requests(1100, state, 100, overlap=150) == [(1000, 100), (900, 100), (800, 100)]
+    assert incremental_requests(1100, state, 100, overlap=150) == [
+        (1000, 100),
+        (900, 100),
+        (800, 100),
+    ]
 
 
 def test_a_changed_batch_size_still_reaches_the_previous_total() -> None:

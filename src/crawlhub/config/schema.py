@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from crawlhub.config.durations import parse_duration
+from crawlhub.config.jobs import JobConfig
 from crawlhub.config.pipeline import PipelineSection
 from crawlhub.config.settings import DEFAULT_DATA_DIR, Settings
 from crawlhub.errors import ConfigError
@@ -363,7 +364,7 @@ class CrawlhubConfig(_Section):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     frontier: FreeMapping = Field(default_factory=dict)
     pipeline: PipelineSection = Field(default_factory=PipelineSection)
-    jobs: list[dict[str, Any]] = Field(default_factory=list)
+    jobs: list[JobConfig] = Field(default_factory=list)
 
     _config_path: Path | None = PrivateAttr(default=None)
     _settings: Settings | None = PrivateAttr(default=None)
