@@ -35,7 +35,7 @@ OPTIONAL_ROUTERS = ("crawlhub.api.frontier", "crawlhub.api.jobs")
 def create_app(config: Any | None = None, *, services: Services | None = None) -> FastAPI:
     if config is None and services is None:
         raise ValueError("create_app needs a config or services")
-    cfg = services.config if services is not None else config
+    cfg: Any = services.config if services is not None else config
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -278,13 +278,11 @@ class Hub:
 
     async def _check_lag(self, plans: Sequence[tuple[int, Task, OutboundRule]], *,
                          wait: bool) -> None:
-        incoming: dict[str, int] = defaultdict(int)
         rules: dict[str, OutboundRule] = {}
         for _, _, rule in plans:
             if rule.max_lag > 0:
-                incoming[rule.name] += 1
                 rules[rule.name] = rule
-        for name, n in incoming.items():
+        for name in rules:
             while True:
                 lag = await self.lag(name)
                 if lag < rules[name].max_lag:
@@ -504,13 +502,11 @@ class Hub:
                 report.update(action="orphan_result", reason="no dispatched task with this"
                               " task_uuid is waiting for a result")
                 return report
-            decision = decide_result(self.router, entry.task, entry.outbound, data[RESULT_KEY])
-            report.update(action="result", outcome=decision.outcome.value,
-                          reason=decision.reason)
-            if decision.task is not None and decision.target is not None:
-                preview = decision.target.stamp(Task(decision.task))
-                report.update(outbound=decision.target.name,
-                              params=decision.target.params(preview),
+            result = decide_result(self.router, entry.task, entry.outbound, data[RESULT_KEY])
+            report.update(action="result", outcome=result.outcome.value, reason=result.reason)
+            if result.task is not None and result.target is not None:
+                preview = result.target.stamp(Task(result.task))
+                report.update(outbound=result.target.name, params=result.target.params(preview),
                               priority=preview.get("priority"))
             return report
         task = Task(_derived(data) if inbound.derive else data).ensure_identity(self.submitter)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crawlhub.selectors import SelectorSet, compile_selectors
-from crawlhub.task import BUILTIN_KEYS, BUILTIN_KEY_SET, RESULT_KEY, Task
+from crawlhub.task import BUILTIN_KEY_SET, BUILTIN_KEYS, RESULT_KEY, Task
 
 
 def status_key(code: Any) -> str:

@@ -350,7 +350,8 @@ class RedisHubState:
         raw = await self._redis.hgetall(self._keys["counters"])
         result: dict[str, dict[str, int]] = {}
         for key, value in raw.items():
-            outbound, _, field = key.decode().partition("\x1f")
+            text = key.decode() if isinstance(key, bytes) else str(key)
+            outbound, _, field = text.partition("\x1f")
             result.setdefault(outbound, {})[field] = int(value)
         return result
 
