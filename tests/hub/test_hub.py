@@ -350,7 +350,7 @@ async def test_redis_inbound_feeds_the_hub_at_least_once(
 
     key = f"{unique_name}:in"
     svc = await open_services(make_config(
-        inbound=[{"name": "feed", "class": "redis",
+        inbound=[{"name": "feed", "class": "redis", "threads": 2,
                   "init": {"url": redis_url, "key": key, "type": kind, "block": 0.1}}],
         outbound=[{"name": "o"}]))
     client = aioredis.Redis.from_url(redis_url)

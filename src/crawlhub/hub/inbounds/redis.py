@@ -52,15 +52,21 @@ class RedisInbound:
         client = aioredis.Redis.from_url(self.url)
         try:
             if self.kind == "list":
-                await self._run_list(client, deliver, stop)
+                # Only the first consumer recovers the processing list, once.
+                await asyncio.gather(*(self._run_list(client, deliver, stop, recover=i == 0)
+                                       for i in range(self.threads)))
             else:
-                await self._run_stream(client, deliver, stop)
+                await asyncio.gather(*(
+                    self._run_stream(client, deliver, stop,
+                                     self.consumer if i == 0 else f"{self.consumer}-{i}")
+                    for i in range(self.threads)))
         finally:
             await client.aclose()
 
-    async def _run_list(self, client: Any, deliver: Deliver, stop: asyncio.Event) -> None:
+    async def _run_list(self, client: Any, deliver: Deliver, stop: asyncio.Event, *,
+                        recover: bool = True) -> None:
         # Messages a crashed run had taken but not delivered go first.
-        while not stop.is_set():
+        while recover and not stop.is_set():
             pending = await client.lrange(self.processing, 0, self.batch - 1)
             if not pending:
                 break
@@ -85,10 +91,11 @@ class RedisInbound:
                 pipe.lrem(self.processing, 1, raw)
             await pipe.execute()
 
-    async def _run_stream(self, client: Any, deliver: Deliver, stop: asyncio.Event) -> None:
+    async def _run_stream(self, client: Any, deliver: Deliver, stop: asyncio.Event,
+                          consumer: str) -> None:
         import redis.exceptions
 
-        try:
+        try:  # every consumer tries; BUSYGROUP means another already made it
             await client.xgroup_create(self.key, self.group, id="0", mkstream=True)
         except redis.exceptions.ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
@@ -97,8 +104,8 @@ class RedisInbound:
         cursor = "0"
         while not stop.is_set():
             if cursor == ">":
-                await self._claim(client, deliver)
-            reply = await client.xreadgroup(self.group, self.consumer, {self.key: cursor},
+                await self._claim(client, deliver, consumer)
+            reply = await client.xreadgroup(self.group, consumer, {self.key: cursor},
                                             count=self.batch,
                                             block=self.block_ms if cursor == ">" else None)
             entries = reply[0][1] if reply else []
@@ -108,8 +115,8 @@ class RedisInbound:
             if entries:
                 await self._deliver_stream(client, entries, deliver)
 
-    async def _claim(self, client: Any, deliver: Deliver) -> None:
-        reply = await client.xautoclaim(self.key, self.group, self.consumer,
+    async def _claim(self, client: Any, deliver: Deliver, consumer: str) -> None:
+        reply = await client.xautoclaim(self.key, self.group, consumer,
                                         min_idle_time=self.claim_idle_ms, start_id="0-0",
                                         count=self.batch)
         entries = [e for e in reply[1] if e and e[1] is not None] if reply else []
