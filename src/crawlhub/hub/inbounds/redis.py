@@ -52,9 +52,11 @@ class RedisInbound:
         client = aioredis.Redis.from_url(self.url)
         try:
             if self.kind == "list":
-                # Only the first consumer recovers the processing list, once.
-                await asyncio.gather(*(self._run_list(client, deliver, stop, recover=i == 0)
-                                       for i in range(self.threads)))
+                # What a crashed run took but never delivered goes first, before any
+                # consumer starts adding to the processing list.
+                await self._recover_list(client, deliver, stop)
+                await asyncio.gather(*(self._run_list(client, deliver, stop)
+                                       for _ in range(self.threads)))
             else:
                 await asyncio.gather(*(
                     self._run_stream(client, deliver, stop,
@@ -63,14 +65,14 @@ class RedisInbound:
         finally:
             await client.aclose()
 
-    async def _run_list(self, client: Any, deliver: Deliver, stop: asyncio.Event, *,
-                        recover: bool = True) -> None:
-        # Messages a crashed run had taken but not delivered go first.
-        while recover and not stop.is_set():
+    async def _recover_list(self, client: Any, deliver: Deliver, stop: asyncio.Event) -> None:
+        while not stop.is_set():
             pending = await client.lrange(self.processing, 0, self.batch - 1)
             if not pending:
-                break
+                return
             await self._deliver_list(client, pending, deliver)
+
+    async def _run_list(self, client: Any, deliver: Deliver, stop: asyncio.Event) -> None:
         while not stop.is_set():
             first = await client.blmove(self.key, self.processing, self.block_ms / 1000,
                                         "RIGHT", "LEFT")
