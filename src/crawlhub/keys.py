@@ -50,3 +50,28 @@ def sink_stream_index(prefix: str, stream: str) -> str:
     end = stream.find("}", start + 1) if start >= 0 else -1
     tag = stream[start + 1 : end] if start >= 0 and end > start + 1 else stream
     return f"{prefix}sink:{{{tag}}}:index:{stream}"
+
+
+def frontier_keys(prefix: str, name: str) -> dict[str, str]:
+    """Keys of one frontier (hash-tagged by name: one slot, so Lua may touch them all).
+
+    ``segment`` is the stem of the per-segment keys the Lua scripts build by appending
+    ``<segment>:seeds`` (hash key -> seq|priority|seed JSON), ``<segment>:attempts``,
+    ``<segment>:stats`` (counters), ``<segment>:bloom`` (layer sizes and counts) and
+    ``<segment>:bloom:<i>`` (bit array of bloom layer i, set with BITFIELD).
+    """
+    base = f"{prefix}fr:{{{name}}}"
+    return {
+        "ready": f"{base}:ready",
+        "due": f"{base}:due",
+        "leased": f"{base}:leased",
+        "seq": f"{base}:seq",
+        "segments": f"{base}:segments",
+        "signal": f"{base}:signal",
+        "segment": f"{base}:s:",
+    }
+
+
+def frontier_segment_key(prefix: str, name: str, segment: int, part: str) -> str:
+    """One per-segment key of a frontier, e.g. part ``stats`` or ``bloom:1``."""
+    return f"{frontier_keys(prefix, name)['segment']}{segment}:{part}"

@@ -1,0 +1,27 @@
+"""The frontier: canonical keys, time segments, bloom dedup and a resumable seed store.
+
+Public face over keys, segments, bloom, store (sqlite / redis) and manager.
+"""
+
+from crawlhub.frontier.keys import KeyExplanation, KeyResolver
+from crawlhub.frontier.manager import Frontier, build_frontier, open_frontiers
+from crawlhub.frontier.seed import Outcome, Seed
+from crawlhub.frontier.segments import SegmentResolver, TimeSegments, segment_resolver
+from crawlhub.frontier.store import Entry, SeedStore, SegmentCounts, open_store
+
+__all__ = [
+    "Entry",
+    "Frontier",
+    "KeyExplanation",
+    "KeyResolver",
+    "Outcome",
+    "Seed",
+    "SeedStore",
+    "SegmentCounts",
+    "SegmentResolver",
+    "TimeSegments",
+    "build_frontier",
+    "open_frontiers",
+    "open_store",
+    "segment_resolver",
+]

@@ -1,0 +1,361 @@
+"""The Frontier: admits seeds once per time segment and dispatches them with leases.
+
+Above the store protocol: key resolution, segments, the in-memory dispatch cache,
+the timed wake-up, snapshots on an interval and on close, and the hub's admit_task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from crawlhub.config.frontier import FrontierConfig
+from crawlhub.errors import FrontierError
+from crawlhub.frontier.bloom import stable_hash
+from crawlhub.frontier.keys import KeyResolver
+from crawlhub.frontier.seed import OUTCOMES, Outcome, Seed
+from crawlhub.frontier.segments import SegmentResolver, segment_resolver
+from crawlhub.frontier.store import Entry, SeedStore, open_store
+
+if TYPE_CHECKING:
+    from crawlhub.config.schema import CrawlhubConfig
+
+log = logging.getLogger("crawlhub.frontier")
+
+#: Seeds per store call when admitting a long list (bounds each transaction / script).
+ADMIT_BATCH = 1000
+
+
+class Frontier:
+    """One named frontier over a :class:`SeedStore`.
+
+    Callers: the hub (``admit_task`` before routing a task), ``crawlhub frontier add``
+    and the API (``admit``, ``stats``), and dispatchers (``wait_ready``, ``lease``,
+    ``finish``). Stats names: admitted, duplicates, pending, leased, done, failed,
+    dispatched, per segment.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        store: SeedStore,
+        config: FrontierConfig | None = None,
+        *,
+        keys: KeyResolver | None = None,
+        segments: SegmentResolver | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.name = name
+        self.store = store
+        self.config = config = config or FrontierConfig()
+        self.keys = keys or KeyResolver(config.key)
+        self.segments = segments or segment_resolver(config)
+        self.clock = clock
+        self._cache: deque[Seed] = deque()
+        self._wakeup = asyncio.Event()
+        self._snapshotter: asyncio.Task[None] | None = None
+        self._open = False
+        self._closed = False
+        self._lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"<Frontier {self.name!r} {self.store!r}>"
+
+    # ------------------------------------------------------------------ lifecycle
+    async def open(self) -> None:
+        """Open the store (restoring the filter) and start the snapshot timer."""
+        async with self._lock:
+            if self._open:
+                return
+            if self._closed:
+                raise FrontierError(f"frontier {self.name!r} is closed; build a new one")
+            await self.store.open()
+            self._open = True
+            if self.config.snapshot_interval > 0:
+                self._snapshotter = asyncio.create_task(
+                    self._snapshot_loop(), name=f"frontier-{self.name}-snapshot"
+                )
+
+    async def close(self) -> None:
+        """Return cached leases, snapshot the filter, close the store."""
+        async with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._snapshotter is not None:
+                self._snapshotter.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._snapshotter
+            if self._open:
+                try:
+                    if self._cache:
+                        await self.store.release(list(self._cache))
+                        self._cache.clear()
+                    await self.store.snapshot(self.current_segment())
+                finally:
+                    await self.store.close()
+
+    async def __aenter__(self) -> Frontier:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _ensure_open(self) -> None:
+        if not self._open:
+            await self.open()
+
+    async def snapshot(self) -> None:
+        """Persist the dedup filter now (also done every ``snapshot_interval``)."""
+        await self._ensure_open()
+        await self.store.snapshot(self.current_segment())
+
+    async def _snapshot_loop(self) -> None:
+        interval = self.config.snapshot_interval
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.snapshot()
+                if self.config.retain_segments:
+                    before = self.current_segment() - self.config.retain_segments
+                    gone = await self.store.prune(before)
+                    if gone:
+                        log.info("frontier %s pruned segments %s", self.name, gone)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("frontier %s: snapshot failed; retrying in %ss", self.name, interval)
+
+    # ------------------------------------------------------------------ admission
+    def current_segment(self) -> int:
+        return self.segments.segment_of(None, self.clock())
+
+    def entry(self, seed: Seed, now: float, *, dispatched: bool = False) -> Entry:
+        """Resolve ``seed``'s key, segment and ready time (no I/O)."""
+        key = self.keys.key(seed)
+        segment = self.segments.segment_of(seed, now)
+        ready_at = max(self.segments.start_of(segment), seed.not_before or 0.0)
+        return Entry(seed, segment, key, stable_hash(key), ready_at, dispatched)
+
+    async def admit(self, seeds: Sequence[Seed]) -> list[bool]:
+        """Admit seeds: True = new in its segment and stored pending, False = duplicate.
+
+        An admitted seed gets its ``key`` and ``segment`` set.
+        """
+        return await self._admit(seeds, dispatched=False)
+
+    async def _admit(self, seeds: Sequence[Seed], *, dispatched: bool) -> list[bool]:
+        await self._ensure_open()
+        results: list[bool] = []
+        for start in range(0, len(seeds), ADMIT_BATCH):
+            chunk = seeds[start : start + ADMIT_BATCH]
+            now = self.clock()
+            entries = [self.entry(seed, now, dispatched=dispatched) for seed in chunk]
+            flags = await self.store.admit(entries, now, exact=self.config.exact)
+            for e, ok in zip(entries, flags, strict=True):
+                if ok:
+                    e.seed.key, e.seed.segment = e.key, e.segment
+                    if not dispatched and e.ready_at <= now:
+                        self._wakeup.set()
+            results += flags
+        return results
+
+    def seed_of_task(self, task: Mapping[str, Any]) -> Seed | None:
+        """The seed a task stands for: its ``url_field``, method and body; None: no URL."""
+        url = task.get(self.config.url_field)
+        if not isinstance(url, str) or not url.strip():
+            return None
+        method = task.get("method")
+        body = task.get("body")
+        return Seed(
+            url.strip(),
+            method=method if isinstance(method, str) and method else "GET",
+            body=body if isinstance(body, str | bytes) else None,
+            meta={"task_uuid": task["task_uuid"]} if task.get("task_uuid") else {},
+        )
+
+    async def admit_task(self, task: Mapping[str, Any]) -> bool | None:
+        """Admission of a hub task: None = no URL (not gated), True = admitted (recorded
+        as dispatched: the hub routes it, the frontier never leases it), False = a
+        duplicate in its segment (counted, not to be routed)."""
+        seed = self.seed_of_task(task)
+        if seed is None:
+            return None
+        (admitted,) = await self._admit([seed], dispatched=True)
+        return admitted
+
+    async def admit_tasks(self, tasks: Sequence[Mapping[str, Any]]) -> list[bool | None]:
+        """``admit_task`` for many tasks in one store call per batch."""
+        seeds = [self.seed_of_task(t) for t in tasks]
+        present = [s for s in seeds if s is not None]
+        flags = iter(await self._admit(present, dispatched=True))
+        return [None if s is None else next(flags) for s in seeds]
+
+    # ------------------------------------------------------------------ dispatch
+    async def lease(self, n: int = 1, visibility_timeout: float | None = None) -> list[Seed]:
+        """Lease up to ``n`` ready seeds for ``visibility_timeout`` seconds (default
+        ``lease_timeout``). Unfinished leases return to pending when they expire.
+
+        Seeds come from an in-memory cache refilled ``cache_size`` at a time; cached
+        seeds hold a store lease of twice the visibility timeout, so serving them needs
+        no store write while at least ``visibility_timeout`` of it is left.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise FrontierError(f"lease(n={n!r}) on frontier {self.name!r}: n must be an int >= 1")
+        vt = self.config.lease_timeout if visibility_timeout is None else visibility_timeout
+        if vt <= 0:
+            raise FrontierError(
+                f"lease on frontier {self.name!r}: visibility_timeout must be > 0, got {vt}"
+            )
+        await self._ensure_open()
+        now = self.clock()
+        out: list[Seed] = []
+        while self._cache and len(out) < n:
+            seed = self._cache.popleft()
+            if seed.lease_until is not None and seed.lease_until > now:
+                out.append(seed)
+            # else: its store lease ran out; the store has taken it back
+        want = n - len(out)
+        if want:
+            batch = max(want, self.config.cache_size)
+            hold = vt * 2 if batch > want else vt
+            claimed = await self.store.claim(batch, now, now + hold)
+            out += claimed[:want]
+            self._cache.extend(claimed[want:])
+        short = [s for s in out if s.lease_until is None or s.lease_until - now < vt]
+        if short:
+            until = now + vt
+            kept = await self.store.extend(short, until)
+            lost = set()
+            for seed, ok in zip(short, kept, strict=True):
+                if ok:
+                    seed.lease_until = until
+                else:
+                    lost.add(id(seed))
+            out = [s for s in out if id(s) not in lost]
+        return out
+
+    async def finish(self, seed: Seed, outcome: Outcome, *, delay: float = 0.0) -> bool:
+        """``ok`` archives the seed as done, ``failed`` as failed, ``retry`` returns it to
+        pending (after ``delay`` seconds). Returns False when it was already finished."""
+        if outcome not in OUTCOMES:
+            raise FrontierError(
+                f"finish outcome {outcome!r} on frontier {self.name!r}: use one of {OUTCOMES}"
+            )
+        if seed.segment is None or seed.key is None:
+            raise FrontierError(
+                f"seed {seed.url!r} has no segment/key: finish seeds that admit or lease "
+                f"returned from frontier {self.name!r}"
+            )
+        await self._ensure_open()
+        now = self.clock()
+        ready_at = now + max(0.0, delay)
+        with contextlib.suppress(ValueError):
+            self._cache.remove(seed)
+        changed = await self.store.finish(seed.segment, seed.key, outcome, now, ready_at)
+        if changed and outcome == "retry" and ready_at <= now:
+            self._wakeup.set()
+        return changed
+
+    async def wait_ready(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until a seed can be leased; True when one can.
+
+        Sleeps until the earliest moment a waiting seed opens or a lease expires, or an
+        admission in this process (or, on Redis, in any process) signals — no polling.
+        """
+        await self._ensure_open()
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            self._wakeup.clear()
+            if any(s.lease_until is not None and s.lease_until > self.clock() for s in self._cache):
+                return True
+            now = self.clock()
+            due = await self.store.next_due(now)
+            if due is not None and due <= now:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            sleep = remaining if due is None else min(remaining, max(due - now, 0.001))
+            local = asyncio.ensure_future(self._wakeup.wait())
+            remote = asyncio.ensure_future(self.store.wait_signal(sleep))
+            try:
+                await asyncio.wait({local, remote}, timeout=sleep,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (local, remote):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+
+    # ------------------------------------------------------------------ stats
+    async def stats(self) -> list[dict[str, Any]]:
+        """Per segment, oldest first: segment, label, start, admitted, duplicates,
+        pending, leased, done, failed, dispatched."""
+        await self._ensure_open()
+        rows = []
+        for c in await self.store.counts(self.clock()):
+            row = c.as_dict()
+            row["label"] = self.segments.label(c.segment)
+            row["start"] = self.segments.start_of(c.segment)
+            rows.append(row)
+        return rows
+
+    async def describe(self) -> dict[str, Any]:
+        """Name, backend, current segment, settings and per-segment stats (for the API)."""
+        segments = await self.stats()
+        totals = {
+            name: sum(row[name] for row in segments)
+            for name in ("admitted", "duplicates", "pending", "leased", "done", "failed",
+                         "dispatched")
+        }
+        current = self.current_segment()
+        return {
+            "name": self.name,
+            "backend": self.store.url.split("://", 1)[0],
+            "current_segment": current,
+            "current_label": self.segments.label(current),
+            "config": self.config.model_dump(mode="json"),
+            "totals": totals,
+            "segments": segments,
+        }
+
+
+def build_frontier(
+    name: str,
+    config: FrontierConfig,
+    storage_url: str,
+    *,
+    prefix: str = "crawlhub:",
+    clock: Callable[[], float] = time.time,
+) -> Frontier:
+    """One frontier on ``storage_url`` (not opened yet)."""
+    store = open_store(
+        storage_url,
+        name,
+        prefix=prefix,
+        expected_items=config.expected_items,
+        fp_rate=config.fp_rate,
+    )
+    return Frontier(name, store, config, clock=clock)
+
+
+def open_frontiers(config: CrawlhubConfig) -> dict[str, Frontier]:
+    """Every frontier under ``config.frontier`` on ``config.storage.frontier``.
+
+    They are built, not opened: ``await frontier.open()`` each (the first call that
+    needs the store opens it too), and ``await frontier.close()`` to snapshot.
+    """
+    url = config.storage.frontier.replace("{data_dir}", str(config.data_dir))
+    out: dict[str, Frontier] = {}
+    for name, fc in (config.frontier or {}).items():
+        if not isinstance(fc, FrontierConfig):
+            fc = FrontierConfig.model_validate(fc or {})
+        out[name] = build_frontier(name, fc, url, prefix=config.storage.redis_prefix)
+    return out

@@ -1,0 +1,108 @@
+"""The Seed record: one request the frontier admits once per segment and dispatches.
+
+Seeds travel as compact JSON between the frontier and its store; the store adds nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from crawlhub.errors import FrontierError
+
+#: How a dispatched seed ended: archived as done or failed, or returned to pending.
+Outcome = Literal["ok", "failed", "retry"]
+OUTCOMES: tuple[str, ...] = ("ok", "failed", "retry")
+
+#: Priorities are clamped to this range so both stores order them exactly.
+PRIORITY_MIN = -(2**31)
+PRIORITY_MAX = 2**31 - 1
+
+
+@dataclass(slots=True)
+class Seed:
+    """A request to make: the URL plus what the fetcher needs, and when it may run.
+
+    ``key``, ``segment``, ``attempts`` and ``lease_until`` are set by the frontier: the
+    dedup key, the time segment it was admitted in (together they name the seed in the
+    store), how often it was leased, and when its current lease ends.
+    """
+
+    url: str
+    method: str = "GET"
+    body: str | bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    #: Unix time before which the seed is not dispatched (None: at once).
+    not_before: float | None = None
+    key: str | None = None
+    segment: int | None = None
+    attempts: int = 0
+    lease_until: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or not self.url.strip():
+            raise FrontierError(f"seed url {self.url!r} is empty or not a string: give an URL")
+        self.method = (self.method or "GET").upper()
+        self.priority = max(PRIORITY_MIN, min(PRIORITY_MAX, int(self.priority or 0)))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, url_field: str = "url") -> Seed:
+        """A seed from a JSON object: ``url`` (or ``url_field``) plus the optional fields."""
+        url = data.get(url_field)
+        if not isinstance(url, str) or not url.strip():
+            raise FrontierError(
+                f"seed {dict(data)!r} has no {url_field!r} string: add the URL under "
+                f"{url_field!r}"
+            )
+        body = data.get("body")
+        if body is None and data.get("body_b64") is not None:
+            body = base64.b64decode(data["body_b64"])
+        not_before = data.get("not_before")
+        return cls(
+            url=url.strip(),
+            method=str(data.get("method") or "GET"),
+            body=body,
+            headers=dict(data.get("headers") or {}),
+            meta=dict(data.get("meta") or {}),
+            priority=int(data.get("priority") or 0),
+            not_before=None if not_before is None else float(not_before),
+        )
+
+    def body_bytes(self) -> bytes:
+        if self.body is None:
+            return b""
+        return self.body if isinstance(self.body, bytes) else self.body.encode()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The user's fields as JSON-ready data (what the store keeps and the API shows)."""
+        out: dict[str, Any] = {"url": self.url}
+        if self.method != "GET":
+            out["method"] = self.method
+        if isinstance(self.body, bytes):
+            out["body_b64"] = base64.b64encode(self.body).decode()
+        elif self.body is not None:
+            out["body"] = self.body
+        if self.headers:
+            out["headers"] = self.headers
+        if self.meta:
+            out["meta"] = self.meta
+        if self.priority:
+            out["priority"] = self.priority
+        if self.not_before is not None:
+            out["not_before"] = self.not_before
+        return out
+
+    def encode(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)
+
+    @classmethod
+    def decode(cls, data: str | bytes, **frontier_fields: Any) -> Seed:
+        seed = cls.from_mapping(json.loads(data))
+        for name, value in frontier_fields.items():
+            setattr(seed, name, value)
+        return seed

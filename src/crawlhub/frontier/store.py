@@ -1,0 +1,152 @@
+"""The seed store protocol: admission (dedup filter + seed record in one step), leases,
+finishing and per-segment counts. Backends: sqlite.py (embedded) and redis.py.
+
+Seeds are keyed by (segment, key). States: pending (ready now, or waiting for its
+``ready_at``), leased (until ``lease_until``), done, failed, and dispatched (admitted by
+the hub, which routed the task itself). A lease never deletes a seed; an expired lease
+returns it to pending. Finished seeds stay (archived) until their segment is pruned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from crawlhub.errors import FrontierError
+from crawlhub.frontier.seed import Outcome, Seed
+
+
+@dataclass(slots=True)
+class Entry:
+    """A seed on its way into the store, with everything the frontier resolved for it."""
+
+    seed: Seed
+    segment: int
+    key: str
+    #: stable 128-bit hash of ``key`` (bloom filter input)
+    hash: int
+    #: Unix time from which it may be leased
+    ready_at: float
+    #: True: admitted by the hub and routed at once; recorded, never leased
+    dispatched: bool = False
+
+
+@dataclass(slots=True)
+class SegmentCounts:
+    """Counters of one segment, as ``GET /frontier/`` and ``crawlhub frontier stats`` show."""
+
+    segment: int
+    admitted: int = 0
+    duplicates: int = 0
+    pending: int = 0
+    leased: int = 0
+    done: int = 0
+    failed: int = 0
+    dispatched: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@runtime_checkable
+class SeedStore(Protocol):
+    """Storage of one named frontier. All times are Unix seconds given by the caller."""
+
+    name: str
+    url: str
+
+    async def open(self) -> None:
+        """Create tables/scripts and restore the dedup filter (snapshot + write-ahead)."""
+        ...
+
+    async def close(self) -> None:
+        """Snapshot what needs it and release connections."""
+        ...
+
+    async def admit(self, entries: Sequence[Entry], now: float, *, exact: bool) -> list[bool]:
+        """Test-and-set every entry's key in its segment's filter and store the new ones,
+        atomically per key (two processes never both admit one key in one segment).
+        ``exact``: confirm filter positives against the stored keys. True = admitted."""
+        ...
+
+    async def claim(self, n: int, now: float, lease_until: float) -> list[Seed]:
+        """Lease up to ``n`` pending seeds whose ``ready_at`` has come, highest priority
+        first, FIFO within a priority; expired leases return to pending first."""
+        ...
+
+    async def extend(self, seeds: Sequence[Seed], lease_until: float) -> list[bool]:
+        """Move the lease deadline of still-leased seeds; False where no longer leased."""
+        ...
+
+    async def release(self, seeds: Sequence[Seed]) -> int:
+        """Return leased seeds to pending at once (a cache given back on close)."""
+        ...
+
+    async def finish(
+        self, segment: int, key: str, outcome: Outcome, now: float, ready_at: float
+    ) -> bool:
+        """ok -> done, failed -> failed (both archived), retry -> pending from
+        ``ready_at``. Only a pending or leased seed changes; returns whether it did."""
+        ...
+
+    async def next_due(self, now: float) -> float | None:
+        """When the next seed becomes leasable (<= now: one is ready), None: nothing owed."""
+        ...
+
+    async def counts(self, now: float) -> list[SegmentCounts]:
+        """Counters of every segment the store holds, oldest first."""
+        ...
+
+    async def snapshot(self, current_segment: int) -> None:
+        """Persist the dedup filter if it lives in this process; filters of segments
+        before ``current_segment`` may be freed (they are rebuilt on demand)."""
+        ...
+
+    async def prune(self, before_segment: int) -> list[int]:
+        """Delete segments before ``before_segment`` that owe no seed (none pending or
+        leased): their seeds, counters and filters. Returns the segments deleted."""
+        ...
+
+    async def wait_signal(self, timeout: float) -> None:
+        """Return when another process signals new ready seeds, or after ``timeout``."""
+        ...
+
+    async def filter_bytes(self) -> int:
+        """Bytes the dedup filters occupy (bit arrays in memory or in Redis)."""
+        ...
+
+    async def purge(self) -> None:
+        """Drop every seed, counter and filter of this frontier (tests, admin)."""
+        ...
+
+
+def check_entries(entries: Sequence[Entry]) -> None:
+    for e in entries:
+        if not e.key:
+            raise FrontierError(f"seed {e.seed.url!r} resolved to an empty key: fix key.function")
+
+
+def open_store(
+    url: str,
+    name: str,
+    *,
+    prefix: str,
+    expected_items: int,
+    fp_rate: float,
+) -> SeedStore:
+    """The store for frontier ``name`` on ``url`` (``sqlite:///...`` or ``redis://...``)."""
+    if url.startswith("sqlite"):
+        from crawlhub.frontier.sqlite import SqliteSeedStore
+
+        return SqliteSeedStore(url, name, expected_items=expected_items, fp_rate=fp_rate)
+    if url.startswith(("redis://", "rediss://", "unix://", "valkey://", "valkeys://")):
+        from crawlhub.frontier.redis import RedisSeedStore
+
+        return RedisSeedStore(
+            url, name, prefix=prefix, expected_items=expected_items, fp_rate=fp_rate
+        )
+    raise FrontierError(
+        f"unknown frontier storage URL {url!r} (storage.frontier): use "
+        "sqlite:///path/frontier.db or redis://host:port/0"
+    )
