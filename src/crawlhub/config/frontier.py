@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from crawlhub.config.durations import parse_duration
 
@@ -112,6 +112,11 @@ class FrontierConfig(_Model):
     cache_size: int = Field(default=100, ge=0)
     #: Finished segments older than this many segments are pruned (0: keep forever).
     retain_segments: int = Field(default=0, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _none_is_default(cls, value: Any) -> Any:
+        return {} if value is None else value
 
     @field_validator("segment")
     @classmethod

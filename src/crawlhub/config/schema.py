@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from crawlhub.config.durations import parse_duration
+from crawlhub.config.frontier import FrontierConfig
 from crawlhub.config.jobs import JobConfig
 from crawlhub.config.pipeline import PipelineSection
 from crawlhub.config.settings import DEFAULT_DATA_DIR, Settings
@@ -362,7 +363,7 @@ class CrawlhubConfig(_Section):
     inbound: list[InboundConfig] = Field(default_factory=list)
     outbound: list[OutboundConfig] = Field(default_factory=list)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
-    frontier: FreeMapping = Field(default_factory=dict)
+    frontier: Annotated[dict[str, FrontierConfig], BeforeValidator(_as_dict)] = Field(default_factory=dict)
     pipeline: PipelineSection = Field(default_factory=PipelineSection)
     jobs: list[JobConfig] = Field(default_factory=list)
 
