@@ -12,7 +12,7 @@ from typing import Any
 
 from crawlhub.config.kafka import aiokafka_kwargs
 from crawlhub.config.sinks import KafkaSinkConfig
-from crawlhub.errors import SinkError
+from crawlhub.errors import ConfigError, SinkError
 from crawlhub.sinks.base import BatchResult
 from crawlhub.sinks.records import prepare_batch
 
@@ -54,6 +54,13 @@ class KafkaSink:
             where=f"sink '{self.name}'",
             key="settings",
         )
+        if kwargs.get("linger_ms"):
+            raise ConfigError(
+                "linger.ms would hold every batch that long: the pipeline writer already "
+                "batches, and write_batch returns only when its batch is delivered; drop it",
+                entry=f"sink '{self.name}'",
+                key="settings.linger.ms",
+            )
         kwargs["bootstrap_servers"] = self.config.bootstrap_servers
         kwargs["enable_idempotence"] = self.config.idempotence
         kwargs["acks"] = self.config.acks

@@ -1,0 +1,84 @@
+"""JSON lines sink specifics: the batch append is undone on failure and after a crash,
+and a lost sidecar index is rebuilt from the file."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from crawlhub.config.sinks import build_sink
+from crawlhub.errors import SinkError
+from crawlhub.sinks import JsonlSink
+
+
+async def open_sink(path: Path) -> JsonlSink:
+    sink = build_sink({"type": "jsonl", "path": str(path)})
+    assert isinstance(sink, JsonlSink)
+    await sink.open()
+    return sink
+
+
+def lines(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+async def test_failed_fsync_truncates_the_append_and_keeps_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "out.jsonl"
+    sink = await open_sink(path)
+    await sink.write_batch([{"id": 1}])
+
+    def broken_fsync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", broken_fsync)
+    with pytest.raises(SinkError, match="rolled back"):
+        await sink.write_batch([{"id": 2}, {"id": 3}])
+    monkeypatch.undo()
+    assert lines(path) == [{"id": 1}]
+    result = await sink.write_batch([{"id": 2}, {"id": 3}])  # not mistaken for redelivery
+    await sink.close()
+    assert result.inserted == 2
+    assert [r["id"] for r in lines(path)] == [1, 2, 3]
+
+
+async def test_a_tail_left_by_a_crash_mid_batch_is_cut_off_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "out.jsonl"
+    sink = await open_sink(path)
+    await sink.write_batch([{"id": 1}])
+    await sink.close()
+    with open(path, "ab") as f:  # appended, then the process died before the index commit
+        f.write(b'{"id":2}\n{"id":')
+    sink = await open_sink(path)
+    result = await sink.write_batch([{"id": 2}])
+    await sink.close()
+    assert result.inserted == 1
+    assert lines(path) == [{"id": 1}, {"id": 2}]
+
+
+async def test_lost_index_is_rebuilt_from_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "out.jsonl"
+    sink = await open_sink(path)
+    await sink.write_batch([{"id": 1, "v": 1}, {"id": 2}])
+    await sink.write_batch([{"id": 1, "v": 2}])
+    await sink.close()
+    sink.config.index_file.unlink()
+    sink = await open_sink(path)
+    result = await sink.write_batch([{"id": 1, "v": 2}, {"id": 2}])
+    await sink.close()
+    assert result.skipped == 2  # the last line of a key is its current version
+    assert len(lines(path)) == 3
+
+
+async def test_a_file_shorter_than_its_index_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "out.jsonl"
+    sink = await open_sink(path)
+    await sink.write_batch([{"id": 1}, {"id": 2}])
+    await sink.close()
+    os.truncate(path, 3)
+    with pytest.raises(SinkError, match="Delete the index"):
+        await open_sink(path)
