@@ -112,8 +112,9 @@ def check_config(
     except ConfigError as exc:
         err.print(f"[bold red]config error[/]\n{exc}", markup=True, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
+    # soft_wrap: Rich must not fold long lines, or the YAML printed is not the config.
     out.print(yaml.safe_dump(dump_config(cfg), allow_unicode=True, sort_keys=False),
-              highlight=False, markup=False)
+              highlight=False, markup=False, soft_wrap=True)
 
 
 def _compile_hub(cfg: Any, hub_cls: Any) -> None:
