@@ -244,6 +244,10 @@ class KeyResolver:
     def _explain_canonical(url: str, c: CanonicalURL, rules: _Rules, steps: list[str]) -> None:
         how = "fast path, equal to w3lib" if c.fast else "w3lib"
         steps.append(f"canonicalized ({how}): {c}")
+        scheme, sep, rest = url.partition("://")
+        authority = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+        if sep and (scheme != scheme.lower() or authority != authority.lower()):
+            steps.append("scheme and host lower-cased")
         if "#" in url:
             steps.append(f"fragment #{url.partition('#')[2]} dropped")
         raw_query = url.partition("#")[0].partition("?")[2]
