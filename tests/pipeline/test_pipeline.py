@@ -450,3 +450,65 @@ async def test_cancel_from_another_thread_is_honoured(
     result = await asyncio.wait_for(run, 10)
     assert result.status is Status.CANCELLED
     assert result.records_written == 5
+
+
+# ---- barriers and segments (one window segment = one transaction) ---------------------------
+async def test_flush_writes_everything_submitted_so_far(sqlite_sink: SqliteSink) -> None:
+    pipeline = Pipeline(passthrough, sqlite_sink, config(batch_size=100), job_code="flush",
+                        logger=JobLog("flush"))
+    await pipeline.start()
+    for record in records(3):
+        await pipeline.submit(record)
+    assert await pipeline.flush() is True
+    assert await sqlite_sink.ids() == ["1", "2", "3"]
+    await pipeline.finish()
+    assert sqlite_sink.batches == [3]
+
+
+async def test_a_segment_is_written_as_one_batch_whatever_the_batch_size(
+    sqlite_sink: SqliteSink,
+) -> None:
+    pipeline = Pipeline(passthrough, sqlite_sink, config(batch_size=2), job_code="seg",
+                        logger=JobLog("seg"))
+    await pipeline.start()
+    await pipeline.submit(records(1, 100)[0])
+    async with pipeline.segment("2024-05-01") as segment:
+        for record in records(5):
+            await pipeline.submit(record)
+    assert segment.written and segment.records == 5
+    result = await pipeline.finish()
+    assert sqlite_sink.batches == [1, 5]
+    assert result.records_written == 6
+
+
+async def test_a_segment_that_raises_is_dropped_unwritten(sqlite_sink: SqliteSink) -> None:
+    pipeline = Pipeline(passthrough, sqlite_sink, config(batch_size=2), job_code="segfail",
+                        logger=JobLog("segfail"))
+    await pipeline.start()
+    with pytest.raises(RuntimeError, match="page 3 failed"):
+        async with pipeline.segment("2024-05-02"):
+            for record in records(3):
+                await pipeline.submit(record)
+            raise RuntimeError("page 3 failed")
+    async with pipeline.segment("2024-05-03"):
+        await pipeline.submit(records(1, 7)[0])
+    result = await pipeline.finish()
+    assert await sqlite_sink.ids() == ["7"]
+    assert (result.records_written, result.records_write_failed) == (1, 3)
+
+
+async def test_a_segment_whose_transaction_fails_is_rolled_back_whole(
+    sqlite_sink: SqliteSink,
+) -> None:
+    rows = records(4)
+    rows[3]["name"] = None
+    pipeline = Pipeline(passthrough, sqlite_sink, config(batch_size=2), job_code="segrb",
+                        logger=JobLog("segrb"))
+    await pipeline.start()
+    async with pipeline.segment("2024-05-04") as segment:
+        for record in rows:
+            await pipeline.submit(record)
+    result = await pipeline.finish()
+    assert segment.written is False
+    assert await sqlite_sink.ids() == []
+    assert (result.batches_failed, result.records_write_failed) == (1, 4)

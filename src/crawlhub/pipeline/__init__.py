@@ -17,7 +17,7 @@ from crawlhub.fetch.joblog import JobLog, JobLogs, job_log, job_logs
 from crawlhub.pipeline.pool import Process, ProcessingPool
 from crawlhub.pipeline.progress import ProgressBars, describe_progress, show_progress
 from crawlhub.pipeline.result import RunResult, Status
-from crawlhub.pipeline.run import DetailMode, Pipeline
+from crawlhub.pipeline.run import DetailMode, Pipeline, Segment
 from crawlhub.pipeline.writer import BatchWriter
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "ProcessingPool",
     "ProgressBars",
     "RunResult",
+    "Segment",
     "Status",
     "cli_overrides",
     "describe_progress",

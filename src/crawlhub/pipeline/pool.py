@@ -107,6 +107,10 @@ class ProcessingPool:
         await self._queue.put(item)
         self.result.add_time("backpressure", time.monotonic() - began)
 
+    async def join(self) -> None:
+        """Wait until every item submitted so far is processed (its records at the writer)."""
+        await self._queue.join()
+
     async def close(self) -> None:
         """Process every queued item, then stop the workers."""
         for _ in self._tasks:
@@ -121,6 +125,7 @@ class ProcessingPool:
         while True:
             item = await self._queue.get()
             if item is _STOP:
+                self._queue.task_done()
                 return
             self.active += 1
             began = time.monotonic()
@@ -137,6 +142,7 @@ class ProcessingPool:
             finally:
                 self.active -= 1
                 self.result.add_time("process", time.monotonic() - began)
+                self._queue.task_done()
 
     async def _call(self, item: Any) -> list[Any]:
         if self._is_async:

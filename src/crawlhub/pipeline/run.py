@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterable, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,16 @@ class DetailMode:
             if part and isinstance(body, dict):
                 body = body.get(part)
         return [body] if isinstance(body, dict) else []
+
+
+@dataclass
+class Segment:
+    """What a ``Pipeline.segment`` block wrote: one batch, committed or not."""
+
+    name: str
+    written: bool = False
+    records: int = 0  # records processed inside the segment
+    failed: int = 0  # items whose processing failed inside the segment
 
 
 class Pipeline:
@@ -170,6 +181,49 @@ class Pipeline:
             raise CancelledError(f"cancelled: {self.token.reason}")
         await self._pool.submit(item)
 
+    async def flush(self) -> bool:
+        """A barrier: everything submitted so far is processed and written now.
+
+        True when every batch written since the previous flush went in.
+        """
+        if self._pool is None or self._writer is None:
+            return True
+        failed_before = self.result.batches_failed
+        await self._pool.join()
+        ok = await self._writer.flush()
+        return ok and self.result.batches_failed == failed_before
+
+    @asynccontextmanager
+    async def segment(self, name: str) -> AsyncIterator[Segment]:
+        """Items submitted inside the block are written as ONE batch (one transaction).
+
+        For sources walked in segments (time windows) that must commit as a unit: at the
+        end of the block the segment's records go to the sink together, whatever
+        ``batch_size`` says; if the block raises, they are dropped unwritten (counted as
+        write failures) and the error propagates. ``Segment.written`` tells the outcome.
+        """
+        if self._pool is None or self._writer is None:
+            raise CancelledError(f"cancelled: {self.token.reason}")
+        await self.flush()  # what came before is not part of this segment
+        outcome = Segment(name)
+        processed, failed = self.result.records_processed, self.result.records_failed
+        self._writer.hold = True
+        try:
+            yield outcome
+        except BaseException:
+            await self._pool.join()
+            await self._writer.flush(drop=True)
+            raise
+        else:
+            await self._pool.join()
+            outcome.written = await self._writer.flush()
+        finally:
+            self._writer.hold = False
+            outcome.records = self.result.records_processed - processed
+            outcome.failed = self.result.records_failed - failed
+            self.log.info("segment done", segment=name, written=outcome.written,
+                          records=outcome.records, failed=outcome.failed)
+
     def fail(self, reason: str) -> None:
         """End the run as FAILED (already processed records are still written)."""
         if self._failure is None:
@@ -222,7 +276,8 @@ class Pipeline:
         result.finished_at = time.time()
         result.timings["total"] = time.monotonic() - self._began
         self.stage = "done"
-        self.log.info("run finished", status=result.status.value, summary=result.summary())
+        self.log.info("run finished", status=result.status.value, summary=result.summary(),
+                      timings={k: round(v, 3) for k, v in result.timings.items()})
         return result
 
     # ---- the whole run ----------------------------------------------------------------

@@ -19,6 +19,14 @@ from crawlhub.sinks.base import Sink
 _STOP = object()
 
 
+class _Barrier:
+    """A marker in the writer's queue: write (or drop) the open batch, then answer."""
+
+    def __init__(self, drop: bool = False) -> None:
+        self.drop = drop
+        self.done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+
 class BatchWriter:
     """One task that owns every write of a run. Callers: the processing pool (``put``)."""
 
@@ -48,6 +56,8 @@ class BatchWriter:
         self._buffered = 0
         self._task: asyncio.Task[None] | None = None
         self._over_backlog = False
+        #: While True, neither size nor timeout closes a batch: a segment is one batch.
+        self.hold = False
 
     @property
     def pending(self) -> int:
@@ -68,6 +78,18 @@ class BatchWriter:
         elif pending <= self.backlog_limit // 2:
             self._over_backlog = False
 
+    async def flush(self, *, drop: bool = False) -> bool:
+        """Write everything queued so far as one batch; True if it went in (or was empty).
+
+        ``drop=True`` throws the queued records away instead (a failed segment), counting
+        them as write failures.
+        """
+        if self._task is None:
+            return True
+        barrier = _Barrier(drop)
+        self._queue.put_nowait(barrier)
+        return await barrier.done
+
     async def close(self) -> None:
         """Write everything queued, then stop."""
         if self._task is None:
@@ -81,7 +103,7 @@ class BatchWriter:
         deadline = 0.0
         while True:
             try:
-                if batch:
+                if batch and not self.hold:
                     item = await asyncio.wait_for(
                         self._queue.get(), max(0.0, deadline - time.monotonic())
                     )
@@ -96,18 +118,36 @@ class BatchWriter:
                 await self._flush(batch, "final")
                 self._buffered = 0
                 return
+            if isinstance(item, _Barrier):
+                if item.drop:
+                    ok = False
+                    self._drop(batch)
+                else:
+                    ok = await self._flush(batch, "flush")
+                batch = []
+                self._buffered = 0
+                if not item.done.done():
+                    item.done.set_result(ok)
+                continue
             if not batch:
                 deadline = time.monotonic() + self.batch_timeout
             batch.append(item)
             self._buffered = len(batch)
-            if len(batch) >= self.batch_size:
+            if len(batch) >= self.batch_size and not self.hold:
                 await self._flush(batch, "size")
                 batch = []
                 self._buffered = 0
 
-    async def _flush(self, batch: Sequence[dict[str, Any]], why: str) -> None:
+    def _drop(self, batch: Sequence[dict[str, Any]]) -> None:
+        if batch:
+            self.result.records_write_failed += len(batch)
+            self.result.add_error("write", error="segment failed: records dropped unwritten",
+                                  batch_size=len(batch))
+            self.log.warning("segment dropped, nothing written", size=len(batch))
+
+    async def _flush(self, batch: Sequence[dict[str, Any]], why: str) -> bool:
         if not batch:
-            return
+            return True
         self.batch_sizes.append(len(batch))
         began = time.monotonic()
         try:
@@ -120,6 +160,7 @@ class BatchWriter:
                                   batch_size=len(batch), first_id=first)
             self.log.error("batch failed, rolled back", size=len(batch), sink=self.sink.name,
                            error=f"{type(exc).__name__}: {exc}")
+            return False
         else:
             self.result.batches_written += 1
             self.result.records_written += outcome.written
@@ -132,5 +173,6 @@ class BatchWriter:
             self.log.info("batch written", size=len(batch), why=why, sink=self.sink.name,
                           inserted=outcome.inserted, updated=outcome.updated,
                           skipped=outcome.skipped, failed=outcome.failed)
+            return True
         finally:
             self.result.add_time("write", time.monotonic() - began)
