@@ -7,10 +7,11 @@ the single writer and is written before the next request and before progress is 
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,6 +31,7 @@ from crawlhub.collect.source import (
     get_path,
     is_fresh,
     item_date,
+    item_id,
     list_request,
     read_page,
 )
@@ -49,8 +51,6 @@ from crawlhub.sinks.base import Sink
 #: Cursor names in the metadata store.
 WINDOW_CURSOR = "window_end"
 FULL_CURSOR = "full_offset"
-#: A writer batch larger than any unit: one unit = one transaction.
-_WHOLE_UNIT = 10**9
 
 
 def _now() -> datetime:
@@ -66,7 +66,6 @@ class _Unit:
     parsed: bool = False
     total: int | None = None
     written_ok: bool = True
-    ids: list[Any] = field(default_factory=list)
 
 
 class _Stop(Exception):
@@ -92,8 +91,10 @@ class JobRun:
         log: JobLog | None = None,
         now: Callable[[], datetime] = _now,
         run_id: str | None = None,
+        closers: list[Callable[[], Awaitable[None]]] | None = None,
     ) -> None:
         self.job = job
+        self.closers = list(closers or [])
         self.store = store
         self.fetcher = fetcher
         self.sink = sink
@@ -120,6 +121,8 @@ class JobRun:
         self.result.started_at = time.time()
         if self.token.is_cancelled:
             self.log.warning("cancelled before start, nothing sent", reason=self.token.reason)
+            for close in self.closers:
+                await close()
             return self._conclude()
         record = RunRecord(
             run_id=self.run_id,
@@ -150,6 +153,8 @@ class JobRun:
             self.log.error("run crashed", error=f"{type(exc).__name__}: {exc}")
         finally:
             await self._close_sinks()
+            for close in self.closers:
+                await close()
         result = self._conclude()
         record.status = result.status.value
         record.finished_at = result.finished_at
@@ -219,7 +224,7 @@ class JobRun:
                 offset, limit = req
                 self.offset = offset
                 unit = await self._fetch_unit(
-                    list_request(self.job.source, offset=offset, limit=limit), limit
+                    list_request(self.job.source, offset=offset, limit=limit)
                 )
                 if unit is None or not unit.parsed or not unit.written_ok:
                     # Not delivered: keep this one window for the next run, go on.
@@ -329,8 +334,7 @@ class JobRun:
                 unit = await self._fetch_unit(
                     list_request(
                         self.job.source, offset=page.offset, limit=page.limit, page=page.page
-                    ),
-                    page.limit,
+                    )
                 )
                 if unit is None or not unit.parsed or not unit.written_ok:
                     self._fail(
@@ -377,7 +381,7 @@ class JobRun:
                     cursor=start.isoformat(),
                 )
                 return
-            unit = await self._deliver(records, expect=len(records))
+            unit = await self._deliver(records)
             if not unit.written_ok:
                 self._fail(
                     f"segment {seg_from.isoformat()}..{seg_to.isoformat()} was not "
@@ -432,7 +436,7 @@ class JobRun:
         return records
 
     # ---- delivery ---------------------------------------------------------------------------
-    async def _fetch_unit(self, req: Request, expect: int) -> _Unit | None:
+    async def _fetch_unit(self, req: Request) -> _Unit | None:
         """Fetch one list request and deliver its items; None when the request failed."""
         try:
             response = await self.fetcher.fetch(req, stage="list")
@@ -443,57 +447,82 @@ class JobRun:
             raise _Stop from None
         except FetchError:
             return None  # recorded by the fetcher
-        return await self._deliver(response, expect=expect)
+        return await self._deliver(response)
 
-    async def _deliver(self, item: Response | list[dict[str, Any]], *, expect: int) -> _Unit:
-        """Process ``item`` and write its records in one batch; return once written."""
+    async def _deliver(self, item: Response | list[dict[str, Any]]) -> _Unit:
+        """Process ``item`` and write its records as one batch; return once written.
+
+        One unit is one transaction, so progress saved after it never runs ahead of the
+        sink; processing runs in a worker thread (dates and filters are CPU work).
+        """
         unit = _Unit()
-        result = self.result
-
-        async def process(got: Any) -> list[dict[str, Any]]:
-            if isinstance(got, Response):
-                try:
-                    page = read_page(self.job.source, got.json(), where=got.request.url)
-                except ValueError as exc:
-                    raise SourceError(f"{got.request.url}: {exc}") from None
-                records = self._fresh(page, got)
-                unit.items, unit.total = len(page.items), page.total
-            else:
-                records = got
-                unit.items = len(records)
-            unit.parsed = True
-            unit.fresh = len(records)
-            unit.ids = [get_path(r, self.job.source.id_field) for r in records]
-            return records
-
-        writer = BatchWriter(
-            self.sink,
-            batch_size=_WHOLE_UNIT,
-            batch_timeout=float("inf"),
-            result=result,
-            log=self.log,
-            backlog_limit=max(self.config.queue_size * 2, expect * 2),
-        )
-        pool = ProcessingPool(
-            process,
-            workers=1,
-            queue_size=self.config.queue_size,
-            writer=writer,
-            result=result,
-            log=self.log,
-        )
-        failed_before = result.batches_failed
-        writer.start()
-        pool.start()
+        began = time.monotonic()
         try:
-            await pool.submit(item)
+            if isinstance(item, Response):
+                records = await asyncio.to_thread(self._process_response, item, unit)
+            else:
+                records, unit.items = item, len(item)
+        except (SourceError, ValueError) as exc:
+            where = item.request.url if isinstance(item, Response) else "segment"
+            self.result.records_failed += 1
+            self.result.add_error("process", item=where, error=f"{type(exc).__name__}: {exc}")
+            self.log.error("processing failed", item=where, error=f"{type(exc).__name__}: {exc}")
+            return unit
         finally:
-            await pool.close()
-            await writer.close()
-        unit.written_ok = result.batches_failed == failed_before
-        if unit.parsed and unit.written_ok:
-            self.ids.extend(i for i in unit.ids if i is not None)
+            self.result.add_time("process", time.monotonic() - began)
+        unit.parsed = True
+        unit.fresh = len(records)
+        self.result.records_processed += len(records)
+        unit.written_ok = await self._write(records)
+        if unit.written_ok:
+            self.ids.extend(i for r in records if (i := item_id(self.job.source, r)) is not None)
         return unit
+
+    def _process_response(self, response: Response, unit: _Unit) -> list[dict[str, Any]]:
+        page = read_page(self.job.source, response.json(), where=response.request.url)
+        unit.items, unit.total = len(page.items), page.total
+        return self._fresh(page, response)
+
+    async def _write(self, records: list[dict[str, Any]]) -> bool:
+        """One unit in one ``write_batch`` (one transaction), counted like the writer."""
+        if not records:
+            return True
+        result = self.result
+        began = time.monotonic()
+        try:
+            outcome = await self.sink.write_batch(records)
+        except Exception as exc:  # the sink rolled the batch back
+            result.batches_failed += 1
+            result.records_write_failed += len(records)
+            error = f"{type(exc).__name__}: {exc}"
+            result.add_error(
+                "write",
+                error=error,
+                batch_size=len(records),
+                first_id=item_id(self.job.source, records[0]),
+            )
+            self.log.error(
+                "batch failed, rolled back", size=len(records), sink=self.sink.name, error=error
+            )
+            return False
+        finally:
+            result.add_time("write", time.monotonic() - began)
+        result.batches_written += 1
+        result.records_written += outcome.written
+        result.records_skipped += outcome.skipped
+        result.records_write_failed += outcome.failed
+        for error in outcome.errors[:10]:
+            result.add_error("write", error=error, batch_size=len(records))
+        self.log.info(
+            "batch written",
+            size=len(records),
+            sink=self.sink.name,
+            inserted=outcome.inserted,
+            updated=outcome.updated,
+            skipped=outcome.skipped,
+            failed=outcome.failed,
+        )
+        return outcome.failed == 0
 
     def _fresh(self, page: Page, response: Response) -> list[dict[str, Any]]:
         """The page's items inside ``filter_days``, with source metadata."""

@@ -120,13 +120,13 @@ class DetailConfig(_Model):
 
 
 class SchedulerConfig(_Model):
-    """Request pacing of this job; ``scope`` shares one scheduler among jobs that name it."""
+    """Request pacing of this job, folded into its pipeline settings (``pipeline.<job>``)."""
 
     mode: Literal["serial", "concurrent"] = "serial"
     rate_min: float | None = Field(default=None, ge=0)
     rate_max: float | None = Field(default=None, ge=0)
     concurrency: int = Field(default=4, ge=1)
-    scope: str | None = None
+    scope: Literal["global", "job", "domain"] | None = None
 
     @model_validator(mode="after")
     def _ordered(self) -> SchedulerConfig:

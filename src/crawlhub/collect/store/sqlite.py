@@ -29,6 +29,7 @@ class SqliteMetadataStore(SqlMetadataStore):
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._db = await aiosqlite.connect(self.path, timeout=30)
         await self._db.execute("PRAGMA journal_mode=WAL")
+        await self._db.execute("PRAGMA synchronous=NORMAL")
         await self._db.execute("PRAGMA busy_timeout=30000")
 
     async def _disconnect(self) -> None:
