@@ -18,17 +18,18 @@ from crawlhub.hub.inbounds.base import Deliver
 
 log = logging.getLogger(__name__)
 
-_RETRY_DELAY = 1.0
-
 
 class KafkaInbound:
     """Consumes ``topics`` with ``threads`` consumers in one consumer group.
 
     ``init`` is taskHUB's: ``consumer_settings`` (librdkafka names: ``bootstrap.servers``,
     ``group.id``, ``auto.offset.reset``, ...) and ``topics``; optional ``max_records``
-    (batch size, default 100) and ``poll_timeout_ms`` (default 500). Auto-commit is always
-    off: each consumer commits a batch's offsets after ``deliver`` returned. When
-    ``deliver`` raises, the consumer seeks back and delivers the batch again.
+    (batch size, default 100), ``poll_timeout_ms`` (default 500) and ``retry_delay_ms``
+    (default 1000). Auto-commit is always off: each consumer commits a batch's offsets
+    after ``deliver`` returned. When ``deliver`` raises, the consumer waits
+    ``retry_delay_ms``, seeks back and delivers the batch again. A ``deliver`` blocked by
+    backpressure for longer than ``max.poll.interval.ms`` (default 300000) costs the
+    consumer its partitions; the batch is then redelivered to their new owner.
     """
 
     def __init__(self, name: str, init: Mapping[str, Any], *, threads: int = 1) -> None:
@@ -56,6 +57,7 @@ class KafkaInbound:
         self.threads = threads
         self.max_records = int(init.get("max_records", 100))
         self.poll_timeout_ms = int(init.get("poll_timeout_ms", 500))
+        self.retry_delay = int(init.get("retry_delay_ms", 1000)) / 1000
         aiokafka = _aiokafka(where)
         kwargs = aiokafka_kwargs(
             settings, aiokafka.AIOKafkaConsumer, where=where, key="init.consumer_settings"
@@ -109,7 +111,7 @@ class KafkaInbound:
                     )
                     for partition, messages in polled.items():
                         consumer.seek(partition, messages[0].offset)
-                    await _sleep_or_stop(stop, _RETRY_DELAY)
+                    await _sleep_or_stop(stop, self.retry_delay)
                     continue
                 offsets = {tp: messages[-1].offset + 1 for tp, messages in polled.items()}
                 try:
