@@ -44,3 +44,17 @@ def write_yaml(path: Path, data: Any) -> Path:
 def one_line(text: str) -> str:
     """Console output with line breaks and runs of spaces folded (Rich wraps at 80)."""
     return " ".join(text.split())
+
+
+def table_rows(stdout: str) -> dict[str, list[str]]:
+    """The rows of a Rich table by their first cell (folded first cells joined)."""
+    rows: list[list[str]] = []
+    for line in stdout.splitlines():
+        if not line.startswith("│"):
+            continue
+        cells = [c.strip() for c in line.strip("│").split("│")]
+        if rows and not any(cells[1:]):
+            rows[-1][0] += cells[0]
+        else:
+            rows.append(cells)
+    return {cells[0]: cells[1:] for cells in rows}

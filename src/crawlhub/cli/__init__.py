@@ -298,7 +298,9 @@ def queues(config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt =
     table = Table(title=f"queues on {_scheme(cfg.storage.queues)}")
     columns = ("name", "total", "left", "ready", "leased", "success", "failed", "retried", "dead")
     for col in columns:
-        table.add_column(col, justify="left" if col == "name" else "right")
+        # fold, not "…": a cut queue name cannot be passed to 'crawlhub lease'
+        table.add_column(col, justify="left" if col == "name" else "right",
+                         overflow="fold" if col == "name" else "ellipsis")
     for row in rows:
         table.add_row(*(str(row[c]) for c in columns))
     out.print(table)
