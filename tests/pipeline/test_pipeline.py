@@ -183,7 +183,7 @@ async def test_a_write_backlog_above_twice_the_queue_size_logs_a_warning(
     await pipeline.start()
     for record in records(10):
         await pipeline.submit(record)
-    for _ in range(50):
+    for _ in range(500):
         if log.lines(event="write backlog high"):
             break
         await asyncio.sleep(0.01)
@@ -271,12 +271,12 @@ async def test_a_token_timeout_ends_the_run_cancelled(
     api_server: ApiServer, client: HttpClient, sqlite_sink: SqliteSink
 ) -> None:
     api_server.inject(Fault.slow(30), path="/items", nth=2)
-    token = CancellationToken(timeout=0.5)
+    token = CancellationToken(timeout=2.0)
     pipeline = Pipeline(page_items, sqlite_sink, config(), token=token, job_code="deadline",
                         fetcher=fetcher_for(client, "deadline", token))
     result = await asyncio.wait_for(pipeline.run(pages(api_server)), 10)
     assert result.status is Status.CANCELLED
-    assert result.reason == "timeout after 0.5s"
+    assert result.reason == "timeout after 2s"
     assert result.records_written == 10
     assert len(api_server.log) == 3
 
@@ -418,7 +418,7 @@ async def test_progress_reports_queues_workers_and_requests(
 async def test_progress_is_logged_while_running(
     api_server: ApiServer, client: HttpClient, sqlite_sink: SqliteSink
 ) -> None:
-    api_server.inject(Fault.slow(0.3), nth=0)
+    api_server.inject(Fault.slow(0.5), nth=0)
     log = JobLog("plog")
     pipeline = Pipeline(page_items, sqlite_sink, config(progress_interval=0.05),
                         job_code="plog", logger=log, fetcher=fetcher_for(client, "plog"))
@@ -512,3 +512,17 @@ async def test_a_segment_whose_transaction_fails_is_rolled_back_whole(
     assert segment.written is False
     assert await sqlite_sink.ids() == []
     assert (result.batches_failed, result.records_write_failed) == (1, 4)
+
+
+async def test_requests_may_come_from_an_async_generator(
+    api_server: ApiServer, client: HttpClient, sqlite_sink: SqliteSink
+) -> None:
+    async def walk() -> AsyncIterator[Request]:
+        for request in pages(api_server):
+            yield request
+
+    pipeline = Pipeline(page_items, sqlite_sink, config(), job_code="agen",
+                        fetcher=fetcher_for(client, "agen"))
+    result = await pipeline.run(walk())
+    assert (result.requests_ok, result.records_written) == (5, 25)
+    assert pipeline.progress()["requests_total"] is None
