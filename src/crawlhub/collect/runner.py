@@ -1,20 +1,19 @@
 """One run of a collection job: walk the source by its strategy, deliver, save progress.
 
-Requests go through the job's ``Fetcher`` (scheduler, retries, token); every unit (an
-incremental batch, a forward page, a time segment) goes through the processing pool and
-the single writer and is written before the next request and before progress is saved.
+Requests go through the job's ``Fetcher`` (scheduler, retries, token) and responses
+through its ``Pipeline`` (processing pool, single writer); every unit (an incremental
+batch, a forward page, a time segment) is written before the next request and before
+progress is saved (``Pipeline.flush`` / ``Pipeline.segment``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 from crawlhub.collect.plan import (
     IncrementalState,
@@ -26,9 +25,7 @@ from crawlhub.collect.plan import (
 )
 from crawlhub.collect.source import (
     Page,
-    SourceError,
     detail_request,
-    get_path,
     is_fresh,
     item_date,
     item_id,
@@ -41,11 +38,10 @@ from crawlhub.config.pipeline import PipelineConfig
 from crawlhub.errors import CancelledError, FetchError
 from crawlhub.fetch.fetcher import Fetcher
 from crawlhub.fetch.http import Request, Response
-from crawlhub.fetch.joblog import JobLog
+from crawlhub.fetch.joblog import JobLog, format_line
 from crawlhub.fetch.retry import TooManyFailures
-from crawlhub.pipeline.pool import ProcessingPool
-from crawlhub.pipeline.result import RunResult, Status
-from crawlhub.pipeline.writer import BatchWriter
+from crawlhub.pipeline.result import RunResult
+from crawlhub.pipeline.run import DetailMode, Pipeline
 from crawlhub.sinks.base import Sink
 
 #: Cursor names in the metadata store.
@@ -59,13 +55,14 @@ def _now() -> datetime:
 
 @dataclass
 class _Unit:
-    """What one delivered unit held: items read, fresh (kept) ones, whether it parsed."""
+    """What one delivered unit held (filled by the processing worker)."""
 
     items: int = 0
     fresh: int = 0
     parsed: bool = False
     total: int | None = None
-    written_ok: bool = True
+    written_ok: bool = False
+    ids: list[Any] = field(default_factory=list)
 
 
 class _Stop(Exception):
@@ -75,8 +72,8 @@ class _Stop(Exception):
 class JobRun:
     """Runs ``job`` once: ``result = await JobRun(job, ...).run()``.
 
-    The caller owns the fetcher (its scheduler may be shared) and the store; the run
-    opens and closes the sinks. ``progress()`` is a live snapshot for logs and bars.
+    The caller owns the fetcher (its scheduler may be shared) and the store; the run's
+    pipeline opens and closes the sinks. ``progress()`` is a live snapshot for bars.
     """
 
     def __init__(
@@ -94,7 +91,6 @@ class JobRun:
         closers: list[Callable[[], Awaitable[None]]] | None = None,
     ) -> None:
         self.job = job
-        self.closers = list(closers or [])
         self.store = store
         self.fetcher = fetcher
         self.sink = sink
@@ -104,37 +100,40 @@ class JobRun:
         self.log = log or fetcher.log
         self.now = now
         self.run_id = run_id or uuid.uuid4().hex[:16]
-        self.result = RunResult(job.name)
-        self.stage = "idle"
+        self.closers = list(closers or [])
+        self.pipeline = Pipeline(
+            self._process,
+            sink,
+            self.config,
+            self.token,
+            job.name,
+            self.log,
+            fetcher=fetcher,
+            id_field=job.source.id_field,
+        )
+        self.result: RunResult = self.pipeline.result
         self.requests_total: int | None = None
         self.offset: int | None = None
         self.ids: list[Any] = []
         self._failure: str | None = None
-        self._began = 0.0
         self._progress: Progress = Progress(job=job.name)
-        self._opened: list[Sink] = []
 
     # ---- the run ------------------------------------------------------------------------
     async def run(self) -> RunResult:
         """Collect once; never raises for source or sink trouble (see the RunResult)."""
-        self._began = time.monotonic()
-        self.result.started_at = time.time()
-        if self.token.is_cancelled:
-            self.log.warning("cancelled before start, nothing sent", reason=self.token.reason)
-            for close in self.closers:
-                await close()
-            return self._conclude()
+        if self.token.is_cancelled:  # nothing sent, nothing opened, progress untouched
+            await self._close()
+            return await self.pipeline.finish()
         record = RunRecord(
             run_id=self.run_id,
             job=self.job.name,
             strategy=self.job.strategy.type,
             status="RUNNING",
-            started_at=self.result.started_at,
+            started_at=time.time(),
         )
         await self.store.start_run(record)
         try:
-            await self._open_sinks()
-            self.stage = "list"
+            await self.pipeline.start()
             began = time.monotonic()
             try:
                 strategy = self.job.strategy.type
@@ -147,22 +146,17 @@ class JobRun:
             finally:
                 self.result.add_time("list", time.monotonic() - began)
             if self.job.detail.enabled and self._can_go_on():
-                await self._details()
+                await self.pipeline.run([], details=self._detail_mode())
         except Exception as exc:  # a bug or a store outage: the run is FAILED, not lost
             self._fail(f"{type(exc).__name__}: {exc}")
-            self.log.error("run crashed", error=f"{type(exc).__name__}: {exc}")
         finally:
-            await self._close_sinks()
-            for close in self.closers:
-                await close()
-        result = self._conclude()
+            result = await self.pipeline.finish()
+            await self._close()
         record.status = result.status.value
         record.finished_at = result.finished_at
         record.result = result.to_dict()
         record.log = [
-            _line_text(line)
-            for line in self.log.lines()
-            if line["ts"] >= (self.result.started_at or 0)
+            format_line(line) for line in self.log.lines() if line["ts"] >= record.started_at
         ][-1000:]
         self._progress.status = result.status.value
         self._progress.run_id = None
@@ -170,17 +164,10 @@ class JobRun:
         await self.store.finish_run(record)
         return result
 
-    async def _open_sinks(self) -> None:
-        for sink in (self.sink, self.detail_sink):
-            if sink is not None and sink not in self._opened:
-                await sink.open()
-                self._opened.append(sink)
+    async def _close(self) -> None:
+        while self.closers:
+            await self.closers.pop()()
 
-    async def _close_sinks(self) -> None:
-        while self._opened:
-            await self._opened.pop().close()
-
-    # ---- incremental (seed 000, corrected) ----------------------------------------------
     async def _incremental(self) -> None:
         strategy = self.job.strategy
         total = await self._probe_total()
@@ -372,21 +359,17 @@ class JobRun:
         self._progress.state = {"window": {"cursor": start.isoformat(), "end": end.isoformat()}}
         await self.store.save_progress(self._progress)
         for seg_from, seg_to in segments:
+            name = f"{seg_from.isoformat()}..{seg_to.isoformat()}"
             try:
-                records = await self._fetch_segment((seg_from, seg_to))
+                async with self.pipeline.segment(name) as segment:
+                    await self._fetch_segment((seg_from, seg_to))
             except _Stop:
                 self.log.warning(
-                    "segment not committed, cursor stays",
-                    segment_from=seg_from.isoformat(),
-                    cursor=start.isoformat(),
+                    "segment not committed, cursor stays", segment=name, cursor=start.isoformat()
                 )
                 return
-            unit = await self._deliver(records)
-            if not unit.written_ok:
-                self._fail(
-                    f"segment {seg_from.isoformat()}..{seg_to.isoformat()} was not "
-                    "written; the cursor stays before it"
-                )
+            if not segment.written:
+                self._fail(f"segment {name} was not written; the cursor stays before it")
                 return
             start = seg_to
             await self.store.set_cursor(self.job.name, WINDOW_CURSOR, seg_to.isoformat())
@@ -394,17 +377,10 @@ class JobRun:
                 "window": {"cursor": seg_to.isoformat(), "end": end.isoformat()}
             }
             await self.store.save_progress(self._progress)
-            self.log.info(
-                "segment committed",
-                segment_from=seg_from.isoformat(),
-                segment_to=seg_to.isoformat(),
-                records=len(records),
-            )
 
-    async def _fetch_segment(self, window: tuple[datetime, datetime]) -> list[dict[str, Any]]:
-        """Every fresh record of one segment, all pages; ``_Stop`` when one page fails."""
+    async def _fetch_segment(self, window: tuple[datetime, datetime]) -> None:
+        """Submit every page of one segment; ``_Stop`` (segment dropped) when one fails."""
         source = self.job.source
-        records: list[dict[str, Any]] = []
         if source.pagination.type == "window":
             pages: Any = [None]
         else:
@@ -421,7 +397,7 @@ class JobRun:
                 )
             try:
                 response = await self.fetcher.fetch(req, stage="list")
-                parsed = read_page(source, response.json(), where=f"job {self.job.name}")
+                parsed = read_page(source, response.json(), where=req.url)
             except CancelledError:
                 raise _Stop from None
             except TooManyFailures as exc:
@@ -430,10 +406,9 @@ class JobRun:
             except (FetchError, ValueError) as exc:
                 self._fail(f"segment {window[0].isoformat()} failed: {exc}")
                 raise _Stop from None
-            records.extend(self._fresh(parsed, response))
+            await self.pipeline.submit(response)
             if page is None or forward_done(page, len(parsed.items), parsed.total):
-                break
-        return records
+                return
 
     # ---- delivery ---------------------------------------------------------------------------
     async def _fetch_unit(self, req: Request) -> _Unit | None:
@@ -447,172 +422,43 @@ class JobRun:
             raise _Stop from None
         except FetchError:
             return None  # recorded by the fetcher
-        return await self._deliver(response)
-
-    async def _deliver(self, item: Response | list[dict[str, Any]]) -> _Unit:
-        """Process ``item`` and write its records as one batch; return once written.
-
-        One unit is one transaction, so progress saved after it never runs ahead of the
-        sink; processing runs in a worker thread (dates and filters are CPU work).
-        """
         unit = _Unit()
-        began = time.monotonic()
-        try:
-            if isinstance(item, Response):
-                records = await asyncio.to_thread(self._process_response, item, unit)
-            else:
-                records, unit.items = item, len(item)
-        except (SourceError, ValueError) as exc:
-            where = item.request.url if isinstance(item, Response) else "segment"
-            self.result.records_failed += 1
-            self.result.add_error("process", item=where, error=f"{type(exc).__name__}: {exc}")
-            self.log.error("processing failed", item=where, error=f"{type(exc).__name__}: {exc}")
-            return unit
-        finally:
-            self.result.add_time("process", time.monotonic() - began)
-        unit.parsed = True
-        unit.fresh = len(records)
-        self.result.records_processed += len(records)
-        unit.written_ok = await self._write(records)
+        response.request.meta["unit"] = unit
+        await self.pipeline.submit(response)
+        # The barrier: this unit is processed and written before the next request.
+        written = await self.pipeline.flush()
+        unit.written_ok = written and unit.parsed
         if unit.written_ok:
-            self.ids.extend(i for r in records if (i := item_id(self.job.source, r)) is not None)
+            self.ids.extend(unit.ids)
         return unit
 
-    def _process_response(self, response: Response, unit: _Unit) -> list[dict[str, Any]]:
+    def _process(self, response: Response) -> list[dict[str, Any]]:
+        """The processing pool's work on one list answer: read it, keep fresh items."""
         page = read_page(self.job.source, response.json(), where=response.request.url)
-        unit.items, unit.total = len(page.items), page.total
-        return self._fresh(page, response)
+        records = self._fresh(page)
+        unit = response.request.meta.get("unit")
+        if isinstance(unit, _Unit):
+            unit.items, unit.total, unit.fresh = len(page.items), page.total, len(records)
+            unit.ids = [i for r in records if (i := item_id(self.job.source, r)) is not None]
+            unit.parsed = True
+        return records
 
-    async def _write(self, records: list[dict[str, Any]]) -> bool:
-        """One unit in one ``write_batch`` (one transaction), counted like the writer."""
-        if not records:
-            return True
-        result = self.result
-        began = time.monotonic()
-        try:
-            outcome = await self.sink.write_batch(records)
-        except Exception as exc:  # the sink rolled the batch back
-            result.batches_failed += 1
-            result.records_write_failed += len(records)
-            error = f"{type(exc).__name__}: {exc}"
-            result.add_error(
-                "write",
-                error=error,
-                batch_size=len(records),
-                first_id=item_id(self.job.source, records[0]),
-            )
-            self.log.error(
-                "batch failed, rolled back", size=len(records), sink=self.sink.name, error=error
-            )
-            return False
-        finally:
-            result.add_time("write", time.monotonic() - began)
-        result.batches_written += 1
-        result.records_written += outcome.written
-        result.records_skipped += outcome.skipped
-        result.records_write_failed += outcome.failed
-        for error in outcome.errors[:10]:
-            result.add_error("write", error=error, batch_size=len(records))
-        self.log.info(
-            "batch written",
-            size=len(records),
-            sink=self.sink.name,
-            inserted=outcome.inserted,
-            updated=outcome.updated,
-            skipped=outcome.skipped,
-            failed=outcome.failed,
-        )
-        return outcome.failed == 0
-
-    def _fresh(self, page: Page, response: Response) -> list[dict[str, Any]]:
-        """The page's items inside ``filter_days``, with source metadata."""
+    def _fresh(self, page: Page) -> list[dict[str, Any]]:
+        """The page's items inside ``filter_days`` (copies: the writer adds metadata)."""
         now = self.now()
         days = self.job.strategy.filter_days
-        endpoint = urlsplit(response.request.url).path or "/"
-        fetched = datetime.fromtimestamp(response.fetched_at).astimezone().isoformat()
-        out = []
-        for item in page.items:
-            if not is_fresh(item_date(self.job.source, item), now, days):
-                continue
-            record = dict(item)
-            record.setdefault("source_endpoint", endpoint)
-            record.setdefault("fetched_at", fetched)
-            out.append(record)
-        return out
+        source = self.job.source
+        return [dict(i) for i in page.items if is_fresh(item_date(source, i), now, days)]
 
-    # ---- detail mode ------------------------------------------------------------------------
-    async def _details(self) -> None:
-        """Fetch each delivered id from the detail endpoint, through the same scheduler."""
-        self.stage = "detail"
+    def _detail_mode(self) -> DetailMode:
         detail = self.job.detail
-        sink = self.detail_sink or self.sink
-        ids = list(self.ids)
-        self.log.info("detail stage started", ids=len(ids), sink=sink.name)
-        began = time.monotonic()
-
-        def process(response: Response) -> list[dict[str, Any]]:
-            body = get_path(response.json(), detail.item_path)
-            if not isinstance(body, dict):
-                raise SourceError(
-                    f"{response.request.url}: no object at item_path {detail.item_path!r}"
-                )
-            record = dict(body)
-            record.setdefault("source_endpoint", urlsplit(response.request.url).path)
-            return [record]
-
-        writer = BatchWriter(
-            sink,
-            batch_size=self.config.batch_size,
-            batch_timeout=self.config.batch_timeout,
-            result=self.result,
-            log=self.log,
-            backlog_limit=self.config.queue_size * 2,
+        return DetailMode(
+            request=lambda ident: detail_request(self.job.source, detail, ident),
+            item_path=detail.item_path,
+            sink=self.detail_sink,
+            id_field=self.job.source.id_field,
+            ids=list(self.ids),
         )
-        pool = ProcessingPool(
-            process,
-            workers=self.config.workers,
-            queue_size=self.config.queue_size,
-            writer=writer,
-            result=self.result,
-            log=self.log,
-        )
-        writer.start()
-        pool.start()
-        seen: set[str] = set()
-        try:
-            for n, ident in enumerate(ids):
-                if not self._can_go_on():
-                    self.result.detail_skipped += len(ids) - n
-                    self.log.warning(
-                        "detail stage stopped",
-                        skipped=len(ids) - n,
-                        reason=self.token.reason or self._failure,
-                    )
-                    break
-                key = repr(ident)
-                if ident == "" or key in seen:
-                    self.result.detail_skipped += 1
-                    continue
-                seen.add(key)
-                try:
-                    response = await self.fetcher.fetch(
-                        detail_request(self.job.source, detail, ident), stage="detail"
-                    )
-                except CancelledError:
-                    self.result.detail_skipped += len(ids) - n
-                    break
-                except TooManyFailures as exc:
-                    self._fail(str(exc))
-                    self.result.detail_skipped += len(ids) - n - 1
-                    break
-                except FetchError as exc:
-                    self.log.error("detail failed, skipped", id=ident, error=str(exc))
-                    continue
-                await pool.submit(response)
-        finally:
-            await pool.close()
-            await writer.close()
-            self.result.add_time("detail", time.monotonic() - began)
 
     # ---- state --------------------------------------------------------------------------------
     def _can_go_on(self) -> bool:
@@ -627,59 +473,18 @@ class JobRun:
     def _fail(self, reason: str) -> None:
         if self._failure is None:
             self._failure = reason
-            self.log.error("run failing", reason=reason)
-
-    def _conclude(self) -> RunResult:
-        result = self.result
-        listed = self.fetcher.stage("list")
-        detail = self.fetcher.stage("detail")
-        result.requests_ok, result.requests_failed = listed.ok, listed.failed
-        result.requests_retried = listed.retries + detail.retries
-        result.detail_ok, result.detail_failed = detail.ok, detail.failed
-        result.errors["request"] = list(listed.errors)
-        result.errors["detail"] = list(detail.errors)
-        result.timings["request"] = listed.request_time + detail.request_time
-        result.timings["rate_wait"] = listed.wait_time + detail.wait_time
-        result.timings["backoff"] = listed.backoff_time + detail.backoff_time
-        if self.fetcher.tripped is not None and self._failure is None:
-            self._failure = str(self.fetcher.tripped)
-        if self._failure is not None:
-            result.status, result.reason = Status.FAILED, self._failure
-        elif self.token.is_cancelled:
-            result.status, result.reason = Status.CANCELLED, self.token.reason
-        else:
-            result.status = Status.SUCCEEDED
-        result.finished_at = time.time()
-        result.timings["total"] = time.monotonic() - self._began
-        self.stage = "done"
-        self.log.info("run finished", status=result.status.value, summary=result.summary())
-        return result
+            self.pipeline.fail(reason)
 
     def progress(self) -> dict[str, Any]:
-        """A snapshot in the pipeline's shape (for ``describe_progress`` and Rich bars)."""
-        listed = self.fetcher.stage("list")
-        detail = self.fetcher.stage("detail")
-        total = self.requests_total
-        if self.stage == "detail":
-            total = (total or listed.done) + len(self.ids)
-        return {
-            "job": self.job.name,
-            "run_id": self.run_id,
-            "stage": self.stage,
-            "offset": self.offset,
-            "requests_done": listed.done + detail.done,
-            "requests_total": total,
-            "requests_waiting": self.fetcher.scheduler.waiting,
-            "queue": 0,
-            "queue_size": self.config.queue_size,
-            "active_workers": 0,
-            "workers": self.config.workers,
-            "write_backlog": 0,
-            "processed": self.result.records_processed,
-            "written": self.result.records_written,
-            "failed": self.result.records_failed + self.result.records_write_failed,
-            "elapsed": round(time.monotonic() - self._began, 3) if self._began else 0.0,
-        }
+        """The pipeline's snapshot (queues, workers, written) plus the walk's position."""
+        snap = self.pipeline.progress()
+        snap["run_id"] = self.run_id
+        snap["offset"] = self.offset
+        if snap.get("stage") in ("list", "idle"):
+            snap["requests_total"] = self.requests_total
+        elif self.job.detail.enabled:
+            snap["requests_total"] = (self.requests_total or 0) + len(self.ids)
+        return snap
 
 
 def _sweep_requests(sweep: Sweep) -> int:
@@ -687,9 +492,3 @@ def _sweep_requests(sweep: Sweep) -> int:
     if sweep.done:
         return 0
     return -(-(sweep.next + sweep.size - max(sweep.floor, 0)) // sweep.size)
-
-
-def _line_text(line: dict[str, Any]) -> str:
-    from crawlhub.fetch.joblog import format_line
-
-    return format_line(line)
