@@ -30,6 +30,7 @@ class Served:
     proc: subprocess.Popen[bytes]
     url: str
     log: Path
+    data_dir: Path | None = None
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code of the server runs."""
@@ -42,17 +43,18 @@ class Served:
 
 @contextmanager
 def crawlhub_serve(args: Sequence[str], *, log: Path, port: int | None = None,
-                   env: dict[str, str] | None = None, timeout: float = 60.0
-                   ) -> Iterator[Served]:
+                   env: dict[str, str] | None = None, timeout: float = 60.0,
+                   data_dir: Path | None = None) -> Iterator[Served]:
     """Start ``crawlhub serve ARGS --port PORT`` and wait until ``/healthz`` answers 200;
-    stopped (SIGTERM, then SIGKILL) on exit unless the test killed it already."""
+    stopped (SIGTERM, then SIGKILL) on exit unless the test killed it already.
+    ``data_dir`` is only recorded on the result, for the test's convenience."""
     port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     with open(log, "ab") as sink:
         proc = subprocess.Popen(
             [*crawlhub_command(), "serve", *args, "--bind", "127.0.0.1", "--port", str(port)],
             stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
-    served = Served(proc, url, log)
+    served = Served(proc, url, log, data_dir)
     try:
         _wait_healthy(served, timeout)
         yield served
