@@ -1,0 +1,119 @@
+"""``crawlhub collect NAME``: run one collection job in the foreground with a progress bar.
+
+Prints the RunResult; Ctrl-C cancels gracefully (what was processed is written and
+progress saved), a second Ctrl-C aborts. Exit code 0 succeeded, 1 failed, 130 cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from crawlhub.collect.build import new_run
+from crawlhub.collect.service import metadata_url_for
+from crawlhub.collect.store import open_store
+from crawlhub.config.pipeline import cli_overrides
+from crawlhub.errors import ConfigError, CrawlhubError
+from crawlhub.fetch.cancel import CancellationToken, ctrl_c_cancels
+from crawlhub.pipeline.progress import show_progress
+from crawlhub.pipeline.result import RunResult, Status
+
+out = Console()
+err = Console(stderr=True)
+
+
+def collect_command(
+    name: Annotated[str, typer.Argument(help="The job's name (jobs[].name in the config).")],
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", "-c", envvar="CRAWLHUB_CONFIG", help="YAML config file with 'jobs:'."
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", envvar="CRAWLHUB_DATA_DIR", help="Where embedded data lives."),
+    ] = None,
+    sets: Annotated[
+        list[str] | None, typer.Option("--set", help="Setting name=value (highest layer).")
+    ] = None,
+    metadata: Annotated[
+        str | None,
+        typer.Option("--metadata", help="Metadata store URL (default: storage.metadata)."),
+    ] = None,
+    pipeline_workers: Annotated[int | None, typer.Option("--pipeline-workers")] = None,
+    pipeline_batch_size: Annotated[int | None, typer.Option("--pipeline-batch-size")] = None,
+    pipeline_rate_min: Annotated[float | None, typer.Option("--pipeline-rate-min")] = None,
+    pipeline_rate_max: Annotated[float | None, typer.Option("--pipeline-rate-max")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the RunResult as JSON.")] = False,
+    progress: Annotated[
+        bool, typer.Option("--progress/--no-progress", help="Show a progress bar on stderr.")
+    ] = True,
+) -> None:
+    """Run one collection job now, in the foreground, and print its RunResult."""
+    from crawlhub.cli import get_config
+
+    cfg = get_config(config, data_dir, sets)
+    job = next((j for j in cfg.jobs if j.name == name), None)
+    if job is None:
+        known = ", ".join(j.name for j in cfg.jobs) or "none configured"
+        err.print(f"no job named {name!r} in the config; known jobs: {known}", highlight=False)
+        raise typer.Exit(2)
+    cli = cli_overrides(pipeline_workers, pipeline_batch_size, pipeline_rate_min, pipeline_rate_max)
+    token = CancellationToken()
+    try:
+        with ctrl_c_cancels(token):
+            result = asyncio.run(
+                _collect(cfg, job.name, metadata or metadata_url_for(cfg), token, cli, progress)
+            )
+    except KeyboardInterrupt:
+        err.print(
+            "aborted (second Ctrl-C): the run's progress was saved up to the last delivered batch"
+        )
+        raise typer.Exit(130) from None
+    except (ConfigError, CrawlhubError, ValueError) as exc:
+        err.print(f"[bold red]error[/] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    if as_json:
+        out.print_json(json.dumps(result.to_dict()))
+    else:
+        print_result(result, out)
+    if result.status is Status.FAILED:
+        raise typer.Exit(1)
+    if result.status is Status.CANCELLED:
+        raise typer.Exit(130)
+
+
+async def _collect(
+    cfg: Any, name: str, url: str, token: CancellationToken, cli: dict[str, Any], progress: bool
+) -> RunResult:
+    job = next(j for j in cfg.jobs if j.name == name)
+    store = await open_store(url)
+    try:
+        run = new_run(job, store=store, config=cfg, token=token, cli=cli)
+        if not progress:
+            return await run.run()
+        return await show_progress(lambda: [run.progress()], run.run(), console=err)
+    finally:
+        await store.close()
+
+
+def print_result(result: RunResult, console: Console) -> None:
+    """The RunResult as a summary line and a table of counts."""
+    console.print(result.summary(), highlight=False, soft_wrap=True)
+    data = result.to_dict()
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("stage")
+    table.add_column("counts")
+    for key in ("requests", "records", "batches", "detail"):
+        table.add_row(key, ", ".join(f"{k} {v}" for k, v in data[key].items()))
+    table.add_row("timings", ", ".join(f"{k} {v:.3f}s" for k, v in data["timings"].items()))
+    for stage, counts in data["error_counts"].items():
+        table.add_row(f"errors/{stage}", "; ".join(f"{n}x {e}" for e, n in counts.items()))
+    console.print(table)

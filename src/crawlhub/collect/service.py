@@ -1,0 +1,240 @@
+"""The job service: starts, stops and reports the collection jobs of one crawlhub process.
+
+``JobManager`` runs each job as an asyncio task with its own cancellation token; jobs
+with ``enabled`` and ``auto_start`` start with the server; progress lives in the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from crawlhub.collect.build import job_pipeline_config, new_run, scheduler_for
+from crawlhub.collect.runner import JobRun
+from crawlhub.collect.store import SqlMetadataStore, open_store
+from crawlhub.config.jobs import JobConfig
+from crawlhub.errors import CrawlhubError
+from crawlhub.fetch.cancel import CancellationToken
+from crawlhub.fetch.joblog import format_line, job_log
+from crawlhub.fetch.scheduler import RequestScheduler
+from crawlhub.pipeline.result import RunResult
+
+
+class JobNotFound(CrawlhubError):
+    """No job of that name in the config (the API answers 404)."""
+
+
+class JobConflict(CrawlhubError):
+    """The job cannot start now: already running, or disabled (the API answers 409)."""
+
+
+@dataclass
+class _Active:
+    run: JobRun
+    task: asyncio.Task[RunResult]
+    started_at: float
+
+
+def metadata_url_for(config: Any) -> str:
+    """``storage.metadata`` with ``{data_dir}`` filled in (default: SQLite under data_dir)."""
+    storage = getattr(config, "storage", None)
+    url = str(getattr(storage, "metadata", None) or "sqlite:///{data_dir}/meta.db")
+    data_dir = str(getattr(config, "data_dir", None) or ".")
+    return url.replace("{data_dir}", data_dir)
+
+
+class JobManager:
+    """Collection jobs of one process: ``start``, ``stop``, ``status``, ``list``.
+
+    Jobs sharing a scheduler setup (mode, scope, concurrency) share one scheduler, so
+    with the default global serial scope their requests go one at a time in job order.
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        *,
+        metadata_url: str | None = None,
+        table_prefix: str = "crawlhub_collect_",
+        env: Any = None,
+        cli: dict[str, Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.jobs: dict[str, JobConfig] = {job.name: job for job in config.jobs}
+        self.metadata_url = metadata_url or metadata_url_for(config)
+        self.table_prefix = table_prefix
+        self.env = env
+        self.cli = cli
+        self._store: SqlMetadataStore | None = None
+        self._store_lock = asyncio.Lock()
+        self._active: dict[str, _Active] = {}
+        self._last: dict[str, RunResult] = {}
+        self._schedulers: dict[tuple[Any, ...], RequestScheduler] = {}
+
+    # ---- lifecycle --------------------------------------------------------------------
+    async def store(self) -> SqlMetadataStore:
+        """The metadata store, opened on first use (tables created if missing)."""
+        async with self._store_lock:
+            if self._store is None:
+                self._store = await open_store(self.metadata_url, table_prefix=self.table_prefix)
+            return self._store
+
+    async def start_auto(self) -> list[str]:
+        """Start every job with ``enabled`` and ``auto_start``; returns their run ids."""
+        started = []
+        for job in self.jobs.values():
+            if job.enabled and job.auto_start and job.name not in self._active:
+                started.append(await self.start(job.name))
+        return started
+
+    async def close(self) -> None:
+        """Cancel running jobs gracefully (what they processed is written), close the store."""
+        for active in list(self._active.values()):
+            active.run.token.cancel("service shutting down")
+        for active in list(self._active.values()):
+            with contextlib.suppress(BaseException):
+                await active.task
+        if self._store is not None:
+            await self._store.close()
+            self._store = None
+
+    # ---- control ----------------------------------------------------------------------
+    def job(self, name: str) -> JobConfig:
+        job = self.jobs.get(name)
+        if job is None:
+            known = ", ".join(sorted(self.jobs)) or "none configured"
+            raise JobNotFound(f"no job named {name!r}; known jobs: {known}")
+        return job
+
+    async def start(self, name: str) -> str:
+        """Start ``name`` in the background; its run id. ``JobConflict`` if it cannot."""
+        job = self.job(name)
+        if not job.enabled:
+            raise JobConflict(
+                f"job {name!r} is disabled (enabled: false); enable it in the config to start it"
+            )
+        if name in self._active:
+            raise JobConflict(
+                f"job {name!r} is already running (run "
+                f"{self._active[name].run.run_id}); stop it first"
+            )
+        store = await self.store()
+        run = new_run(
+            job,
+            store=store,
+            config=self.config,
+            scheduler=self._scheduler(job),
+            token=CancellationToken(),
+            env=self.env,
+            cli=self.cli,
+        )
+        task = asyncio.create_task(self._run(run), name=f"job:{name}")
+        self._active[name] = _Active(run=run, task=task, started_at=time.time())
+        return run.run_id
+
+    async def _run(self, run: JobRun) -> RunResult:
+        try:
+            result = await run.run()
+            self._last[run.job.name] = result
+            return result
+        finally:
+            self._active.pop(run.job.name, None)
+
+    async def stop(self, name: str, *, wait: bool = True) -> bool:
+        """Cancel the job's token (manual stop); False when it was not running.
+
+        The run ends CANCELLED with everything processed written and progress saved.
+        """
+        self.job(name)
+        active = self._active.get(name)
+        if active is None:
+            return False
+        active.run.token.cancel("stopped by request")
+        if wait:
+            with contextlib.suppress(BaseException):
+                await active.task
+        return True
+
+    async def wait(self, name: str) -> RunResult | None:
+        """Wait for the running job to finish; its result (None when it was not running)."""
+        self.job(name)
+        active = self._active.get(name)
+        if active is None:
+            return self._last.get(name)
+        return await asyncio.shield(active.task)
+
+    def running(self, name: str) -> bool:
+        return name in self._active
+
+    # ---- status -----------------------------------------------------------------------
+    async def status(self, name: str, *, log_lines: int = 200) -> dict[str, Any]:
+        """State, live progress (or saved progress), last RunResult and the job's log."""
+        job = self.job(name)
+        store = await self.store()
+        active = self._active.get(name)
+        saved = await store.load_progress(name)
+        runs = await store.runs(name, limit=1) if active is None else []
+        last: dict[str, Any] | None = None
+        if name in self._last:
+            last = self._last[name].to_dict()
+        elif runs and runs[0].result is not None:
+            last = runs[0].result
+        log = job_log(name).lines(log_lines)
+        lines = [format_line(line) for line in log]
+        if not lines and runs:
+            lines = runs[0].log[-log_lines:]
+        return {
+            "name": name,
+            "enabled": job.enabled,
+            "auto_start": job.auto_start,
+            "strategy": job.strategy.type,
+            "state": "running" if active else "idle",
+            "run_id": active.run.run_id if active else None,
+            "progress": active.run.progress() if active else None,
+            "saved": saved.to_dict() if saved else None,
+            "last_result": last,
+            "log": lines,
+        }
+
+    async def list(self) -> list[dict[str, Any]]:
+        """One short line per job: name, flags, state, run id, last status."""
+        out = []
+        for name, job in self.jobs.items():
+            active = self._active.get(name)
+            last = self._last.get(name)
+            out.append(
+                {
+                    "name": name,
+                    "enabled": job.enabled,
+                    "auto_start": job.auto_start,
+                    "strategy": job.strategy.type,
+                    "state": "running" if active else "idle",
+                    "run_id": active.run.run_id if active else None,
+                    "last_status": last.status.value if last else None,
+                }
+            )
+        return out
+
+    # ---- schedulers ---------------------------------------------------------------------
+    def _scheduler(self, job: JobConfig) -> RequestScheduler:
+        """One scheduler per (mode, scope, concurrency, bucket) setup, shared by jobs."""
+        pipeline = job_pipeline_config(
+            job,
+            getattr(self.config, "pipeline", None),
+            env=self.env or getattr(self.config, "settings", None),
+            cli=self.cli,
+        )
+        key = (
+            pipeline.mode,
+            pipeline.scope,
+            pipeline.concurrency,
+            pipeline.rate_per_second,
+            pipeline.burst,
+        )
+        scheduler = self._schedulers.get(key)
+        if scheduler is None:
+            scheduler = self._schedulers[key] = scheduler_for(pipeline)
+        return scheduler
