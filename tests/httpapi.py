@@ -166,11 +166,9 @@ class ApiServer:
     def in_thread(self) -> Iterator[ApiServer]:
         """Serve from a thread with its own event loop (for synchronous test code)."""
         loop = asyncio.new_event_loop()
-        ready = threading.Event()
         thread = threading.Thread(target=loop.run_forever, name="httpapi", daemon=True)
         thread.start()
         asyncio.run_coroutine_threadsafe(self.start(), loop).result(10)
-        ready.set()
         try:
             yield self
         finally:
