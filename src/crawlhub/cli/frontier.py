@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from crawlhub.config.frontier import FrontierConfig
-from crawlhub.errors import CrawlhubError
+from crawlhub.errors import CrawlhubError, FrontierError
 from crawlhub.frontier import Frontier, KeyResolver, Seed, open_frontiers, segment_resolver
 
 app = typer.Typer(
@@ -281,8 +281,17 @@ async def _add(
             position = 0
 
             async def flush() -> None:
-                flags = await frontier.admit(batch)
-                counts["read"] += len(batch)
+                try:
+                    flags = await frontier.admit(batch)
+                except FrontierError:
+                    # one bad URL: admit the batch seed by seed to find it
+                    flags = []
+                    for seed in batch:
+                        try:
+                            flags += await frontier.admit([seed])
+                        except FrontierError as exc:
+                            problems.append(str(exc))
+                counts["read"] += len(flags)
                 counts["admitted"] += sum(flags)
                 counts["duplicates"] += len(flags) - sum(flags)
                 batch.clear()

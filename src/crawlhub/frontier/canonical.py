@@ -12,6 +12,8 @@ from urllib.parse import quote_plus, unquote_to_bytes
 
 from w3lib.url import canonicalize_url
 
+from crawlhub.errors import FrontierError
+
 #: Ports a scheme uses when none is given; the key drops them.
 DEFAULT_PORTS: dict[str, str] = {"http": "80", "https": "443", "ws": "80", "wss": "443", "ftp": "21"}
 
@@ -164,7 +166,10 @@ def _decoded_query(query: str) -> list[QueryParam]:
 
 
 def _slow(url: str) -> CanonicalURL:
-    text = canonicalize_url(url)
+    try:
+        text = canonicalize_url(url)
+    except (ValueError, UnicodeError) as exc:
+        raise FrontierError(f"URL {url!r} is not valid ({exc}): fix or drop this seed") from None
     m = _CANONICAL.fullmatch(text)
     if m is None:  # pragma: no cover - w3lib always returns scheme:...
         return CanonicalURL("", None, text, [], False)
