@@ -111,19 +111,29 @@ def message(num: int, data: str | bytes, priority: int, attempts: int, until: fl
 
 
 def parse_refs(ids: Sequence[str] | str) -> list[Ref]:
-    """Ids and receipts (``"17"``, ``"17#2"``) -> refs; anything else is no message: skipped."""
+    """Ids and receipts (``"17"``, ``"17#2"``) -> refs; anything else is no message: skipped.
+
+    At most one ref can match per message, so counts are of messages: a plain id covers
+    every receipt of its message, and of several receipts only the current lease's fits.
+    """
     if isinstance(ids, str):
         ids = [ids]
-    refs: list[Ref] = []
-    seen: set[Ref] = set()
+    parsed: list[Ref] = []
+    plain: set[int] = set()
     for raw in ids:
         num, sep, attempt = str(raw).partition("#")
         if not num.isdigit() or (sep and not attempt.isdigit()):
             continue
-        ref = Ref(int(num), int(attempt) if sep else None)
-        if ref not in seen:
-            seen.add(ref)
-            refs.append(ref)
+        parsed.append(Ref(int(num), int(attempt) if sep else None))
+        if not sep:
+            plain.add(int(num))
+    refs: list[Ref] = []
+    seen: set[Ref] = set()
+    for ref in parsed:
+        if ref in seen or (ref.attempt is not None and ref.num in plain):
+            continue
+        seen.add(ref)
+        refs.append(ref)
     return refs
 
 
