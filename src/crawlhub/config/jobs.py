@@ -9,17 +9,34 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from crawlhub.config.durations import parse_duration
 from crawlhub.errors import ConfigError
 
 
 def _to_timedelta(value: Any) -> timedelta:
-    """A config duration (seconds, or ``"30s"``, ``"15m"``, ``"1h"``, ``"1d"``, ``"1w"``)."""
+    """A config duration (seconds, or ``"30s"``, ``"15m"``, ``"1h"``, ``"1d"``, ``"1w"``;
+    ISO 8601 such as ``"PT1H"`` too, which is how a dumped config writes it)."""
     if isinstance(value, timedelta):
         return value
-    return timedelta(seconds=parse_duration(value))
+    try:
+        return timedelta(seconds=parse_duration(value))
+    except ValueError:
+        if isinstance(value, str) and value.strip().upper().startswith(("P", "-P")):
+            return _TIMEDELTA.validate_python(value.strip())
+        raise
+
+
+_TIMEDELTA: TypeAdapter[timedelta] = TypeAdapter(timedelta)
 
 
 class _Model(BaseModel):
