@@ -280,7 +280,7 @@ async def _add(
             batch: list[Seed] = []
             position = 0
 
-            async def flush() -> None:
+            async def flush(position: int) -> None:
                 try:
                     flags = await frontier.admit(batch)
                 except FrontierError:
@@ -305,9 +305,9 @@ async def _add(
             for seed, position in parse_seeds(stream, problems):
                 batch.append(seed)
                 if len(batch) >= _BATCH:
-                    await flush()
+                    await flush(position)
             if batch:
-                await flush()
+                await flush(position)
             if total is not None:
                 progress.update(task, completed=total)
     finally:
