@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,7 @@ class Store:
     def open(self, clock: Callable[[], float] | None = None) -> QueueBackend:
         backend: QueueBackend
         if self.kind == "sqlite":
-            backend = SqliteQueueBackend(self.url, **({"clock": clock} if clock else {}))
+            backend = SqliteQueueBackend(self.url, clock=clock or time.time)
         else:
             backend = RedisQueueBackend(self.url, prefix=self.prefix, clock=clock)
         self.opened.append(backend)

@@ -206,7 +206,7 @@ def test_backend_agrees_with_the_model(
     kind: str, request: pytest.FixtureRequest, tmp_path: Path, unique_name: str
 ) -> None:
     store = make_store(kind, request, tmp_path, unique_name)
-    machine = type(
+    machine: type[QueueMachine] = type(
         f"QueueMachine_{kind}",
         (QueueMachine,),
         {"kind": kind, "url": store.url, "prefix": store.prefix},

@@ -1,0 +1,78 @@
+"""What only the Redis backend promises: its key layout, server clock and error messages."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from crawlhub.errors import QueueError
+from crawlhub.keys import queue_keys, queue_registry
+from crawlhub.queues.redis import RedisQueueBackend
+
+from .conftest import delete_prefix
+
+
+@pytest.fixture
+async def backend(redis_url: str, unique_name: str) -> AsyncIterator[RedisQueueBackend]:
+    prefix = f"test:{unique_name}:"
+    b = RedisQueueBackend(redis_url, prefix=prefix)
+    yield b
+    await b.close()
+    await delete_prefix(redis_url, prefix)
+
+
+async def test_every_key_lives_under_the_prefix_and_purge_keeps_only_the_id_counter(
+    backend: RedisQueueBackend, redis_url: str
+) -> None:
+    q = backend.queue("jobs")
+    await q.push_many([({"n": i}, 0) for i in range(3)])
+    leased = await q.lease(2)
+    await q.nack([leased[0].id], dead=True)
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        keys = {k async for k in client.scan_iter(match=f"{backend.prefix}*")}
+        layout = queue_keys(backend.prefix, "jobs")
+        assert keys == {
+            layout[k]
+            for k in ("ready", "leased", "dead", "payloads", "priorities", "attempts", "stats")
+        } | {layout["seq"], queue_registry(backend.prefix)}
+
+        await q.purge()
+
+        assert {k async for k in client.scan_iter(match=f"{backend.prefix}*")} == {layout["seq"]}
+    finally:
+        await client.aclose()
+
+
+async def test_deadlines_follow_the_server_clock(backend: RedisQueueBackend) -> None:
+    q = backend.queue("jobs")
+    await q.push({"n": 1})
+
+    (m,) = await q.lease(1, visibility_timeout=3600)
+    server_seconds, _ = await backend.redis.time()
+
+    assert abs(m.lease_until - (server_seconds + 3600)) < 60
+
+
+async def test_valkey_scheme_is_accepted(redis_url: str, unique_name: str) -> None:
+    url = redis_url.replace("redis://", "valkey://", 1)
+    b = RedisQueueBackend(url, prefix=f"test:{unique_name}:")
+    try:
+        assert await b.queue("jobs").length() == 0
+    finally:
+        await b.close()
+
+
+async def test_unreachable_server_is_a_queue_error_without_the_password() -> None:
+    b = RedisQueueBackend("redis://:s3cret@127.0.0.1:1/0")
+    started = time.monotonic()
+    try:
+        with pytest.raises(QueueError, match=r"Redis queue at redis://:\*\*\*@127.0.0.1:1/0") as e:
+            await b.queue("jobs").lease(1)
+    finally:
+        await b.close()
+    assert "s3cret" not in str(e.value)
+    assert time.monotonic() - started < 60
