@@ -90,6 +90,11 @@ class PgTable:
         self._sql: dict[str, str] = {}
 
     @property
+    def ready(self) -> bool:
+        """True once :meth:`prepare` has built the SQL."""
+        return "stage" in self._sql
+
+    @property
     def scd2(self) -> bool:
         return self.spec.mode == "scd2"
 
@@ -235,9 +240,16 @@ class PgTable:
         if self._has("updated_at"):
             sets.append("updated_at = now()")
         keys = ", ".join(quote_ident(c) for c in self.key_columns)
+        # Unchanged live rows are filtered out by an anti-join first: ON CONFLICT would
+        # lock each of them only for its WHERE to turn the update down.
+        live_u = " AND u.deleted_at IS NULL" if self._has("deleted_at") else ""
+        unchanged = (
+            f"SELECT 1 FROM {self.qname} u WHERE {self._match('u')}{live_u} "
+            f"AND u.content_hash = s.content_hash::{self.types['content_hash']}"
+        )
         self._sql["upsert"] = (
             f"WITH up AS (INSERT INTO {self.qname} AS t ({names}) "
-            f"SELECT {exprs} FROM {self.stage} s "
+            f"SELECT {exprs} FROM {self.stage} s WHERE NOT EXISTS ({unchanged}) "
             f"ON CONFLICT ({keys}) DO UPDATE SET {', '.join(sets)} WHERE {changed} "
             "RETURNING (t.xmax = 0) AS fresh) "
             "SELECT count(*) FILTER (WHERE fresh), count(*) FILTER (WHERE NOT fresh) FROM up"
@@ -268,7 +280,10 @@ class PgTable:
     # -- writing -------------------------------------------------------------------
 
     async def ensure_stage(self, conn: Any) -> None:
-        """Create the session's staging table outside any transaction, so it lasts."""
+        """Create the session's staging table outside any transaction, so it lasts.
+
+        Called once per pooled connection (the pool's ``init``), not per batch.
+        """
         await conn.execute(self._sql["stage"])
 
     async def write(

@@ -76,6 +76,7 @@ class PostgresSink:
                 min_size=1,
                 max_size=self.config.parallel_workers,
                 server_settings={"client_min_messages": "warning"},
+                init=self._init_connection,
             )
         except Exception as exc:
             raise SinkError(
@@ -86,6 +87,7 @@ class PostgresSink:
             async with self._pool.acquire() as conn:
                 for table in self.tables.values():
                     await table.prepare(conn)
+                await self._init_connection(conn)  # the pool's first one predates the SQL
         except Exception as exc:
             await self._pool.close()
             self._pool = None
@@ -94,6 +96,12 @@ class PostgresSink:
             raise SinkError(f"sink '{self.name}': cannot prepare its tables: {exc}") from exc
         if self.config.full_snapshot:
             await self.begin_snapshot()
+
+    async def _init_connection(self, conn: Any) -> None:
+        """Give a session its staging tables once (TEMP, so they last as long as it does)."""
+        for table in self.tables.values():
+            if table.ready:
+                await table.ensure_stage(conn)
 
     async def close(self) -> None:
         if self._pool is None:
@@ -209,10 +217,8 @@ class PostgresSink:
                         hash_exclude=table.spec.hash_exclude,
                         drop=(self.config.route_field,) if self.config.route_field else (),
                     )
-                    async with pool.acquire() as conn:
-                        await table.ensure_stage(conn)
-                        async with conn.transaction():
-                            inserted, updated = await table.write(conn, batch.records, snapshot)
+                    async with pool.acquire() as conn, conn.transaction():
+                        inserted, updated = await table.write(conn, batch.records, snapshot)
                 except Exception as exc:
                     error = f"table {table.spec.table}: {exc}"
                     log.error("sink %s: %d records rolled back, %s", self.name, len(records), error)

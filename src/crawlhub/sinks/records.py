@@ -7,6 +7,7 @@ wrong with a record (not an object, a missing key, a value JSON cannot hold) fai
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import math
 import uuid
@@ -36,16 +37,18 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} value {value!r:.80} is not JSON-serialisable")
 
 
+_ENCODER = json.JSONEncoder(
+    sort_keys=True,
+    separators=(",", ":"),
+    ensure_ascii=False,
+    allow_nan=False,
+    default=_json_default,
+)
+
+
 def stable_json(value: Any) -> str:
     """JSON with sorted keys and no spaces: equal data gives equal text (and hash)."""
-    return json.dumps(
-        value,
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-        default=_json_default,
-    )
+    return _ENCODER.encode(value)
 
 
 def content_hash(data: Mapping[str, Any]) -> str:
@@ -66,13 +69,20 @@ def iso_timestamp(value: Any) -> str | None:
             raise ValueError(f"fetched_at {value!r} is not a finite epoch")
         return dt.datetime.fromtimestamp(value, dt.UTC).isoformat()
     if isinstance(value, str):
-        return dt.datetime.fromisoformat(value).isoformat()
+        return _iso_text(value)
     raise ValueError(f"fetched_at {value!r:.60} is not a datetime, an epoch or ISO text")
 
 
-@dataclass(slots=True, frozen=True)
+@functools.lru_cache(maxsize=4096)
+def _iso_text(value: str) -> str:
+    # a page's records share one fetched_at: parse it once
+    return dt.datetime.fromisoformat(value).isoformat()
+
+
+@dataclass(slots=True)
 class PreparedRecord:
-    """One record ready for a store; every field is derived once, here."""
+    """One record ready for a store; every field is derived once, here (treat as frozen:
+    a frozen dataclass costs a slow ``__init__`` in the hottest loop)."""
 
     key: tuple[Any, ...]
     key_text: str
@@ -129,30 +139,41 @@ def prepare_record(
     ``drop`` fields are removed from the data (e.g. a routing field); ``hash_exclude``
     fields are stored but do not count as a change.
     """
-    where = f"sink '{sink}': record {index} {_preview(record)}"
+    left_out = frozenset(METADATA_FIELDS).union(drop)
+    return _prepare(record, tuple(key_fields), sink, index, left_out, frozenset(hash_exclude))
+
+
+def _prepare(
+    record: Any,
+    key_fields: tuple[str, ...],
+    sink: str,
+    index: int,
+    left_out: frozenset[str],
+    excluded: frozenset[str],
+) -> PreparedRecord:
+    # The hot loop of every sink: sets are built by the caller, messages only on error.
     if not isinstance(record, Mapping):
-        raise SinkError(f"{where} is a {type(record).__name__}, not an object; records are dicts")
-    dropped = set(drop)
-    data = {
-        k: v for k, v in record.items() if k not in METADATA_FIELDS and k not in dropped
-    }
-    key: list[Any] = []
-    for field in key_fields:
-        value = record.get(field)
+        raise SinkError(
+            f"{_where(sink, index, record)} is a {type(record).__name__}, not an object; "
+            "records are dicts"
+        )
+    data = {k: v for k, v in record.items() if k not in left_out}
+    key = tuple(record.get(field) for field in key_fields)
+    for field, value in zip(key_fields, key, strict=True):
         if value is None or value == "":
             raise SinkError(
-                f"{where} has no key field '{field}'; give every record its key fields "
-                f"or change 'key' in the sink config (now {list(key_fields)})"
+                f"{_where(sink, index, record)} has no key field '{field}'; give every record "
+                f"its key fields or change 'key' in the sink config (now {list(key_fields)})"
             )
-        key.append(value)
     try:
+        source_endpoint = record.get("source_endpoint")
+        source_file = record.get("source_file")
         metadata = {
-            "source_endpoint": _text_or_none(record.get("source_endpoint")),
+            "source_endpoint": None if source_endpoint is None else str(source_endpoint),
             "fetched_at": iso_timestamp(record.get("fetched_at")),
-            "source_file": _text_or_none(record.get("source_file")),
+            "source_file": None if source_file is None else str(source_file),
         }
-        data_json = stable_json(data)
-        excluded = set(hash_exclude)
+        data_json = _ENCODER.encode(data)
         hashed = (
             xxhash.xxh3_128_hexdigest(data_json.encode())
             if not excluded
@@ -160,12 +181,15 @@ def prepare_record(
         )
         text = key_text(key)
     except (TypeError, ValueError) as exc:
-        raise SinkError(f"{where} cannot be stored: {exc}; convert the value to JSON types") from exc
-    return PreparedRecord(tuple(key), text, data, metadata, hashed, data_json)
+        raise SinkError(
+            f"{_where(sink, index, record)} cannot be stored: {exc}; convert the value to "
+            "JSON types"
+        ) from exc
+    return PreparedRecord(key, text, data, metadata, hashed, data_json)
 
 
-def _text_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
+def _where(sink: str, index: int, record: Any) -> str:
+    return f"sink '{sink}': record {index} {_preview(record)}"
 
 
 def prepare_batch(
@@ -177,13 +201,12 @@ def prepare_batch(
     drop: Iterable[str] = (),
 ) -> PreparedBatch:
     """Prepare every record; a repeated key keeps its last record (earlier ones are skips)."""
-    excluded = tuple(hash_exclude)
-    dropped = tuple(drop)
+    fields = tuple(key_fields)
+    left_out = frozenset(METADATA_FIELDS).union(drop)
+    excluded = frozenset(hash_exclude)
     by_key: dict[str, PreparedRecord] = {}
     for i, record in enumerate(records):
-        prepared = prepare_record(
-            record, key_fields, sink=sink, index=i, hash_exclude=excluded, drop=dropped
-        )
+        prepared = _prepare(record, fields, sink, i, left_out, excluded)
         by_key[prepared.key_text] = prepared
     return PreparedBatch(list(by_key.values()), len(records) - len(by_key))
 
