@@ -73,3 +73,9 @@ def test_job_pipeline_settings_layer_global_job_section_and_cli() -> None:
                               cli={"batch_size": 20})
     assert (cfg.workers, cfg.queue_size, cfg.batch_size) == (3, 7, 20)
     assert (cfg.rate_min, cfg.rate_max) == (1, 2)
+
+
+def test_the_example_jobs_file_loads() -> None:
+    cfg = load_config(Path(__file__).parents[2] / "examples" / "jobs.yaml")
+    assert [j.name for j in cfg.jobs] == ["news", "orders"]
+    assert cfg.jobs[0].detail.url is not None and cfg.jobs[0].detail.url.endswith("/{id}")

@@ -132,7 +132,10 @@ class DetailConfig(_Model):
     @model_validator(mode="after")
     def _url_when_enabled(self) -> DetailConfig:
         if self.enabled and (not self.url or "{id}" not in self.url):
-            raise ValueError("detail.url must be set and contain '{id}' when detail is enabled")
+            raise ValueError(
+                "detail.url must be set and contain '{id}' when detail is enabled "
+                "(in a config file write '{{id}}': single braces are placeholders)"
+            )
         return self
 
 
