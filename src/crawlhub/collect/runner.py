@@ -178,7 +178,7 @@ class JobRun:
         run = plan_incremental(total, state, strategy.batch_size, overlap=strategy.overlap)
         pending: list[Sweep] = list(run.sweeps)
         deferred: list[Sweep] = []
-        self.requests_total = sum(_sweep_requests(s) for s in pending)
+        self.requests_total = 1 + sum(_sweep_requests(s) for s in pending)  # + the total
         self.log.info(
             "incremental plan",
             total=total,
