@@ -37,10 +37,13 @@ _KEY_ORDER = ("ready", "leased", "dead", "payloads", "priorities", "attempts", "
 
 # Shared head of every script: key names, the clock, lease checks and the expiry sweep.
 # Numbers handed to redis.call become strings with 14 significant digits, which is why
-# deadlines are integer milliseconds and scores are plain priorities.
+# deadlines are integer milliseconds and scores are plain priorities. Batches travel as
+# a few framed string arguments, not one argument per message: packing thousands of
+# arguments costs the client more than the script costs the server.
 _PRELUDE = """
 local ready, leased, dead, payloads = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local priorities, attempts, stats, seq = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local CHUNK = 1000  -- ids per multi-argument call, well below Lua's unpack() limit
 
 local function now_ms(given)
   local now = tonumber(given)
@@ -49,6 +52,11 @@ local function now_ms(given)
     now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   end
   return now
+end
+
+-- refs arrive as 'member:attempt,member:,...'; an empty attempt means any lease
+local function refs(arg)
+  return string.gmatch(arg, '(%d+):(%d*)')
 end
 
 -- leased now, and by the lease a receipt names when `want` is not ''
@@ -71,42 +79,63 @@ local function requeue(now)
 end
 """
 
+# ARGV: payloads concatenated, their byte lengths 'l1,l2,..', their priorities 'p1,p2,..'
 _PUSH = """
-local n = #ARGV / 2
+local lens, prios = {}, {}
+for x in string.gmatch(ARGV[2], '%d+') do lens[#lens + 1] = tonumber(x) end
+for x in string.gmatch(ARGV[3], '[^,]+') do prios[#prios + 1] = x end
+local n = #lens
 local first = redis.call('INCRBY', seq, n) - n + 1
-for i = 0, n - 1 do
-  local id = string.format('%016d', first + i)
-  local priority = ARGV[2 * i + 2]
-  redis.call('ZADD', ready, -tonumber(priority), id)
-  redis.call('HSET', payloads, id, ARGV[2 * i + 1])
-  redis.call('HSET', priorities, id, priority)
+local blob, pos = ARGV[1], 1
+local z, p, q = {}, {}, {}
+for i = 1, n do
+  local id = string.format('%016d', first + i - 1)
+  local stop = pos + lens[i]
+  z[#z + 1] = -tonumber(prios[i]); z[#z + 1] = id
+  p[#p + 1] = id; p[#p + 1] = string.sub(blob, pos, stop - 1)
+  q[#q + 1] = id; q[#q + 1] = prios[i]
+  pos = stop
+  if #q >= 2 * CHUNK or i == n then
+    redis.call('ZADD', ready, unpack(z))
+    redis.call('HSET', payloads, unpack(p))
+    redis.call('HSET', priorities, unpack(q))
+    z, p, q = {}, {}, {}
+  end
 end
 redis.call('HINCRBY', stats, 'total', n)
 return first
 """
 
+# ARGV: now, visibility timeout ms, n -> {deadline, id, priority, attempts, payload, ...}
 _LEASE = """
 local now = now_ms(ARGV[1])
 local deadline = now + tonumber(ARGV[2])
 requeue(now)
 local popped = redis.call('ZPOPMIN', ready, tonumber(ARGV[3]))
 local out = {deadline}
-for i = 1, #popped, 2 do
-  local id = popped[i]
-  redis.call('ZADD', leased, deadline, id)
-  out[#out + 1] = id
-  out[#out + 1] = redis.call('HGET', priorities, id)
-  out[#out + 1] = redis.call('HINCRBY', attempts, id, 1)
-  out[#out + 1] = redis.call('HGET', payloads, id)
+for s = 1, #popped, 2 * CHUNK do
+  local ids, z = {}, {}
+  for i = s, math.min(s + 2 * CHUNK - 1, #popped), 2 do
+    ids[#ids + 1] = popped[i]; z[#z + 1] = deadline; z[#z + 1] = popped[i]
+  end
+  redis.call('ZADD', leased, unpack(z))
+  local pr = redis.call('HMGET', priorities, unpack(ids))
+  local pl = redis.call('HMGET', payloads, unpack(ids))
+  for j, id in ipairs(ids) do
+    out[#out + 1] = id
+    out[#out + 1] = pr[j]
+    out[#out + 1] = redis.call('HINCRBY', attempts, id, 1)
+    out[#out + 1] = pl[j]
+  end
 end
 return out
 """
 
+# ARGV: refs
 _ACK = """
 local k = 0
-for i = 1, #ARGV, 2 do
-  local id = ARGV[i]
-  if holds(id, ARGV[i + 1]) then
+for id, want in refs(ARGV[1]) do
+  if holds(id, want) then
     redis.call('ZREM', leased, id)
     redis.call('HDEL', payloads, id)
     redis.call('HDEL', priorities, id)
@@ -118,12 +147,12 @@ if k > 0 then redis.call('HINCRBY', stats, 'success', k) end
 return k
 """
 
+# ARGV: '1' for the dead letter else '0', refs
 _NACK = """
 local dead_letter = ARGV[1] == '1'
 local k = 0
-for i = 2, #ARGV, 2 do
-  local id = ARGV[i]
-  if holds(id, ARGV[i + 1]) then
+for id, want in refs(ARGV[2]) do
+  if holds(id, want) then
     redis.call('ZREM', leased, id)
     if dead_letter then redis.call('RPUSH', dead, id) else to_ready(id) end
     k = k + 1
@@ -133,12 +162,12 @@ if k > 0 then redis.call('HINCRBY', stats, dead_letter and 'failed' or 'retried'
 return k
 """
 
+# ARGV: now, visibility timeout ms, refs
 _EXTEND = """
 local deadline = now_ms(ARGV[1]) + tonumber(ARGV[2])
 local k = 0
-for i = 3, #ARGV, 2 do
-  local id = ARGV[i]
-  if holds(id, ARGV[i + 1]) then
+for id, want in refs(ARGV[3]) do
+  if holds(id, want) then
     redis.call('ZADD', leased, deadline, id)
     k = k + 1
   end
@@ -194,11 +223,8 @@ def _member(num: int) -> str:
     return f"{num:016d}"
 
 
-def _ref_args(refs: list[Ref]) -> list[str]:
-    args: list[str] = []
-    for r in refs:
-        args += (_member(r.num), "" if r.attempt is None else str(r.attempt))
-    return args
+def _ref_arg(refs: list[Ref]) -> str:
+    return ",".join(f"{_member(r.num)}:{'' if r.attempt is None else r.attempt}" for r in refs)
 
 
 def _ms(seconds: float) -> int:
@@ -292,9 +318,12 @@ class RedisQueue(BaseQueue):
 
     async def _push(self, rows: list[tuple[str, int]]) -> list[int]:
         b = self.backend
-        args: list[Any] = []
-        for data, priority in rows:
-            args += (data, priority)
+        blobs = [data.encode() for data, _ in rows]
+        args: list[bytes | str] = [
+            b"".join(blobs),
+            ",".join(str(len(blob)) for blob in blobs),
+            ",".join(str(priority) for _, priority in rows),
+        ]
         async with b.redis.pipeline(transaction=False) as pipe:
             pipe.sadd(queue_registry(b.prefix), self.name)
             await b.scripts["push"](keys=self._keys, args=args, client=pipe)
@@ -310,13 +339,13 @@ class RedisQueue(BaseQueue):
         ]
 
     async def _ack(self, refs: list[Ref]) -> int:
-        return int(await self._run("ack", "ack", _ref_args(refs)))
+        return int(await self._run("ack", "ack", [_ref_arg(refs)]))
 
     async def _nack(self, refs: list[Ref], dead: bool) -> int:
-        return int(await self._run("nack", "nack", ["1" if dead else "0", *_ref_args(refs)]))
+        return int(await self._run("nack", "nack", ["1" if dead else "0", _ref_arg(refs)]))
 
     async def _extend(self, refs: list[Ref], timeout: float) -> int:
-        args = [self.backend.now_arg(), _ms(timeout), *_ref_args(refs)]
+        args = [self.backend.now_arg(), _ms(timeout), _ref_arg(refs)]
         return int(await self._run("extend", "extend", args))
 
     async def _requeue_expired(self) -> int:
