@@ -11,9 +11,10 @@ from typing import Any
 import asyncpg
 import pytest
 
-from crawlhub.config.sinks import build_sink, postgres_dsn
+from crawlhub.config.sinks import PgTableConfig, build_sink, postgres_dsn
 from crawlhub.errors import SinkError
 from crawlhub.sinks import PostgresSink, Scd2Merger
+from crawlhub.sinks.pg_table import PgTable
 
 Tables = Callable[[str], str]
 
@@ -25,16 +26,34 @@ async def open_sink(postgres_url: str, **spec: Any) -> PostgresSink:
     return sink
 
 
+#: Text keys let new rows go in by plain COPY; a bigint key takes the staged upsert.
+LAYOUTS = {"copy": {}, "staged": {"types": {"id": "bigint"}}}
+
+
 async def live_ids(pg: asyncpg.Connection, table: str) -> list[str]:
     rows = await pg.fetch(f'SELECT id FROM "{table}" WHERE deleted_at IS NULL ORDER BY id')
-    return [r["id"] for r in rows]
+    return [str(r["id"]) for r in rows]
 
 
+def test_text_keys_take_the_copy_path_and_typed_keys_the_staged_one() -> None:
+    def direct(types: dict[str, str]) -> bool:
+        table = PgTable(PgTableConfig(table="t"), sink="s")
+        table.types = {"id": "text", "data": "jsonb", "content_hash": "text", **types}
+        table.fields = []
+        table._build_sql()
+        return table.direct
+
+    assert direct({}) and direct({"fetched_at": "timestamp with time zone"})
+    assert not direct({"id": "bigint"})
+    assert not direct({"fetched_at": "timestamp without time zone"})
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
 async def test_upsert_counts_inserted_updated_and_skipped(
-    postgres_url: str, pg: asyncpg.Connection, tables: Tables
+    postgres_url: str, pg: asyncpg.Connection, tables: Tables, layout: str
 ) -> None:
     table = tables("items")
-    sink = await open_sink(postgres_url, table=table)
+    sink = await open_sink(postgres_url, table=table, **LAYOUTS[layout])
     try:
         first = await sink.write_batch([{"id": 1, "v": "a"}, {"id": 2, "v": "b"}])
         second = await sink.write_batch([{"id": 1, "v": "a"}, {"id": 2, "v": "B"}, {"id": 3}])
@@ -44,7 +63,7 @@ async def test_upsert_counts_inserted_updated_and_skipped(
     assert (second.inserted, second.updated, second.skipped) == (1, 1, 1)
     assert second.tables[table].updated == 1
     rows = await pg.fetch(f'SELECT id, data FROM "{table}" ORDER BY id')
-    assert [(r["id"], json.loads(r["data"]).get("v")) for r in rows] == [
+    assert [(str(r["id"]), json.loads(r["data"]).get("v")) for r in rows] == [
         ("1", "a"),
         ("2", "B"),
         ("3", None),
@@ -67,11 +86,12 @@ async def test_unchanged_record_is_not_rewritten(
     assert before == after  # same row version: no write happened at all
 
 
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
 async def test_snapshot_soft_deletes_missing_rows_and_undeletes_returning_ones(
-    postgres_url: str, pg: asyncpg.Connection, tables: Tables
+    postgres_url: str, pg: asyncpg.Connection, tables: Tables, layout: str
 ) -> None:
     table = tables("items")
-    sink = await open_sink(postgres_url, table=table)
+    sink = await open_sink(postgres_url, table=table, **LAYOUTS[layout])
     try:
         await sink.write_batch([{"id": i} for i in range(1, 5)])
         await sink.begin_snapshot("snap-1")
@@ -114,6 +134,40 @@ async def test_full_snapshot_with_a_failed_batch_deletes_nothing(
         await second.write_batch([{"id": 2, "bad": "nul\x00"}])
     await second.close()
     assert await live_ids(pg, table) == ["1", "2"]
+
+
+async def test_a_new_key_inserted_meanwhile_by_another_writer_becomes_an_update(
+    postgres_url: str, pg: asyncpg.Connection, tables: Tables
+) -> None:
+    table = tables("items")
+    sink = await open_sink(postgres_url, table=table)
+    other = await asyncpg.connect(postgres_url)
+    try:
+        racing = other.transaction()
+        await racing.start()
+        await other.execute(
+            f'INSERT INTO "{table}" (id, data, content_hash) VALUES (\'2\', \'{{}}\', \'other\')'
+        )
+        # the sink's lookup cannot see the uncommitted row; its COPY waits on the key
+        writing = asyncio.create_task(sink.write_batch([{"id": 1}, {"id": 2}]))
+
+        async def copy_waits() -> None:
+            while not await pg.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE $1",
+                f'COPY%"{table}"%',
+            ):
+                await asyncio.sleep(0.02)
+
+        await asyncio.wait_for(copy_waits(), 30)
+        await racing.commit()
+        result = await asyncio.wait_for(writing, 30)
+    finally:
+        await other.close()
+        await sink.close()
+    assert (result.inserted, result.updated, result.failed) == (1, 1, 0)
+    assert await live_ids(pg, table) == ["1", "2"]
+    assert await pg.fetchval(f'SELECT content_hash FROM "{table}" WHERE id = \'2\'') != "other"
 
 
 async def test_database_error_rolls_back_every_row_of_the_batch(

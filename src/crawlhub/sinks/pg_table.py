@@ -15,7 +15,7 @@ import xxhash
 
 from crawlhub.config.sinks import PgTableConfig
 from crawlhub.errors import SinkError
-from crawlhub.sinks.records import METADATA_FIELDS, PreparedRecord, stable_json
+from crawlhub.sinks.records import METADATA_FIELDS, PreparedRecord, parse_iso, stable_json
 
 #: Columns crawlhub manages itself; never filled from a same-named record field.
 RESERVED = frozenset(
@@ -85,6 +85,11 @@ class PgTable:
         digest = xxhash.xxh32_hexdigest(spec.table.encode())
         self.stage = f"crawlhub_stage_{digest}"
         self._index = quote_ident(f"{spec.table.rsplit('.', 1)[-1][:40]}_{digest}_current")
+        schema, dot, table = spec.table.partition(".")  # as quote_table splits it
+        self._schema: str | None = schema if dot else None
+        self._table = table if dot else spec.table
+        self.direct = False
+        self.copy_columns: list[str] = []
         self.types: dict[str, str] = {}
         self.fields: list[tuple[str, str]] = []  # (record field, column) beside the key
         self._sql: dict[str, str] = {}
@@ -260,6 +265,46 @@ class PgTable:
                 f"UPDATE {self.qname} SET deleted_at = now(){upd} "
                 "WHERE deleted_at IS NULL AND last_seen_snapshot IS DISTINCT FROM $1"
             )
+        self.copy_columns = [c for c, _ in target]
+        self.direct = self._fits_direct_copy()
+        if self.direct:
+            n = len(self.key_columns)
+            alias = ", ".join(f"k{i}" for i in range(n))
+            keys_out = ", ".join(f"t.{quote_ident(c)}::text" for c in self.key_columns)
+            deleted = "t.deleted_at IS NOT NULL" if self._has("deleted_at") else "false"
+            arrays = ", ".join(f"${i + 1}::text[]" for i in range(n))
+            self._sql["lookup"] = (
+                f"SELECT {keys_out}, t.content_hash::text, {deleted} FROM {self.qname} t "
+                f"JOIN unnest({arrays}) AS s({alias}) ON {match}"
+            )
+            if self.uses_snapshot_param:
+                arrays = ", ".join(f"${i + 2}::text[]" for i in range(n))
+                self._sql["touch_keys"] = (
+                    f"UPDATE {self.qname} AS t SET last_seen_snapshot = $1 "
+                    f"FROM unnest({arrays}) AS s({alias}) WHERE {match} "
+                    "AND t.last_seen_snapshot IS DISTINCT FROM $1"
+                )
+
+    def _fits_direct_copy(self) -> bool:
+        """Can new rows be COPYed (binary) straight into the table? Only when every
+        written column takes the values crawlhub has without a cast: text keys, text or
+        JSON fields and data, a timestamptz ``fetched_at``."""
+
+        def base(column: str) -> str:
+            return self.types[column].split("(", 1)[0]
+
+        text = {"text", "character varying"}
+        wanted = {
+            **{c: text for c in self.key_columns},
+            **{c: text | {"json", "jsonb"} for _, c in self.fields},
+            "data": text | {"json", "jsonb"},
+            "content_hash": text,
+            "source_endpoint": text,
+            "source_file": text,
+            "fetched_at": {"timestamp with time zone"},
+            "last_seen_snapshot": text,
+        }
+        return all(base(c) in wanted[c] for c in self.copy_columns)
 
     def _match(self, alias: str) -> str:
         """Target row ``alias`` has the key of staging row ``s``."""
@@ -267,6 +312,24 @@ class PgTable:
             f"{alias}.{quote_ident(c)} = s.k{i}::{self.types[c]}"
             for i, c in enumerate(self.key_columns)
         )
+
+    def copy_row(self, record: PreparedRecord, snapshot: str | None) -> list[Any]:
+        """A row in ``copy_columns`` order, typed for a binary COPY into the table."""
+        row: list[Any] = [pg_text(v) for v in record.key]
+        row += [pg_text(record.data.get(f)) for f, _ in self.fields]
+        for column in self.copy_columns[len(row) :]:
+            if column == "data":
+                row.append(record.data_json)
+            elif column == "content_hash":
+                row.append(record.content_hash)
+            elif column == "fetched_at":
+                fetched = record.metadata["fetched_at"]
+                row.append(None if fetched is None else parse_iso(fetched))
+            elif column == "last_seen_snapshot":
+                row.append(snapshot)
+            else:
+                row.append(record.metadata[column])
+        return row
 
     def stage_row(self, record: PreparedRecord) -> tuple[str | None, ...]:
         return (
@@ -290,6 +353,16 @@ class PgTable:
         self, conn: Any, records: Sequence[PreparedRecord], snapshot: str | None
     ) -> tuple[int, int]:
         """Merge ``records`` inside the caller's transaction; returns (inserted, updated)."""
+        if not records:
+            return 0, 0
+        if not self.scd2 and self.direct:
+            return await self._write_direct(conn, records, snapshot)
+        return await self._write_staged(conn, records, snapshot)
+
+    async def _write_staged(
+        self, conn: Any, records: Sequence[PreparedRecord], snapshot: str | None
+    ) -> tuple[int, int]:
+        """COPY into the staging table, then one set-based merge with casts."""
         await conn.copy_records_to_table(
             self.stage, records=[self.stage_row(r) for r in records], columns=self.stage_columns
         )
@@ -302,6 +375,50 @@ class PgTable:
             return added - closed, closed
         row = await conn.fetchrow(self._sql["upsert"], *args)
         return int(row[0]), int(row[1])
+
+    async def _write_direct(
+        self, conn: Any, records: Sequence[PreparedRecord], snapshot: str | None
+    ) -> tuple[int, int]:
+        """Look the keys up first: new rows go in by plain binary COPY, unchanged ones are
+        skipped without touching the table, only changed ones take the staged upsert."""
+        keys = [tuple(pg_text(v) for v in r.key) for r in records]
+        rows = await conn.fetch(self._sql["lookup"], *(list(col) for col in zip(*keys, strict=True)))
+        n = len(self.key_columns)
+        known = {tuple(row[:n]): (row[n], row[n + 1]) for row in rows}
+        new: list[PreparedRecord] = []
+        changed: list[PreparedRecord] = []
+        unchanged: list[tuple[Any, ...]] = []
+        for record, key in zip(records, keys, strict=True):
+            found = known.get(key)
+            if found is None:
+                new.append(record)
+            elif found[0] != record.content_hash or found[1]:
+                changed.append(record)
+            else:
+                unchanged.append(key)
+        inserted = updated = 0
+        if new:
+            try:
+                async with conn.transaction():  # a savepoint: a lost race falls back below
+                    await conn.copy_records_to_table(
+                        self._table,
+                        schema_name=self._schema,
+                        records=[self.copy_row(r, snapshot) for r in new],
+                        columns=self.copy_columns,
+                    )
+                inserted = len(new)
+            except Exception as exc:
+                if getattr(exc, "sqlstate", None) != "23505":  # not unique_violation
+                    raise
+                changed += new  # another writer added one of these keys meanwhile
+        if changed:
+            ins, upd = await self._write_staged(conn, changed, snapshot)
+            inserted += ins
+            updated += upd
+        if unchanged and snapshot is not None and "touch_keys" in self._sql:
+            columns = (list(col) for col in zip(*unchanged, strict=True))
+            await conn.execute(self._sql["touch_keys"], snapshot, *columns)
+        return inserted, updated
 
     async def finish_snapshot(self, conn: Any, snapshot: str) -> int:
         """Mark rows not seen in ``snapshot`` deleted (SCD2: close their current version)."""

@@ -74,9 +74,15 @@ def iso_timestamp(value: Any) -> str | None:
 
 
 @functools.lru_cache(maxsize=4096)
+def parse_iso(value: str) -> dt.datetime:
+    """ISO-8601 text as an aware datetime (naive means local time); cached, since a
+    page's records share one ``fetched_at``."""
+    parsed = dt.datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo is not None else parsed.astimezone()
+
+
 def _iso_text(value: str) -> str:
-    # a page's records share one fetched_at: parse it once
-    return dt.datetime.fromisoformat(value).isoformat()
+    return parse_iso(value).isoformat()
 
 
 @dataclass(slots=True)
