@@ -29,8 +29,10 @@ class EventsApi:
     """
 
     def __init__(self, hours: int = 5) -> None:
-        self.events = [{"id": i, "at": (T0 + timedelta(minutes=10 * i)).isoformat()}
-                       for i in range(hours * 6)]
+        self.events: list[dict[str, Any]] = [
+            {"id": i, "at": (T0 + timedelta(minutes=10 * i)).isoformat()}
+            for i in range(hours * 6)
+        ]
         self.log: list[dict[str, str]] = []
         self.fail: set[int] = set()
         self.url = ""
@@ -41,7 +43,7 @@ class EventsApi:
         if len(self.log) - 1 in self.fail:
             return web.json_response({"code": 503, "msg": "busy"}, status=503)
         lo, hi = datetime.fromisoformat(q["from"]), datetime.fromisoformat(q["to"])
-        hits = [e for e in self.events if lo <= datetime.fromisoformat(e["at"]) < hi]
+        hits = [e for e in self.events if lo <= datetime.fromisoformat(str(e["at"])) < hi]
         off, lim = int(q.get("offset", 0)), int(q.get("limit", 1000))
         return web.json_response({"code": 0, "data": {"list": hits[off:off + lim],
                                                       "total": len(hits)}})
