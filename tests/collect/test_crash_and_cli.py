@@ -114,3 +114,26 @@ def test_cli_collect_with_a_progress_bar_prints_the_summary_table(tmp_path: Path
     assert result.exit_code == 0, result.output
     assert "news: SUCCEEDED" in result.stdout
     assert "requests" in result.stdout and "written 120" in result.stdout
+
+
+async def test_ctrl_c_stops_the_cli_run_gracefully(tmp_path: Path) -> None:
+    items = LazyItems(1000)
+    async with ApiServer(items=items) as api:  # type: ignore[arg-type]
+        cfg_path = write_config(tmp_path, api.url)
+        api.inject(Fault.slow(120), when=lambda r: r.query.get("offset") == "600")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "from crawlhub.cli import main; main()",
+            "collect", "news", "-c", str(cfg_path), "--no-progress",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        )
+        try:
+            await api.wait_for_requests(5, timeout=60)  # total, 900, 800, 700, 600 (hangs)
+            proc.send_signal(signal.SIGINT)
+            stdout, _ = await asyncio.wait_for(proc.communicate(), 60)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert proc.returncode == 130
+    assert "news: CANCELLED" in stdout.decode()
+    assert sorted(jsonl_ids(tmp_path / "news.jsonl")) == list(range(700, 1000))
