@@ -1,0 +1,26 @@
+"""collect: API collection jobs (newest-first incremental, time windows, full scans).
+
+The public face; behind it: plan (pure planners), source (requests and answers), store
+(progress, cursors, runs), runner (one run), build (a run from config), service (JobManager).
+"""
+
+from crawlhub.collect.build import new_run
+from crawlhub.collect.plan import IncrementalState, Sweep, plan_incremental
+from crawlhub.collect.runner import JobRun
+from crawlhub.collect.service import JobConflict, JobManager, JobNotFound
+from crawlhub.collect.store import MetadataStore, Progress, RunRecord, open_store
+
+__all__ = [
+    "IncrementalState",
+    "JobConflict",
+    "JobManager",
+    "JobNotFound",
+    "JobRun",
+    "MetadataStore",
+    "Progress",
+    "RunRecord",
+    "Sweep",
+    "new_run",
+    "open_store",
+    "plan_incremental",
+]
