@@ -17,6 +17,7 @@ from decimal import Decimal
 from pathlib import PurePath
 from typing import Any
 
+import orjson
 import xxhash
 
 from crawlhub.errors import SinkError
@@ -46,14 +47,33 @@ _ENCODER = json.JSONEncoder(
 )
 
 
+_ORJSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+
+
+def stable_json_bytes(value: Any) -> bytes:
+    """JSON (UTF-8) with sorted keys and no spaces: equal data gives equal bytes (and hash).
+
+    orjson does the work (every record of every sink passes here); NaN and infinities
+    become ``null``, as JSON has neither. Integers beyond 64 bits, which orjson refuses,
+    go through the standard library encoder (same layout).
+    """
+    try:
+        return orjson.dumps(value, default=_json_default, option=_ORJSON_OPTIONS)
+    except orjson.JSONEncodeError as exc:
+        if "64-bit" in str(exc):
+            return _ENCODER.encode(value).encode()
+        cause = exc.__cause__
+        raise TypeError(str(cause) if cause is not None else str(exc)) from None
+
+
 def stable_json(value: Any) -> str:
-    """JSON with sorted keys and no spaces: equal data gives equal text (and hash)."""
-    return _ENCODER.encode(value)
+    """:func:`stable_json_bytes` as text."""
+    return stable_json_bytes(value).decode()
 
 
 def content_hash(data: Mapping[str, Any]) -> str:
     """The content hash of a record's data: xxh3-128 of its stable JSON, 32 hex digits."""
-    return xxhash.xxh3_128_hexdigest(stable_json(data).encode())
+    return xxhash.xxh3_128_hexdigest(stable_json_bytes(data))
 
 
 def iso_timestamp(value: Any) -> str | None:
@@ -81,6 +101,7 @@ def parse_iso(value: str) -> dt.datetime:
     return parsed if parsed.tzinfo is not None else parsed.astimezone()
 
 
+@functools.lru_cache(maxsize=4096)
 def _iso_text(value: str) -> str:
     return parse_iso(value).isoformat()
 
@@ -179,9 +200,10 @@ def _prepare(
             "fetched_at": iso_timestamp(record.get("fetched_at")),
             "source_file": None if source_file is None else str(source_file),
         }
-        data_json = _ENCODER.encode(data)
+        raw = stable_json_bytes(data)
+        data_json = raw.decode()
         hashed = (
-            xxhash.xxh3_128_hexdigest(data_json.encode())
+            xxhash.xxh3_128_hexdigest(raw)
             if not excluded
             else content_hash({k: v for k, v in data.items() if k not in excluded})
         )
