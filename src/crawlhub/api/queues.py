@@ -22,7 +22,9 @@ class LeaseRequest(BaseModel):
 
 
 class AckRequest(BaseModel):
-    ids: list[str] = Field(..., min_length=1, max_length=10000)
+    ids: list[str] = Field(..., min_length=1, max_length=10000,
+                           description="message ids, or receipts (id#attempt) to finish only"
+                           " the lease you hold")
     dead: bool = Field(False, description="nack only: to the dead letter instead of ready")
 
 
@@ -39,7 +41,7 @@ async def lease(name: str, body: LeaseRequest, svc: Services = Depends(services)
         messages = await svc.queues.queue(name).lease(body.n, body.visibility_timeout)
     except QueueError as exc:
         raise ApiError(400, str(exc)) from None
-    return [{"id": m.id, "payload": m.payload, "priority": m.priority,
+    return [{"id": m.id, "receipt": m.receipt, "payload": m.payload, "priority": m.priority,
              "attempts": m.attempts, "lease_until": m.lease_until} for m in messages]
 
 

@@ -326,7 +326,8 @@ def lease(
     """Lease messages; prints one JSON line per message: {id, attempts, payload}."""
     cfg = get_config(config, data_dir, sets)
     for m in run(_lease(cfg.storage, queue, n, visibility)):
-        out.print(json.dumps({"id": m.id, "attempts": m.attempts, "priority": m.priority,
+        out.print(json.dumps({"id": m.id, "receipt": m.receipt, "attempts": m.attempts,
+                              "priority": m.priority,
                               "payload": m.payload}, ensure_ascii=False),
                   markup=False, highlight=False, soft_wrap=True)
 
