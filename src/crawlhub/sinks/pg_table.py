@@ -8,7 +8,7 @@ value cast to the target column's catalog type, so any column type works.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import xxhash
@@ -91,6 +91,7 @@ class PgTable:
         self.direct = False
         self.copy_columns: list[str] = []
         self.types: dict[str, str] = {}
+        self._tail: list[Callable[[PreparedRecord], Any]] = []
         self.fields: list[tuple[str, str]] = []  # (record field, column) beside the key
         self._sql: dict[str, str] = {}
 
@@ -266,6 +267,7 @@ class PgTable:
                 "WHERE deleted_at IS NULL AND last_seen_snapshot IS DISTINCT FROM $1"
             )
         self.copy_columns = [c for c, _ in target]
+        self._tail = self._tail_getters()
         self.direct = self._fits_direct_copy()
         if self.direct:
             n = len(self.key_columns)
@@ -316,20 +318,32 @@ class PgTable:
     def copy_row(self, record: PreparedRecord, snapshot: str | None) -> list[Any]:
         """A row in ``copy_columns`` order, typed for a binary COPY into the table."""
         row: list[Any] = [pg_text(v) for v in record.key]
-        row += [pg_text(record.data.get(f)) for f, _ in self.fields]
-        for column in self.copy_columns[len(row) :]:
-            if column == "data":
-                row.append(record.data_json)
-            elif column == "content_hash":
-                row.append(record.content_hash)
-            elif column == "fetched_at":
-                fetched = record.metadata["fetched_at"]
-                row.append(None if fetched is None else parse_iso(fetched))
-            elif column == "last_seen_snapshot":
-                row.append(snapshot)
-            else:
-                row.append(record.metadata[column])
+        if self.fields:
+            data = record.data
+            row += [pg_text(data.get(f)) for f, _ in self.fields]
+        row += [get(record) for get in self._tail]
+        if self.uses_snapshot_param:
+            row.append(snapshot)
         return row
+
+    def _tail_getters(self) -> list[Callable[[PreparedRecord], Any]]:
+        """Per managed column after keys and fields: how a PreparedRecord fills it."""
+
+        def fetched(record: PreparedRecord) -> Any:
+            value = record.metadata["fetched_at"]
+            return None if value is None else parse_iso(value)
+
+        def meta(name: str) -> Callable[[PreparedRecord], Any]:
+            return lambda record: record.metadata[name]
+
+        getters: dict[str, Callable[[PreparedRecord], Any]] = {
+            "data": lambda record: record.data_json,
+            "content_hash": lambda record: record.content_hash,
+            "source_endpoint": meta("source_endpoint"),
+            "fetched_at": fetched,
+            "source_file": meta("source_file"),
+        }
+        return [getters[c] for c in ("data", "content_hash", *METADATA_FIELDS) if self._has(c)]
 
     def stage_row(self, record: PreparedRecord) -> tuple[str | None, ...]:
         return (
@@ -381,7 +395,11 @@ class PgTable:
     ) -> tuple[int, int]:
         """Look the keys up first: new rows go in by plain binary COPY, unchanged ones are
         skipped without touching the table, only changed ones take the staged upsert."""
-        keys = [tuple(pg_text(v) for v in r.key) for r in records]
+        keys: list[tuple[str | None, ...]]
+        if len(self.key_columns) == 1:
+            keys = [(pg_text(r.key[0]),) for r in records]
+        else:
+            keys = [tuple(pg_text(v) for v in r.key) for r in records]
         rows = await conn.fetch(self._sql["lookup"], *(list(col) for col in zip(*keys, strict=True)))
         n = len(self.key_columns)
         known = {tuple(row[:n]): (row[n], row[n + 1]) for row in rows}

@@ -184,7 +184,10 @@ def _prepare(
             f"{_where(sink, index, record)} is a {type(record).__name__}, not an object; "
             "records are dicts"
         )
-    data = {k: v for k, v in record.items() if k not in left_out}
+    data = dict(record)  # a C-speed copy, then drop the few left-out keys
+    for name in left_out:
+        if name in data:
+            del data[name]
     key = tuple(record.get(field) for field in key_fields)
     for field, value in zip(key_fields, key, strict=True):
         if value is None or value == "":
