@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -90,6 +91,25 @@ async def test_queue_stats_follow_lease_ack_and_nack(api: Api) -> None:
 async def test_acking_an_id_that_is_not_leased_counts_nothing(api: Api) -> None:
     r = await api.client.post("/queues/default/ack", json={"ids": ["999999"]})
     assert r.status_code == 200 and r.json() == {"acked": 0}
+
+
+@pytest.mark.parametrize("ids", [["1" * 30], ["²"], ["١"], ["1#"], ["#1"], ["1#1#1"], ["-1"],
+                                 [" 1"], ["0x1"]])
+async def test_ids_that_are_not_message_ids_count_nothing(api: Api, ids: list[str]) -> None:
+    await api.client.post("/task/", json={"n": 1})
+    await api.client.post("/queues/default/lease", json={"n": 1})
+    for op in ("ack", "nack"):
+        r = await api.client.post(f"/queues/default/{op}", json={"ids": ids})
+        assert r.status_code == 200 and r.json() == {f"{op}ed": 0}
+
+
+@pytest.mark.parametrize("name", ["a b", "{tag}", "x#1", "q" * 201])
+async def test_an_invalid_queue_name_is_400_for_every_queue_operation(api: Api,
+                                                                      name: str) -> None:
+    for op, body in (("lease", {"n": 1}), ("ack", {"ids": ["1"]}), ("nack", {"ids": ["1"]})):
+        r = await api.client.post(f"/queues/{quote(name, safe='')}/{op}", json=body)
+        assert r.status_code == 400, (op, r.text)
+        assert "queue name" in r.json()["detail"]
 
 
 @pytest.mark.parametrize(("path", "body"), [

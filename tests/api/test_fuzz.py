@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx2
 import pytest
@@ -66,7 +67,8 @@ class App:
         self.client = httpx2.AsyncClient(transport=transport, base_url="http://crawlhub.test")
 
     def post(self, path: str, content: bytes) -> httpx2.Response:
-        return self.runner.run(self.client.post(path, content=content))
+        return self.runner.run(self.client.post(
+            path, content=content, headers={"content-type": "application/json"}))
 
     def close(self) -> None:
         self.runner.run(self.client.aclose())
@@ -105,6 +107,22 @@ def test_random_bytes_and_json_token_soup_never_get_a_5xx(app: App) -> None:
     @given(raw=raw_bodies, path=st.sampled_from(PATHS))
     def check(raw: bytes, path: str) -> None:
         _check(app.post(path, raw))
+
+    check()
+
+
+def test_random_queue_requests_never_get_a_5xx(app: App) -> None:
+    ids = st.lists(st.text(max_size=25) | st.integers().map(str), max_size=5)
+    queue_bodies = (st.fixed_dictionaries({"ids": ids}, optional={"dead": json_values})
+                    | st.fixed_dictionaries({}, optional={"n": json_values,
+                                                          "visibility_timeout": json_values})
+                    | json_values)
+
+    @FUZZ
+    @given(name=st.text(min_size=1, max_size=30) | st.just("gd"),
+           op=st.sampled_from(["lease", "ack", "nack"]), body=queue_bodies)
+    def check(name: str, op: str, body: Any) -> None:
+        _check(app.post(f"/queues/{quote(name, safe='')}/{op}", json.dumps(body).encode()))
 
     check()
 

@@ -47,10 +47,16 @@ async def lease(name: str, body: LeaseRequest, svc: Services = Depends(services)
 
 @router.post("/queues/{name}/ack", summary="Finish leased messages")
 async def ack(name: str, body: AckRequest, svc: Services = Depends(services)) -> dict[str, int]:
-    return {"acked": await svc.queues.queue(name).ack(body.ids)}
+    try:
+        return {"acked": await svc.queues.queue(name).ack(body.ids)}
+    except QueueError as exc:  # e.g. an invalid queue name
+        raise ApiError(400, str(exc)) from None
 
 
 @router.post("/queues/{name}/nack", summary="Return leased messages (or dead-letter them)")
 async def nack(name: str, body: AckRequest, request: Request,
                svc: Services = Depends(services)) -> dict[str, int]:
-    return {"nacked": await svc.queues.queue(name).nack(body.ids, dead=body.dead)}
+    try:
+        return {"nacked": await svc.queues.queue(name).nack(body.ids, dead=body.dead)}
+    except QueueError as exc:
+        raise ApiError(400, str(exc)) from None

@@ -22,6 +22,8 @@ PRIORITY_MIN = -(2**31)
 PRIORITY_MAX = 2**31 - 1
 
 _NAME = re.compile(r"[^\s{}#]{1,200}")
+#: An id or receipt: ASCII digits that fit a 64-bit integer (``"17"``, ``"17#2"``).
+_REF = re.compile(r"([0-9]{1,18})(?:#([0-9]{1,18}))?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,12 +123,13 @@ def parse_refs(ids: Sequence[str] | str) -> list[Ref]:
     parsed: list[Ref] = []
     plain: set[int] = set()
     for raw in ids:
-        num, sep, attempt = str(raw).partition("#")
-        if not num.isdigit() or (sep and not attempt.isdigit()):
+        match = _REF.fullmatch(str(raw))
+        if match is None:
             continue
-        parsed.append(Ref(int(num), int(attempt) if sep else None))
-        if not sep:
-            plain.add(int(num))
+        num, attempt = int(match[1]), match[2]
+        parsed.append(Ref(num, int(attempt) if attempt is not None else None))
+        if attempt is None:
+            plain.add(num)
     refs: list[Ref] = []
     seen: set[Ref] = set()
     for ref in parsed:
