@@ -30,9 +30,10 @@ _FAST_URL = re.compile(
     r"(?:#.*)?",
     re.DOTALL,
 )
-_NUMERIC_LABEL = re.compile(r"[0-9]+|0[xX][0-9A-Fa-f]*")
 _HEX = frozenset("0123456789abcdefABCDEF")
-_PLAIN_QUERY = re.compile(r"[A-Za-z0-9\-._~=&]*")
+_NOT_UPPER_HIGH_ESCAPE = re.compile(r"%(?![89A-F][0-9A-F])")
+# fields of unreserved characters and '+', each with at most one '='
+_PLAIN_QUERY = re.compile(r"(?:[A-Za-z0-9\-._~+]*(?:=[A-Za-z0-9\-._~+]*)?(?:&|\Z))*")
 # Escapes w3lib keeps encoded in a path (after upper-casing them): % / ; ?
 _KEPT_PATH_ESCAPES = frozenset((0x25, 0x2F, 0x3B, 0x3F))
 # the authority and the rest of a canonical URL, for the slow path
@@ -48,32 +49,28 @@ class CanonicalURL:
     """w3lib's canonical form of a URL, in parts; ``str()`` rebuilds it exactly."""
 
     scheme: str
-    #: ``[userinfo@]host[:port]`` with the host lower-cased; None when there is no authority.
-    netloc: str | None
+    #: lower-cased host ("" when the URL has none, like ``mailto:``)
+    host: str
+    port: str | None
     path: str
     params: list[QueryParam]
     #: True when the fast path produced it; False when w3lib did.
     fast: bool = True
+    #: ``user:password@`` as w3lib writes it, or ""
+    userinfo: str = ""
+    #: False for URLs without an authority (``mailto:a@b``)
+    authority: bool = True
 
-    @property
-    def host(self) -> str:
-        host = (self.netloc or "").rpartition("@")[2]
-        if host.startswith("["):
-            return host[: host.find("]") + 1]
-        return host.partition(":")[0]
-
-    @property
-    def port(self) -> str | None:
-        host = (self.netloc or "").rpartition("@")[2]
-        tail = host[host.find("]") + 1 :] if host.startswith("[") else host
-        _, sep, port = tail.partition(":")
-        return port if sep else None
+    def netloc(self, port: str | None = None) -> str:
+        """``userinfo host :port``; ``port`` replaces the URL's own when given."""
+        port = self.port if port is None else port
+        return f"{self.userinfo}{self.host}:{port}" if port else f"{self.userinfo}{self.host}"
 
     def query(self) -> str:
         return "&".join(p[2] for p in self.params)
 
     def __str__(self) -> str:
-        authority = "" if self.netloc is None else f"//{self.netloc}"
+        authority = f"//{self.netloc()}" if self.authority else ""
         query = f"?{self.query()}" if self.params else ""
         return f"{self.scheme}:{authority}{self.path}{query}"
 
@@ -88,34 +85,30 @@ def _fast(url: str) -> CanonicalURL | None:
     m = _FAST_URL.fullmatch(url)
     if m is None:
         return None
-    host = m.group("host").lower()
-    last_label = host.rsplit(".", 1)[-1]
-    if _NUMERIC_LABEL.fullmatch(last_label) or "xn--" in host:
+    scheme, host, port, path, query = m.group(1, 2, 3, 4, 5)
+    host = host.lower()
+    last = host[host.rfind(".") + 1 :]
+    if last.isdigit() or last.startswith("0x") or "xn--" in host:
         return None  # IPv4 parsing and IDNA belong to w3lib
-    port = m.group("port")
-    if port is not None:
-        if int(port) > 65535:
+    if port is not None and int(port) > 65535:
+        return None
+    if not path:
+        path = "/"
+    elif "%" in path:
+        path = _fast_path_escapes(path)  # type: ignore[assignment]
+        if path is None:
             return None
-        netloc = f"{host}:{port}"
-    else:
-        netloc = host
-    path = m.group("path") or "/"
-    if "%" in path:
-        decoded = _fast_path_escapes(path)
-        if decoded is None:
-            return None
-        path = decoded
     if "/." in path:
         for segment in path.split("/"):
             if segment == "." or segment == "..":
                 return None  # dot segments: let w3lib resolve them
-    query = m.group("query")
-    params = _fast_query(query) if query else []
-    return CanonicalURL(m.group("scheme").lower(), netloc, path, params, True)
+    return CanonicalURL(scheme.lower(), host, port, path, _fast_query(query) if query else [])
 
 
 def _fast_path_escapes(path: str) -> str | None:
     """Normalise ``%XX`` in a path as w3lib does, or None when w3lib must decide."""
+    if _NOT_UPPER_HIGH_ESCAPE.search(path) is None:
+        return path  # only upper-case escapes of non-ASCII bytes (UTF-8 text): kept as is
     parts = path.split("%")
     out = [parts[0]]
     for part in parts[1:]:
@@ -134,16 +127,12 @@ def _fast_path_escapes(path: str) -> str | None:
 def _fast_query(query: str) -> list[QueryParam]:
     if not _PLAIN_QUERY.fullmatch(query):
         return _decoded_query(query)
-    simple: list[tuple[str, str]] = []
-    for field in query.split("&"):
-        if field:
-            key, _, value = field.partition("=")
-            if "=" in value:
-                return _decoded_query(query)
-            simple.append((key, value))
-    # ASCII-only names and values: str order is w3lib's byte order
-    simple.sort()
-    return [(k, v, f"{k}={v}") for k, v in simple]
+    # ASCII names and values: str order is w3lib's byte order, '+' included (it decodes
+    # to ' ' and both sort below every other character allowed here)
+    fields = sorted([f.partition("=") for f in query.split("&") if f])
+    if "+" in query:
+        return [(k.replace("+", " "), v.replace("+", " "), f"{k}={v}") for k, _, v in fields]
+    return [(k, v, f"{k}={v}") for k, _, v in fields]
 
 
 def _decoded_query(query: str) -> list[QueryParam]:
@@ -172,7 +161,7 @@ def _slow(url: str) -> CanonicalURL:
         raise FrontierError(f"URL {url!r} is not valid ({exc}): fix or drop this seed") from None
     m = _CANONICAL.fullmatch(text)
     if m is None:  # pragma: no cover - w3lib always returns scheme:...
-        return CanonicalURL("", None, text, [], False)
+        return CanonicalURL("", "", None, text, [], False, "", False)
     # w3lib encodes '?' inside a path and inside query values, so the query (if any)
     # is whatever follows the first '?'.
     path, sep, query = m.group("rest").partition("?")
@@ -182,7 +171,16 @@ def _slow(url: str) -> CanonicalURL:
             continue
         key, _, value = field.partition("=")
         params.append((_decode(key), _decode(value), field))
-    return CanonicalURL(m.group("scheme"), m.group("netloc"), path, params, False)
+    netloc = m.group("netloc")
+    if netloc is None:
+        return CanonicalURL(m.group("scheme"), "", None, path, params, False, "", False)
+    userinfo, at, hostport = netloc.rpartition("@")
+    end = hostport.find("]") + 1 if hostport.startswith("[") else 0  # an IPv6 literal
+    tail, sep, port = hostport[end:].partition(":")
+    host = hostport[:end] + tail
+    return CanonicalURL(
+        m.group("scheme"), host, port if sep else None, path, params, False, userinfo + at
+    )
 
 
 def _decode(text: str) -> str:

@@ -47,11 +47,13 @@ class _Patterns:
         items = tuple((p.lower(), source) for patterns, source in groups for p in patterns)
         if not items:
             return cls((), None)
-        regex = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p, _ in items))
+        regex = re.compile(
+            "|".join(f"(?:{fnmatch.translate(p)})" for p, _ in items), re.IGNORECASE
+        )
         return cls(items, regex)
 
     def match(self, name: str) -> bool:
-        return self.regex is not None and self.regex.match(name.lower()) is not None
+        return self.regex is not None and self.regex.match(name) is not None
 
     def which(self, name: str) -> str:
         lowered = name.lower()
@@ -147,10 +149,12 @@ class KeyResolver:
     def key(self, seed: Seed | str) -> str:
         """The dedup key of ``seed`` (a Seed or a URL string)."""
         if isinstance(seed, str):
-            seed = Seed(seed)
+            if self._function is not None:
+                return self._user_key(Seed(seed))
+            return self._resolve(seed, "GET", None, None)
         if self._function is not None:
             return self._user_key(seed)
-        return self._resolve(seed, None)
+        return self._resolve(seed.url, seed.method, seed.body, None)
 
     def explain(self, seed: Seed | str) -> KeyExplanation:
         """The key of ``seed`` and, step by step, why it looks the way it does."""
@@ -163,7 +167,7 @@ class KeyResolver:
                 [f"key from the user function {self.config.function} (key.function)"],
             )
         steps: list[str] = []
-        key = self._resolve(seed, steps)
+        key = self._resolve(seed.url, seed.method, seed.body, steps)
         return KeyExplanation(key, str(canonicalize(seed.url)), steps)
 
     def canonical_url(self, url: str) -> str:
@@ -187,33 +191,54 @@ class KeyResolver:
             )
         return key
 
-    def _resolve(self, seed: Seed, steps: list[str] | None) -> str:
-        c = canonicalize(seed.url)
+    def _resolve(
+        self, url: str, method: str, body: str | bytes | None, steps: list[str] | None
+    ) -> str:
+        c = canonicalize(url.strip())
         rules = self._rules(c.host)
         if steps is not None:
-            self._explain_canonical(seed.url, c, rules, steps)
+            self._explain_canonical(url, c, rules, steps)
         port = c.port
-        netloc = c.netloc
-        if port is not None and netloc is not None and DEFAULT_PORTS.get(c.scheme) == port:
-            netloc = netloc[: -len(port) - 1]
+        if port is not None and DEFAULT_PORTS.get(c.scheme) == port:
+            port = ""
             if steps is not None:
-                steps.append(f"default port :{port} of {c.scheme} dropped")
+                steps.append(f"default port :{c.port} of {c.scheme} dropped")
         path = c.path
         if not rules.case_sensitive_path:
             lowered = path.lower()
             if steps is not None and lowered != path:
                 steps.append(f"path lower-cased (domains.{rules.domain}.case_sensitive_path: false)")
             path = lowered
-        kept = [p[2] for p in c.params if not self._drops(p[0], p[1], rules, steps)]
-        authority = "" if netloc is None else f"//{netloc}"
-        key = f"{c.scheme}:{authority}{path}?{'&'.join(kept)}" if kept else f"{c.scheme}:{authority}{path}"
+        if not c.params:
+            query = ""
+        elif steps is None and rules.keep.regex is None and rules.only is None:
+            # the common case, inlined: drop patterns and timestamp-like values only
+            drop = rules.drop.regex.match if rules.drop.regex is not None else None
+            stamps = rules.drop_timestamps
+            kept = [
+                text
+                for name, value, text in c.params
+                if not (
+                    (drop is not None and drop(name))
+                    or (stamps and len(value) in (10, 13) and is_timestamp_like(value))
+                )
+            ]
+            query = "?" + "&".join(kept) if kept else ""
+        else:
+            kept = [p[2] for p in c.params if not self._drops(p[0], p[1], rules, steps)]
+            query = "?" + "&".join(kept) if kept else ""
+        if c.authority:
+            key = f"{c.scheme}://{c.netloc(port)}{path}{query}"
+        else:
+            key = f"{c.scheme}:{path}{query}"
         config = self.config
         if config.include_method:
-            key = f"{seed.method} {key}"
+            method = (method or "GET").upper()
+            key = f"{method} {key}"
             if steps is not None:
-                steps.append(f"method {seed.method} put in the key (key.include_method)")
-        if config.include_body and seed.body:
-            digest = xxhash.xxh3_64_hexdigest(seed.body_bytes())
+                steps.append(f"method {method} put in the key (key.include_method)")
+        if config.include_body and body:
+            digest = xxhash.xxh3_64_hexdigest(body if isinstance(body, bytes) else body.encode())
             key = f"{key} body:{digest}"
             if steps is not None:
                 steps.append(f"body hash {digest} put in the key (key.include_body)")

@@ -146,25 +146,46 @@ class Frontier:
     async def admit(self, seeds: Sequence[Seed]) -> list[bool]:
         """Admit seeds: True = new in its segment and stored pending, False = duplicate.
 
-        An admitted seed gets its ``key`` and ``segment`` set.
+        An admitted seed gets its ``key`` and ``segment`` set. Each batch of
+        ``ADMIT_BATCH`` seeds is one atomic store call; an invalid URL raises a
+        FrontierError naming it (batches before it stay admitted).
         """
         return await self._admit(seeds, dispatched=False)
 
     async def _admit(self, seeds: Sequence[Seed], *, dispatched: bool) -> list[bool]:
         await self._ensure_open()
         results: list[bool] = []
-        for start in range(0, len(seeds), ADMIT_BATCH):
-            chunk = seeds[start : start + ADMIT_BATCH]
-            now = self.clock()
-            entries = [self.entry(seed, now, dispatched=dispatched) for seed in chunk]
-            flags = await self.store.admit(entries, now, exact=self.config.exact)
-            for e, ok in zip(entries, flags, strict=True):
-                if ok:
-                    e.seed.key, e.seed.segment = e.key, e.segment
-                    if not dispatched and e.ready_at <= now:
-                        self._wakeup.set()
-            results += flags
+        exact = self.config.exact
+        # Keys of the next batch are resolved while the store takes the previous one.
+        running: tuple[list[Entry], float, asyncio.Future[list[bool]]] | None = None
+        try:
+            for start in range(0, len(seeds), ADMIT_BATCH):
+                now = self.clock()
+                chunk = seeds[start : start + ADMIT_BATCH]
+                entries = [self.entry(seed, now, dispatched=dispatched) for seed in chunk]
+                if running is not None:
+                    results += self._admitted(*running[:2], await running[2], dispatched)
+                    running = None
+                store_call = self.store.admit(entries, now, exact=exact)
+                running = (entries, now, asyncio.ensure_future(store_call))
+            if running is not None:
+                results += self._admitted(*running[:2], await running[2], dispatched)
+                running = None
+        finally:
+            if running is not None:  # a key failed to resolve: let the store call finish
+                with contextlib.suppress(Exception):
+                    await running[2]
         return results
+
+    def _admitted(
+        self, entries: list[Entry], now: float, flags: list[bool], dispatched: bool
+    ) -> list[bool]:
+        for e, ok in zip(entries, flags, strict=True):
+            if ok:
+                e.seed.key, e.seed.segment = e.key, e.segment
+                if not dispatched and e.ready_at <= now:
+                    self._wakeup.set()
+        return flags
 
     def seed_of_task(self, task: Mapping[str, Any]) -> Seed | None:
         """The seed a task stands for: its ``url_field``, method and body; None: no URL."""

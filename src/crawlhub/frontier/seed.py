@@ -98,11 +98,24 @@ class Seed:
         return out
 
     def encode(self) -> str:
+        """Compact storage form: the bare URL for a plain GET seed, else JSON."""
+        if (
+            self.method == "GET"
+            and self.body is None
+            and not self.headers
+            and not self.meta
+            and not self.priority
+            and self.not_before is None
+            and not self.url.startswith("{")
+        ):
+            return self.url
         return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
     def decode(cls, data: str | bytes, **frontier_fields: Any) -> Seed:
-        seed = cls.from_mapping(json.loads(data))
+        """The seed ``encode`` stored, with ``frontier_fields`` (key, segment, ...) set."""
+        text = data.decode() if isinstance(data, bytes) else data
+        seed = cls.from_mapping(json.loads(text)) if text.startswith("{") else cls(text)
         for name, value in frontier_fields.items():
             setattr(seed, name, value)
         return seed

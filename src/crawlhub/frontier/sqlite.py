@@ -161,51 +161,61 @@ class SqliteSeedStore:
         self, conn: sqlite3.Connection, entries: Sequence[Entry], now: float, exact: bool
     ) -> list[bool]:
         results = [False] * len(entries)
-        added: list[tuple[int, int]] = []  # (segment, hash) to add once committed
-        batch: set[tuple[int, str]] = set()
         duplicates: dict[int, int] = defaultdict(int)
-        insert = (
-            f'INSERT OR IGNORE INTO "{self._t}" '
-            "(segment, key, state, priority, ready_at, seed) VALUES (?, ?, ?, ?, ?, ?)"
-        )
+        candidates: dict[tuple[int, str], int] = {}  # (segment, key) -> index in entries
         exists = f'SELECT 1 FROM "{self._t}" WHERE segment = ? AND key = ?'
-        max_seq = self._max_seq
         conn.execute("BEGIN IMMEDIATE")
         try:
             for i, e in enumerate(entries):
                 ident = (e.segment, e.key)
-                if ident in batch or (
+                if ident in candidates or (
                     e.hash in self._bloom(conn, e.segment)
                     and (not exact or conn.execute(exists, ident).fetchone() is not None)
                 ):
                     duplicates[e.segment] += 1
-                    continue
-                batch.add(ident)
-                if e.dispatched:
-                    state = DISPATCHED
                 else:
-                    state = PENDING if e.ready_at <= now else WAITING
-                cur = conn.execute(
-                    insert,
-                    (e.segment, e.key, state, e.seed.priority, e.ready_at, e.seed.encode()),
-                )
-                added.append((e.segment, e.hash))
-                if cur.rowcount == 1:
-                    results[i] = True
-                    max_seq = max(max_seq, cur.lastrowid or 0)
-                else:  # another process admitted it; our filter had not seen it yet
-                    duplicates[e.segment] += 1
+                    candidates[ident] = i
+            inserted = self._insert(conn, [entries[i] for i in candidates.values()], now)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        # Only committed keys enter the filters: a rolled-back key must stay admissible.
-        for segment, h in added:
-            self._blooms[segment].add(h)
+        for ident, i in candidates.items():
+            if ident in inserted:
+                results[i] = True
+            else:  # another process admitted it; our filter had not seen it yet
+                duplicates[ident[0]] += 1
+            # Only committed keys enter the filters: a rolled-back key stays admissible.
+            self._blooms[ident[0]].add(entries[i].hash)
         for segment, n in duplicates.items():
             self._duplicates[segment] += n
-        self._max_seq = max_seq
         return results
+
+    def _insert(
+        self, conn: sqlite3.Connection, entries: list[Entry], now: float
+    ) -> set[tuple[int, str]]:
+        """INSERT OR IGNORE many rows in one statement; the (segment, key) inserted."""
+        inserted: set[tuple[int, str]] = set()
+        for start in range(0, len(entries), 4000):
+            chunk = entries[start : start + 4000]
+            values: list[object] = []
+            for e in chunk:
+                if e.dispatched:
+                    state = DISPATCHED
+                else:
+                    state = PENDING if e.ready_at <= now else WAITING
+                values += (e.segment, e.key, state, e.seed.priority, e.ready_at, e.seed.encode())
+            rows = conn.execute(
+                f'INSERT OR IGNORE INTO "{self._t}" '
+                "(segment, key, state, priority, ready_at, seed) VALUES "
+                + ",".join(["(?, ?, ?, ?, ?, ?)"] * len(chunk))
+                + " RETURNING seq, segment, key",
+                values,
+            ).fetchall()
+            for seq, segment, key in rows:
+                inserted.add((segment, key))
+                self._max_seq = max(self._max_seq, seq)
+        return inserted
 
     # ------------------------------------------------------------------ dispatch
     def _sweep(self, conn: sqlite3.Connection, now: float) -> None:
