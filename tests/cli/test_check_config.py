@@ -88,3 +88,12 @@ def test_a_missing_file_is_exit_2(cli: Cli, tmp_path: Path) -> None:
     result = cli("check-config", str(tmp_path / "absent.yaml"))
     assert result.exit_code == 2
     assert "does not exist" in one_line(result.stderr)
+
+
+def test_an_error_quoting_brackets_prints_them_as_written(cli: Cli, tmp_path: Path) -> None:
+    selector = "task_parms[province] == 1 and [x for x in y] or z == '[/b]'"
+    main = write_yaml(tmp_path / "main.yaml", {"outbound": [{"name": "a",
+                                                            "selector": [selector]}]})
+    result = cli("check-config", str(main))
+    assert result.exit_code == 2
+    assert selector in result.stderr

@@ -118,3 +118,20 @@ def test_a_bad_config_exits_2_before_touching_any_queue(cli: Cli, tmp_path: Path
     result = cli("lease", "jobs", "-c", str(config))
     assert result.exit_code == 2
     assert "storage" in one_line(result.stderr) and "queues" in one_line(result.stderr)
+
+
+def test_an_invalid_queue_name_is_a_message_and_exit_1(cli: Cli, tmp_path: Path) -> None:
+    for command in (["lease", "a b"], ["ack", "a b", "1"], ["nack", "{x}", "1"]):
+        result = cli(*command, "--data-dir", str(tmp_path / "data"))
+        assert result.exit_code == 1
+        assert "queue name" in one_line(result.stderr)
+        assert "Traceback" not in result.stderr
+
+
+def test_an_unreachable_backend_is_a_message_naming_it_and_exit_1(cli: Cli,
+                                                                  tmp_path: Path) -> None:
+    config = write_yaml(tmp_path / "down.yaml", {
+        "storage": {"queues": "redis://127.0.0.1:1/0", "state": "redis://127.0.0.1:1/0"}})
+    result = cli("queues", "-c", str(config))
+    assert result.exit_code == 1
+    assert "redis://127.0.0.1:1/0" in one_line(result.stderr)

@@ -88,3 +88,13 @@ def test_route_writes_no_queue_message(cli: Cli, selective: Path) -> None:
     result = cli("queues", "-c", str(selective))
     assert result.exit_code == 0
     assert table_rows(result.stdout) == {}  # no queue was even created
+
+
+def test_a_class_the_hub_cannot_load_exits_2_naming_the_entry(cli: Cli, tmp_path: Path) -> None:
+    config = write_yaml(tmp_path / "badclass.yaml", {
+        "data_dir": str(tmp_path / "data"),
+        "outbound": [{"name": "custom", "class": "no_such_pkg.Outbound"}]})
+    result = cli("route", '{"a": 1}', "-c", str(config))
+    assert result.exit_code == 2
+    message = one_line(result.stderr)
+    assert "outbound[0] 'custom'" in message and "no_such_pkg" in message

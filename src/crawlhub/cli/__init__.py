@@ -16,9 +16,11 @@ from typing import Annotated, Any
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from crawlhub.config import ConfigError, default_config, dump_config, load_config
+from crawlhub.errors import CrawlhubError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="crawlhub: task intake, rule routing, reliable queues, frontier and"
@@ -57,12 +59,22 @@ def get_config(config: Path | None, data_dir: Path | None = None,
             return default_config(None, overrides=overrides)
         return load_config(config, overrides=overrides)
     except ConfigError as exc:
-        err.print(f"[bold red]config error[/]\n{exc}", markup=True, highlight=False, soft_wrap=True)
+        err.print(f"[bold red]config error[/]\n{escape(str(exc))}", markup=True, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 
 def run(coro: Any) -> Any:
-    return asyncio.run(coro)
+    """Run a command's async part; a crawlhub error is a message and exit 1, no traceback."""
+    try:
+        return asyncio.run(coro)
+    except ConfigError as exc:  # found while building services: a bad class, init, ...
+        err.print(f"[bold red]config error[/]\n{escape(str(exc))}", markup=True,
+                  highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    except CrawlhubError as exc:
+        err.print(f"[bold red]error[/] {escape(str(exc))}", markup=True, highlight=False,
+                  soft_wrap=True)
+        raise typer.Exit(1) from None
 
 
 # ---------------------------------------------------------------------------- serve
@@ -110,7 +122,7 @@ def check_config(
     try:
         _compile_hub(cfg, Hub)
     except ConfigError as exc:
-        err.print(f"[bold red]config error[/]\n{exc}", markup=True, highlight=False, soft_wrap=True)
+        err.print(f"[bold red]config error[/]\n{escape(str(exc))}", markup=True, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     # soft_wrap: Rich must not fold long lines, or the YAML printed is not the config.
     out.print(yaml.safe_dump(dump_config(cfg), allow_unicode=True, sort_keys=False),
