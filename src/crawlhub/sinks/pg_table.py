@@ -101,6 +101,11 @@ class PgTable:
         return "stage" in self._sql
 
     @property
+    def streams(self) -> bool:
+        """New rows go by plain COPY, encoded as they stream (see ``_write_direct``)."""
+        return self.direct and not self.scd2
+
+    @property
     def scd2(self) -> bool:
         return self.spec.mode == "scd2"
 
@@ -369,7 +374,7 @@ class PgTable:
         """Merge ``records`` inside the caller's transaction; returns (inserted, updated)."""
         if not records:
             return 0, 0
-        if not self.scd2 and self.direct:
+        if self.streams:
             return await self._write_direct(conn, records, snapshot)
         return await self._write_staged(conn, records, snapshot)
 
@@ -421,7 +426,8 @@ class PgTable:
                     await conn.copy_records_to_table(
                         self._table,
                         schema_name=self._schema,
-                        records=[self.copy_row(r, snapshot) for r in new],
+                        # a generator: rows are encoded while earlier ones are parsed
+                        records=(self.copy_row(r, snapshot) for r in new),
                         columns=self.copy_columns,
                     )
                 inserted = len(new)

@@ -216,6 +216,7 @@ class PostgresSink:
                         sink=self.name,
                         hash_exclude=table.spec.hash_exclude,
                         drop=(self.config.route_field,) if self.config.route_field else (),
+                        lazy=table.streams,  # encoded while COPY streams, in the transaction
                     )
                     async with pool.acquire() as conn, conn.transaction():
                         inserted, updated = await table.write(conn, batch.records, snapshot)

@@ -1,7 +1,8 @@
 """Record preparation shared by every sink: key, content hash, source metadata, stable JSON.
 
-A sink calls :func:`prepare_batch` before it touches its store, so everything that can be
-wrong with a record (not an object, a missing key, a value JSON cannot hold) fails there.
+A sink calls :func:`prepare_batch` before it touches its store, so what can be wrong with a
+record (not an object, a missing key, a value JSON cannot hold) fails there, or inside the
+sink's transaction for the lazily encoded PostgreSQL COPY path.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ def content_hash(data: Mapping[str, Any]) -> str:
 
 def iso_timestamp(value: Any) -> str | None:
     """``fetched_at`` as ISO-8601 text: datetimes, epoch seconds and ISO strings accepted."""
+    if type(value) is str and value:  # the common case first
+        return _iso_text(value)
     if value is None or value == "":
         return None
     if isinstance(value, dt.datetime):
@@ -106,17 +109,68 @@ def _iso_text(value: str) -> str:
     return parse_iso(value).isoformat()
 
 
-@dataclass(slots=True)
 class PreparedRecord:
-    """One record ready for a store; every field is derived once, here (treat as frozen:
-    a frozen dataclass costs a slow ``__init__`` in the hottest loop)."""
+    """One record ready for a store: key, data and metadata, and (on first use) its stable
+    JSON and content hash.
 
-    key: tuple[Any, ...]
-    key_text: str
-    data: dict[str, Any]
-    metadata: dict[str, Any]
-    content_hash: str
-    data_json: str
+    ``prepare_batch`` encodes eagerly unless asked for ``lazy`` records: the PostgreSQL
+    COPY path encodes while it streams, so Python and the server work at the same time.
+    A value JSON cannot hold raises ``SinkError`` where the encoding happens.
+    """
+
+    __slots__ = ("key", "key_text", "data", "metadata", "_json", "_hash", "_excluded", "_sink", "_index")
+
+    def __init__(
+        self,
+        key: tuple[Any, ...],
+        key_text: str,
+        data: dict[str, Any],
+        metadata: dict[str, Any],
+        *,
+        excluded: frozenset[str] = frozenset(),
+        sink: str = "",
+        index: int = 0,
+    ) -> None:
+        self.key = key
+        self.key_text = key_text
+        self.data = data
+        self.metadata = metadata
+        self._json: str | None = None
+        self._hash: str | None = None
+        self._excluded = excluded
+        self._sink = sink
+        self._index = index
+
+    @property
+    def data_json(self) -> str:
+        if self._json is None:
+            self.encode()
+        assert self._json is not None
+        return self._json
+
+    @property
+    def content_hash(self) -> str:
+        if self._hash is None:
+            self.encode()
+        assert self._hash is not None
+        return self._hash
+
+    def encode(self) -> None:
+        """Compute the stable JSON and the content hash (once)."""
+        try:
+            raw = stable_json_bytes(self.data)
+            excluded = self._excluded
+            self._hash = (
+                xxhash.xxh3_128_hexdigest(raw)
+                if not excluded
+                else content_hash({k: v for k, v in self.data.items() if k not in excluded})
+            )
+            self._json = raw.decode()
+        except (TypeError, ValueError) as exc:
+            raise SinkError(
+                f"{_where(self._sink, self._index, self.data)} cannot be stored: {exc}; "
+                "convert the value to JSON types"
+            ) from exc
 
     def full(self) -> dict[str, Any]:
         """Data plus the metadata that is set: what JSON-shaped sinks store."""
@@ -167,7 +221,9 @@ def prepare_record(
     fields are stored but do not count as a change.
     """
     left_out = frozenset(METADATA_FIELDS).union(drop)
-    return _prepare(record, tuple(key_fields), sink, index, left_out, frozenset(hash_exclude))
+    return _prepare(
+        record, tuple(key_fields), sink, index, left_out, frozenset(hash_exclude), lazy=False
+    )
 
 
 def _prepare(
@@ -177,9 +233,11 @@ def _prepare(
     index: int,
     left_out: frozenset[str],
     excluded: frozenset[str],
+    *,
+    lazy: bool,
 ) -> PreparedRecord:
     # The hot loop of every sink: sets are built by the caller, messages only on error.
-    if not isinstance(record, Mapping):
+    if type(record) is not dict and not isinstance(record, Mapping):  # ABC check is slow
         raise SinkError(
             f"{_where(sink, index, record)} is a {type(record).__name__}, not an object; "
             "records are dicts"
@@ -188,7 +246,7 @@ def _prepare(
     for name in left_out:
         if name in data:
             del data[name]
-    key = tuple(record.get(field) for field in key_fields)
+    key = (record.get(key_fields[0]),) if len(key_fields) == 1 else tuple(map(record.get, key_fields))
     for field, value in zip(key_fields, key, strict=True):
         if value is None or value == "":
             raise SinkError(
@@ -203,20 +261,16 @@ def _prepare(
             "fetched_at": iso_timestamp(record.get("fetched_at")),
             "source_file": None if source_file is None else str(source_file),
         }
-        raw = stable_json_bytes(data)
-        data_json = raw.decode()
-        hashed = (
-            xxhash.xxh3_128_hexdigest(raw)
-            if not excluded
-            else content_hash({k: v for k, v in data.items() if k not in excluded})
-        )
         text = key_text(key)
     except (TypeError, ValueError) as exc:
         raise SinkError(
             f"{_where(sink, index, record)} cannot be stored: {exc}; convert the value to "
             "JSON types"
         ) from exc
-    return PreparedRecord(key, text, data, metadata, hashed, data_json)
+    prepared = PreparedRecord(key, text, data, metadata, excluded=excluded, sink=sink, index=index)
+    if not lazy:
+        prepared.encode()
+    return prepared
 
 
 def _where(sink: str, index: int, record: Any) -> str:
@@ -230,14 +284,18 @@ def prepare_batch(
     sink: str,
     hash_exclude: Iterable[str] = (),
     drop: Iterable[str] = (),
+    lazy: bool = False,
 ) -> PreparedBatch:
-    """Prepare every record; a repeated key keeps its last record (earlier ones are skips)."""
+    """Prepare every record; a repeated key keeps its last record (earlier ones are skips).
+
+    With ``lazy`` the JSON and hash are computed when first read (see PreparedRecord).
+    """
     fields = tuple(key_fields)
     left_out = frozenset(METADATA_FIELDS).union(drop)
     excluded = frozenset(hash_exclude)
     by_key: dict[str, PreparedRecord] = {}
     for i, record in enumerate(records):
-        prepared = _prepare(record, fields, sink, i, left_out, excluded)
+        prepared = _prepare(record, fields, sink, i, left_out, excluded, lazy=lazy)
         by_key[prepared.key_text] = prepared
     return PreparedBatch(list(by_key.values()), len(records) - len(by_key))
 
