@@ -4,8 +4,9 @@ Lua scripts so any number of processes see one frontier.
 The bloom filter is plain Redis strings written with ``BITFIELD`` (no RedisBloom module,
 whose licence is not open source). Clients hash each key once (xxh3-128) and send two
 32-bit halves; the admit script derives the k bit positions of every layer by double
-hashing, tests all layers and, for a new key, sets its bits, stores the seed and bumps
-the counters in the same atomic step: two processes never both admit one key.
+hashing, tests all layers (``GETBIT``, stopping at the first clear bit) and, for a new
+key, sets its bits with one ``BITFIELD SET`` per key, stores the seed and bumps the
+counters in the same atomic step: two processes never both admit one key.
 
 Layout (names from :func:`crawlhub.keys.frontier_keys`, all in the frontier's slot):
 
@@ -103,7 +104,8 @@ for i = 1, #raw, 2 do info[raw[i]] = raw[i + 1] end
 local layers = {}
 for i = 1, tonumber(info['layers'] or '0') do
   layers[i] = {cap = tonumber(info['cap' .. i]), bits = tonumber(info['bits' .. i]),
-               k = tonumber(info['k' .. i]), count = tonumber(info['count' .. i] or '0')}
+               k = tonumber(info['k' .. i]), count = tonumber(info['count' .. i] or '0'),
+               key = meta .. ':' .. i}
 end
 
 local function add_layer()
@@ -114,40 +116,46 @@ local function add_layer()
           ' layers: raise frontier.expected_items')
   end
   -- allocate the whole bit array at once: exact size, no incremental regrowth
-  redis.call('SETRANGE', meta .. ':' .. i, spec[2] / 8 - 1, '\\0')
-  layers[i] = {cap = spec[1], bits = spec[2], k = spec[3], count = 0}
+  redis.call('SETRANGE', meta .. ':' .. i, spec[2] / 8 - 1, '\0')
+  layers[i] = {cap = spec[1], bits = spec[2], k = spec[3], count = 0, key = meta .. ':' .. i}
   redis.call('HSET', meta, 'layers', i, 'cap' .. i, spec[1], 'bits' .. i, spec[2],
              'k' .. i, spec[3], 'count' .. i, 0)
 end
 if #layers == 0 then add_layer() end
 
-local function bitargs(h1, h2, layer, set)
-  local args = {}
-  for j = 0, layer.k - 1 do
-    local pos = (h1 + j * h2) % layer.bits
-    if set then
-      args[#args + 1] = 'SET'; args[#args + 1] = 'u1'; args[#args + 1] = pos; args[#args + 1] = 1
-    else
-      args[#args + 1] = 'GET'; args[#args + 1] = 'u1'; args[#args + 1] = pos
-    end
-  end
-  return args
-end
-
+-- bit j of a key in a layer: (h1 + j * h2) mod bits (double hashing)
 local function present(h1, h2)
   for i = 1, #layers do
-    local bits = redis.call('BITFIELD', meta .. ':' .. i, unpack(bitargs(h1, h2, layers[i], false)))
+    local layer = layers[i]
     local all = true
-    for _, b in ipairs(bits) do
-      if b == 0 then all = false; break end
+    for j = 0, layer.k - 1 do
+      -- GETBIT stops at the first clear bit: a new key rarely needs more than two
+      if redis.call('GETBIT', layer.key, (h1 + j * h2) % layer.bits) == 0 then
+        all = false
+        break
+      end
     end
     if all then return true end
   end
   return false
 end
 
+local function set_bits(h1, h2, layer)
+  local args = layer.args
+  if not args then
+    args = {}
+    for j = 0, layer.k - 1 do
+      args[4 * j + 1] = 'SET'; args[4 * j + 2] = 'u1'; args[4 * j + 4] = 1
+    end
+    layer.args = args
+  end
+  for j = 0, layer.k - 1 do args[4 * j + 3] = (h1 + j * h2) % layer.bits end
+  redis.call('BITFIELD', layer.key, unpack(args))
+end
+
 local out = {}
 local admitted, dups, pending, dispatched, signal = 0, 0, 0, 0, false
+local seq = tonumber(redis.call('GET', seqkey) or '0')
 local e = 0
 while p <= #ARGV do
   e = e + 1
@@ -163,12 +171,12 @@ while p <= #ARGV do
       add_layer()
       layer = layers[#layers]
     end
-    redis.call('BITFIELD', meta .. ':' .. #layers, unpack(bitargs(h1, h2, layer, true)))
+    set_bits(h1, h2, layer)
     layer.count = layer.count + 1
     new = true
   end
   if new then
-    local seq = redis.call('INCR', seqkey)
+    seq = seq + 1
     redis.call('HSET', seeds, key, seq .. '|' .. prio .. '|' .. payload)
     if disp == '1' then
       dispatched = dispatched + 1
@@ -195,6 +203,7 @@ for i = 1, #layers do
   counts[#counts + 1] = layers[i].count
 end
 redis.call('HSET', meta, unpack(counts))
+if admitted > 0 then redis.call('SET', seqkey, string.format('%d', seq)) end
 redis.call('HINCRBY', stats, 'admitted', admitted)
 if dups > 0 then redis.call('HINCRBY', stats, 'duplicates', dups) end
 if pending > 0 then redis.call('HINCRBY', stats, 'pending', pending) end
