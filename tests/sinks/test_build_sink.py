@@ -90,6 +90,13 @@ def test_several_postgres_tables_need_a_route_field() -> None:
                     "tables": [{"table": "a"}, {"table": "b"}]})
 
 
+def test_tables_inherit_the_top_level_key_unless_they_set_their_own() -> None:
+    sink = build_sink({"type": "postgres", "url": "postgresql://x/y", "key": "sku",
+                       "route_field": "_t", "tables": [{"table": "a"}, {"table": "b", "key": "id"}]})
+    assert isinstance(sink, PostgresSink)
+    assert [t.key for t in sink.config.tables] == [["sku"], ["id"]]
+
+
 def test_import_path_that_is_not_a_sink_is_refused() -> None:
     with pytest.raises(ConfigError, match="not a sink"):
         build_sink({"type": "pathlib:PurePath"})

@@ -129,6 +129,13 @@ class PostgresSinkConfig(SinkConfig):
     @model_validator(mode="before")
     @classmethod
     def _single_table(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "table" not in data and data.get("tables"):
+            # tables inherit the top-level key and hash_exclude they do not set
+            inherited = {f: data[f] for f in ("key", "hash_exclude") if f in data}
+            tables = [
+                {**inherited, **t} if isinstance(t, Mapping) else t for t in data["tables"]
+            ]
+            return {**data, "tables": tables}
         if not isinstance(data, Mapping) or "table" not in data:
             return data
         data = dict(data)
