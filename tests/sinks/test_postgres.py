@@ -13,7 +13,7 @@ import pytest
 
 from crawlhub.config.sinks import PgTableConfig, build_sink, postgres_dsn
 from crawlhub.errors import SinkError
-from crawlhub.sinks import PostgresSink, Scd2Merger
+from crawlhub.sinks import PostgresSink, Scd2Merger, SnapshotSink
 from crawlhub.sinks.pg_table import PgTable
 
 Tables = Callable[[str], str]
@@ -92,6 +92,7 @@ async def test_snapshot_soft_deletes_missing_rows_and_undeletes_returning_ones(
 ) -> None:
     table = tables("items")
     sink = await open_sink(postgres_url, table=table, **LAYOUTS[layout])
+    assert isinstance(sink, SnapshotSink)
     try:
         await sink.write_batch([{"id": i} for i in range(1, 5)])
         await sink.begin_snapshot("snap-1")
