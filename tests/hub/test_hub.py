@@ -401,3 +401,19 @@ async def test_redis_list_inbound_redelivers_what_a_crash_left_in_processing(
     finally:
         await client.delete(key, f"{key}:processing:feed")
         await client.aclose()
+
+
+async def test_a_push_that_fails_leaves_no_ledger_entry_behind(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    from tests.servers import free_port
+
+    svc = await open_services(make_config(outbound=[
+        {"name": "ok", "selector": ["k == 1"]},
+        {"name": "down", "class": "redis_list", "selector": ["k == 2"],
+         "init": {"url": f"redis://127.0.0.1:{free_port()}/0", "key": "nowhere"}}]))
+    with pytest.raises(Exception, match="(?i)connect"):
+        await svc.hub.submit([{"k": 1}, {"k": 2}])
+    # The task that reached its queue stays known; the one that reached nothing is gone.
+    assert await svc.state.pending() == 1
+    [queued] = await drain(svc, "ok")
+    assert await svc.state.get(queued["task_uuid"]) is not None
