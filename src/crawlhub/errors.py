@@ -9,6 +9,7 @@ names the input, the place and, where there is one, the fix::
     │   └── SelectorError    a selector that does not compile or uses a forbidden construct
     ├── QueueError           a queue backend refused or failed an operation
     ├── RoutingError         a task could not be routed (no outbound, limits reached)
+    ├── ConvertError         an inbound's converter failed on a message
     ├── BackpressureError    an outbound is over its max_lag: try again later
     ├── FrontierError        seed store / dedup failures
     ├── FetchError           a request failed after its retries
@@ -79,6 +80,10 @@ class QueueError(CrawlhubError):
 
 class RoutingError(CrawlhubError):
     """A task could not be routed."""
+
+
+class ConvertError(CrawlhubError):
+    """An inbound's converter failed on a message (the message is bad for that converter)."""
 
 
 class BackpressureError(CrawlhubError):

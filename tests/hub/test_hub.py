@@ -417,3 +417,47 @@ async def test_a_push_that_fails_leaves_no_ledger_entry_behind(
     assert await svc.state.pending() == 1
     [queued] = await drain(svc, "ok")
     assert await svc.state.get(queued["task_uuid"]) is not None
+
+
+@pytest.mark.parametrize("kind", ["list", "stream"])
+async def test_redis_inbound_sets_aside_a_message_the_hub_keeps_refusing(
+        kind: str, make_config: Callable[..., Any], open_services: Opener, redis_url: str,
+        unique_name: str) -> None:
+    import redis.asyncio as aioredis
+
+    key = f"{unique_name}:in"
+    svc = await open_services(make_config(
+        inbound=[{"name": "feed", "class": "redis",
+                  "convert": [{"class": "tests.hub.converters:ExplodeOn", "init": {"value": 2}}],
+                  "init": {"url": redis_url, "key": key, "type": kind, "block": 0.1}}],
+        outbound=[{"name": "o"}]))
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        for raw in ['{"n": 1}', '{"n": 2}', '{"n": 3}', '{"n": NaN}']:
+            if kind == "list":
+                await client.lpush(key, raw)
+            else:
+                await client.xadd(key, {"data": raw})
+        await svc.start()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and await client.llen(f"{key}:dead:feed") < 1:
+            await asyncio.sleep(0.05)
+        assert sorted(m["n"] for m in await drain(svc, "o")) == [1, 3]
+        assert [json.loads(r) for r in await client.lrange(f"{key}:dead:feed", 0, -1)] == [
+            {"n": 2}]
+    finally:
+        await client.delete(key, f"{key}:processing:feed", f"{key}:dead:feed")
+        await client.aclose()
+
+
+async def test_converter_failure_is_a_convert_error_naming_inbound_and_converter(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    from crawlhub.errors import ConvertError
+
+    svc = await open_services(make_config(
+        inbound=[{"name": "feed", "class": "http",
+                  "convert": [{"class": "tests.hub.converters:ExplodeOn", "init": {"value": 2}}]}],
+        outbound=[{"name": "o"}]))
+    with pytest.raises(ConvertError, match=r"inbound 'feed': convert\[0\] \(ExplodeOn\)"):
+        await svc.hub.receive("feed", [{"n": 2}])
+    assert await svc.queues.queue("o").length() == 0

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from crawlhub.api.deps import ApiError, json_body, objects, services
-from crawlhub.errors import BackpressureError
+from crawlhub.errors import BackpressureError, ConvertError
 from crawlhub.hub.hub import Inbound
 from crawlhub.service import Services
 
@@ -46,6 +46,8 @@ async def push(name: str, request: Request, svc: Services = Depends(services)) -
         outcomes = await svc.hub.receive(name, items)
     except BackpressureError as exc:
         raise ApiError(503, str(exc), retry_after=exc.retry_after) from None
+    except ConvertError as exc:
+        raise ApiError(422, str(exc)) from None
     deferred = any(o.get("status") == "deferred" for o in outcomes)
     payload: Any = {"messages": outcomes} if many else outcomes[0]
     return JSONResponse(payload, status_code=503 if deferred else 200,
@@ -60,4 +62,7 @@ async def check_task(name: str, request: Request,
     _inbound(svc, name)
     body = await json_body(request)
     items, _ = objects(body, what="message", limit=1)
-    return await svc.hub.check_task(name, items[0])
+    try:
+        return await svc.hub.check_task(name, items[0])
+    except ConvertError as exc:
+        raise ApiError(422, str(exc)) from None

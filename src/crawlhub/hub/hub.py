@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crawlhub.errors import BackpressureError, ConfigError, CrawlhubError
+from crawlhub.errors import BackpressureError, ConfigError, ConvertError, CrawlhubError
 from crawlhub.hub.converters import Converter, build_converter
 from crawlhub.hub.failures import FailureLog
 from crawlhub.hub.inbounds.base import InboundSource
@@ -82,11 +82,17 @@ class Inbound:
         return self.class_name in HTTP_NAMES
 
     def convert(self, message: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Run the converters; a converter that raises is a :class:`ConvertError`."""
         data: dict[str, Any] | None = dict(message)
-        for converter in self.converters:
+        for index, converter in enumerate(self.converters):
             if data is None:
                 return None
-            data = converter(data)
+            try:
+                data = converter(data)
+            except Exception as exc:
+                raise ConvertError(
+                    f"inbound {self.name!r}: convert[{index}]"
+                    f" ({type(converter).__name__}) failed on a message: {exc}") from exc
         return data
 
 

@@ -45,6 +45,8 @@ class RedisInbound:
         self.block_ms = int(float(init.get("block", 1.0)) * 1000)
         self.threads = max(1, threads)
         self.processing = f"{self.key}:processing:{name}"
+        #: Messages the hub kept refusing (not a backend outage) are set aside here.
+        self.dead_key = f"{self.key}:dead:{name}"
 
     async def run(self, deliver: Deliver, stop: asyncio.Event) -> None:
         import redis.asyncio as aioredis
@@ -87,8 +89,10 @@ class RedisInbound:
             await self._deliver_list(client, raws, deliver)
 
     async def _deliver_list(self, client: Any, raws: list[bytes], deliver: Deliver) -> None:
-        await deliver(_decode(raws, self.name))
+        poison = await _deliver_guarded(deliver, raws, self.name)
         async with client.pipeline(transaction=False) as pipe:
+            for raw in poison:
+                pipe.lpush(self.dead_key, raw)
             for raw in raws:
                 pipe.lrem(self.processing, 1, raw)
             await pipe.execute()
@@ -126,9 +130,50 @@ class RedisInbound:
             await self._deliver_stream(client, entries, deliver)
 
     async def _deliver_stream(self, client: Any, entries: list[Any], deliver: Deliver) -> None:
-        raws = [_stream_payload(fields) for _, fields in entries]
-        await deliver(_decode([r for r in raws if r is not None], self.name))
-        await client.xack(self.key, self.group, *[eid for eid, _ in entries])
+        raws = [r for r in (_stream_payload(fields) for _, fields in entries) if r is not None]
+        poison = await _deliver_guarded(deliver, raws, self.name)
+        async with client.pipeline(transaction=True) as pipe:
+            for raw in poison:
+                pipe.lpush(self.dead_key, raw)
+            pipe.xack(self.key, self.group, *[eid for eid, _ in entries])
+            await pipe.execute()
+
+
+def _transient_errors() -> tuple[type[BaseException], ...]:
+    import sqlite3
+
+    import redis.exceptions
+
+    return (ConnectionError, OSError, TimeoutError, sqlite3.OperationalError,
+            redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+
+#: Errors that mean a backend is down: the batch is retried, never set aside.
+_TRANSIENT = _transient_errors()
+
+
+async def _deliver_guarded(deliver: Deliver, raws: list[bytes], name: str) -> list[bytes]:
+    """Deliver a batch; if the hub refuses it for a reason other than a backend being
+    down, deliver one by one and return the messages it keeps refusing (poison), which
+    the caller sets aside on the dead list instead of retrying them forever."""
+    try:
+        await deliver(_decode(raws, name))
+        return []
+    except _TRANSIENT:
+        raise
+    except Exception:
+        log.warning("inbound %s: a batch of %d failed; retrying one by one", name, len(raws))
+    poison = []
+    for raw in raws:
+        try:
+            await deliver(_decode([raw], name))
+        except _TRANSIENT:
+            raise
+        except Exception as exc:
+            log.error("inbound %s: set aside a message the hub refuses (%s: %s): %r", name,
+                      type(exc).__name__, exc, raw[:200])
+            poison.append(raw)
+    return poison
 
 
 def _stream_payload(fields: dict[bytes, bytes]) -> bytes | None:
@@ -141,11 +186,15 @@ def _stream_payload(fields: dict[bytes, bytes]) -> bytes | None:
     return None
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _decode(raws: list[bytes], name: str) -> list[dict[str, Any]]:
     messages = []
     for raw in raws:
         try:
-            value = json.loads(raw)
+            value = json.loads(raw, parse_constant=_no_constant)
         except ValueError:
             log.warning("inbound %s: skipped a message that is not JSON: %r", name, raw[:200])
             continue
