@@ -28,10 +28,12 @@ def make_config(backend: str, tmp_path: Path, request: pytest.FixtureRequest,
         storage: dict[str, Any] = {}
         if backend == "redis":
             url = request.getfixturevalue("redis_url")
-            storage = {"queues": url, "state": url, "redis_prefix": f"{unique_name}:"}
+            storage = {"queues": url, "state": url, "frontier": url,
+                       "redis_prefix": f"{unique_name}:"}
         else:
             storage = {"queues": f"sqlite:///{tmp_path}/queues.db",
-                       "state": f"sqlite:///{tmp_path}/hub.db"}
+                       "state": f"sqlite:///{tmp_path}/hub.db",
+                       "frontier": f"sqlite:///{tmp_path}/frontier.db"}
         sections.setdefault("failure", {"path": str(tmp_path / "failures.jsonl")})
         sections.setdefault("inbound", [{"name": "http", "class": "http"}])
         return CrawlhubConfig.model_validate(

@@ -272,15 +272,18 @@ class Hub:
     async def _admit(self, plans: list[tuple[int, Task, OutboundRule]],
                      results: list[SubmitResult], inbound_frontier: str | None) -> None:
         """Frontier admission: a URL already admitted in its segment is a duplicate."""
+        by_frontier: dict[str, list[tuple[int, Task]]] = defaultdict(list)
         for i, task, rule in plans:
             name = inbound_frontier or rule.frontier
-            if not name:
-                continue
-            admitted = await self.frontiers[name].admit_task(task)
-            if admitted is False:
-                results[i].status = "duplicate"
-                results[i].reason = f"already admitted by frontier {name!r} in this segment"
-                self.metrics.duplicates.labels(name).inc()
+            if name:
+                by_frontier[name].append((i, task))
+        for name, gated in by_frontier.items():
+            admitted = await self.frontiers[name].admit_tasks([t for _, t in gated])
+            for (i, _), verdict in zip(gated, admitted, strict=True):
+                if verdict is False:
+                    results[i].status = "duplicate"
+                    results[i].reason = f"already admitted by frontier {name!r} in this segment"
+                    self.metrics.duplicates.labels(name).inc()
 
     async def _check_lag(self, plans: Sequence[tuple[int, Task, OutboundRule]], *,
                          wait: bool) -> None:
