@@ -56,9 +56,7 @@ class Task(dict[str, Any]):
             self["task_uuid"] = str(given)
         self.setdefault("submitter", submitter)
         if not self.get("submit_time"):
-            self["submit_time"] = time.strftime(
-                "%Y-%m-%d %H:%M:%S", time.localtime(now if now is not None else time.time())
-            )
+            self["submit_time"] = _stamp(now if now is not None else time.time())
         self.setdefault("routed_count", 0)
         self.setdefault("retry_times", 0)
         self.setdefault("group_retry_times", 0)
@@ -93,6 +91,18 @@ class Task(dict[str, Any]):
     def user_params(self) -> dict[str, Any]:
         """The task without the built-in keys."""
         return {k: v for k, v in self.items() if k not in BUILTIN_KEY_SET}
+
+
+_last_stamp: tuple[int, str] = (-1, "")
+
+
+def _stamp(now: float) -> str:
+    """``submit_time`` text, formatted once per second (it is set on every task)."""
+    global _last_stamp
+    second = int(now)
+    if _last_stamp[0] != second:
+        _last_stamp = (second, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second)))
+    return _last_stamp[1]
 
 
 def strip_builtin_keys(data: Mapping[str, Any], keep: Iterable[str] = ()) -> dict[str, Any]:

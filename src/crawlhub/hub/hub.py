@@ -334,27 +334,30 @@ class Hub:
         if not ready:
             return deferred
         now = time.time()
-        await self.state.record([
-            LedgerEntry(dict(t), rule.name,
-                        now + rule.result_timeout if rule.result_timeout else None)
-            for rule, _, group in ready for t in group
-        ])
+        await self.state.record(
+            [LedgerEntry(dict(t), rule.name,
+                         now + rule.result_timeout if rule.result_timeout else None)
+             for rule, _, group in ready for t in group],
+            counters=[(rule.name, "total", len(group)) for rule, _, group in ready],
+        )
         sent = await asyncio.gather(
             *(transport.send([(rule.params(t), _int(t.get("priority"))) for t in group])
               for rule, transport, group in ready),
             return_exceptions=True,
         )
-        failed = [(group, error) for (_, _, group), error in zip(ready, sent, strict=True)
+        failed = [(rule, group, error) for (rule, _, group), error in zip(ready, sent,
+                                                                         strict=True)
                   if isinstance(error, BaseException)]
         if failed:
             # Those tasks reached no queue: forget them so no timeout resurrects a task
-            # the caller was told was not accepted.
-            for group, _ in failed:
+            # the caller was told was not accepted, and take back their count.
+            for _, group, _ in failed:
                 for task in group:
                     await self.state.resolve(task.task_uuid)
+            await self.state.incr_many([(rule.name, "total", -len(group))
+                                        for rule, group, _ in failed])
         done = [(rule, group) for (rule, _, group), error in zip(ready, sent, strict=True)
                 if not isinstance(error, BaseException)]
-        await self.state.incr_many([(rule.name, "total", len(group)) for rule, group in done])
         for rule, group in done:
             self.metrics.dispatched.labels(rule.name).inc(len(group))
             self._note_dispatch(rule.name, len(group), now)
@@ -362,7 +365,7 @@ class Hub:
             if cached:
                 self._lag_cache[rule.name] = (cached[0], cached[1] + len(group))
         if failed:
-            raise failed[0][1]
+            raise failed[0][2]
         return deferred
 
     async def _take_tokens(self, rule: OutboundRule, n: int, *, wait: bool) -> int:

@@ -7,10 +7,10 @@ spiders that BRPOP / ZPOPMIN keep working. Others load by import path.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from crawlhub import jsoncodec
 from crawlhub.errors import ConfigError
 from crawlhub.hub.loading import import_object
 from crawlhub.queues.base import QueueBackend, ReliableQueue
@@ -91,7 +91,7 @@ class RedisListOutbound:
 
 
 def _dumps(params: dict[str, Any]) -> str:
-    return json.dumps(params, ensure_ascii=False, separators=(",", ":"))
+    return jsoncodec.dumps(params)
 
 
 #: Class names accepted for the built-in transports (taskHUB's names included).

@@ -7,13 +7,13 @@ recorded with a deadline; a result resolves it; a deadline passing claims it as 
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from crawlhub import jsoncodec
 from crawlhub.keys import hub_keys
 from crawlhub.sqlitedb import SqliteDB
 
@@ -38,7 +38,10 @@ class LedgerEntry:
 class HubState(Protocol):
     """Ledger, counters and token buckets shared by every hub process on one backend."""
 
-    async def record(self, entries: Sequence[LedgerEntry]) -> None: ...
+    async def record(self, entries: Sequence[LedgerEntry],
+                     counters: Sequence[tuple[str, str, int]] = ()) -> None:
+        """Store entries, and add ``(outbound, field, n)`` counters in the same write."""
+        ...
 
     async def get(self, task_uuid: str) -> LedgerEntry | None: ...
 
@@ -83,12 +86,11 @@ def open_state(url: str, *, prefix: str = "crawlhub:") -> HubState:
 
 
 def _dumps(entry: LedgerEntry) -> str:
-    return json.dumps({"t": entry.task, "o": entry.outbound, "d": entry.deadline},
-                      ensure_ascii=False, separators=(",", ":"))
+    return jsoncodec.dumps({"t": entry.task, "o": entry.outbound, "d": entry.deadline})
 
 
 def _loads(raw: str | bytes) -> LedgerEntry:
-    data = json.loads(raw)
+    data = jsoncodec.loads(raw)
     return LedgerEntry(task=data["t"], outbound=data["o"], deadline=data["d"])
 
 
@@ -99,6 +101,15 @@ def _bucket(tokens: float, stamp: float, now: float, rate: float, n: int, burst:
     if tokens >= n:
         return tokens - n, 0.0
     return tokens, (n - tokens) / rate
+
+
+def _add_counters(conn: sqlite3.Connection, items: Sequence[tuple[str, str, int]]) -> None:
+    if items:
+        conn.executemany(
+            "INSERT INTO counters(outbound, field, value) VALUES (?, ?, ?)"
+            " ON CONFLICT(outbound, field) DO UPDATE SET value = value + excluded.value",
+            list(items),
+        )
 
 
 _SCHEMA = """
@@ -133,7 +144,8 @@ class SqliteHubState:
         self._db = SqliteDB(url, schema=_SCHEMA)
         self._last_purge = 0.0
 
-    async def record(self, entries: Sequence[LedgerEntry]) -> None:
+    async def record(self, entries: Sequence[LedgerEntry],
+                     counters: Sequence[tuple[str, str, int]] = ()) -> None:
         now = time.time()
         rows = [
             (e.task["task_uuid"], _dumps(e), e.deadline, now + self.retention) for e in entries
@@ -145,6 +157,7 @@ class SqliteHubState:
                 " VALUES (?, ?, ?, ?)",
                 rows,
             )
+            _add_counters(conn, counters)
 
         await self._db.transaction(_write)
 
@@ -193,14 +206,7 @@ class SqliteHubState:
         if not items:
             return
 
-        def _incr(conn: sqlite3.Connection) -> None:
-            conn.executemany(
-                "INSERT INTO counters(outbound, field, value) VALUES (?, ?, ?)"
-                " ON CONFLICT(outbound, field) DO UPDATE SET value = value + excluded.value",
-                list(items),
-            )
-
-        await self._db.transaction(_incr)
+        await self._db.transaction(lambda conn: _add_counters(conn, items))
 
     async def counters(self) -> dict[str, dict[str, int]]:
         def _read(conn: sqlite3.Connection) -> list[tuple[str, str, int]]:
@@ -257,6 +263,35 @@ end
 return out
 """
 
+# Record entries (KEYS: ledger, deadlines, retention, counters; ARGV: uuids joined, their
+# lengths, entries joined, their lengths, deadlines ("" = none), retention expiry, then
+# counter field / increment pairs). Packed into a
+# few arguments: encoding hundreds of small arguments is what costs the client most.
+_RECORD_LUA = """
+local function split(blob, lengths)
+  local out, pos = {}, 1
+  for len in string.gmatch(lengths, '[^,]+') do
+    local n = tonumber(len)
+    table.insert(out, string.sub(blob, pos, pos + n - 1))
+    pos = pos + n
+  end
+  return out
+end
+local ids = split(ARGV[1], ARGV[2])
+local entries = split(ARGV[3], ARGV[4])
+local deadlines = {}
+for d in string.gmatch(ARGV[5], '([^,]*),?') do table.insert(deadlines, d) end
+for i, id in ipairs(ids) do
+  redis.call('HSET', KEYS[1], id, entries[i])
+  if deadlines[i] ~= nil and deadlines[i] ~= '' then
+    redis.call('ZADD', KEYS[2], deadlines[i], id)
+  end
+  redis.call('ZADD', KEYS[3], ARGV[6], id)
+end
+for i = 7, #ARGV, 2 do redis.call('HINCRBY', KEYS[4], ARGV[i], ARGV[i + 1]) end
+return #ids
+"""
+
 # Remove one entry and return it (KEYS: ledger, deadlines, retention; ARGV: uuid).
 _RESOLVE_LUA = """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
@@ -299,6 +334,7 @@ class RedisHubState:
         self._redis = aioredis.Redis.from_url(url)
         self._keys = hub_keys(prefix)
         self._prefix = prefix
+        self._record = self._redis.register_script(_RECORD_LUA)
         self._claim = self._redis.register_script(_CLAIM_LUA)
         self._resolve = self._redis.register_script(_RESOLVE_LUA)
         self._tokens = self._redis.register_script(_TOKENS_LUA)
@@ -308,20 +344,22 @@ class RedisHubState:
         k = self._keys
         return [k["ledger"], k["deadlines"], k["retention"]]
 
-    async def record(self, entries: Sequence[LedgerEntry]) -> None:
+    async def record(self, entries: Sequence[LedgerEntry],
+                     counters: Sequence[tuple[str, str, int]] = ()) -> None:
         if not entries:
+            await self.incr_many(counters)
             return
-        now = time.time()
-        k = self._keys
-        mapping = {e.task["task_uuid"]: _dumps(e) for e in entries}
-        deadlines = {e.task["task_uuid"]: e.deadline for e in entries if e.deadline is not None}
-        retention = {uuid: now + self.retention for uuid in mapping}
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(k["ledger"], mapping=mapping)
-            if deadlines:
-                pipe.zadd(k["deadlines"], deadlines)
-            pipe.zadd(k["retention"], retention)
-            await pipe.execute()
+        ids = [str(e.task["task_uuid"]).encode() for e in entries]
+        blobs = [_dumps(e).encode() for e in entries]
+        args: list[bytes | str | int] = [
+            b"".join(ids), ",".join(str(len(i)) for i in ids),
+            b"".join(blobs), ",".join(str(len(b)) for b in blobs),
+            ",".join("" if e.deadline is None else repr(e.deadline) for e in entries),
+            repr(time.time() + self.retention),
+        ]
+        for outbound, field, n in counters:
+            args += [f"{outbound}\x1f{field}", n]
+        await self._record(keys=[*self._ledger_keys, self._keys["counters"]], args=args)
 
     async def get(self, task_uuid: str) -> LedgerEntry | None:
         raw = await self._redis.hget(self._keys["ledger"], task_uuid)

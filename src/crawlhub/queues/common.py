@@ -6,7 +6,6 @@ only stores and moves already-validated rows in its ``_underscored`` methods.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from abc import ABC, abstractmethod
@@ -14,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from crawlhub import jsoncodec
 from crawlhub.errors import QueueError
 from crawlhub.queues.base import Message, QueueStats
 
@@ -94,7 +94,7 @@ def encode_item(item: tuple[dict[str, Any], int], index: int, queue: str) -> tup
             f"[{PRIORITY_MIN}, {PRIORITY_MAX}], got {priority!r}"
         )
     try:
-        data = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        data = jsoncodec.dumps(payload)
     except (TypeError, ValueError) as exc:
         raise QueueError(
             f"queue {queue!r}: item {index} payload is not JSON-serialisable ({exc}); "
@@ -104,7 +104,7 @@ def encode_item(item: tuple[dict[str, Any], int], index: int, queue: str) -> tup
 
 
 def decode_payload(data: str | bytes) -> dict[str, Any]:
-    payload: dict[str, Any] = json.loads(data)
+    payload: dict[str, Any] = jsoncodec.loads(data)
     return payload
 
 

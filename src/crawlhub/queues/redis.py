@@ -309,6 +309,7 @@ class RedisQueue(BaseQueue):
         self.backend = backend
         keys = queue_keys(backend.prefix, name)
         self._keys = [keys[k] for k in _KEY_ORDER]
+        self._registered = False
 
     async def _run(self, script: str, op: str, args: list[Any]) -> Any:
         b = self.backend
@@ -324,10 +325,12 @@ class RedisQueue(BaseQueue):
             ",".join(str(len(blob)) for blob in blobs),
             ",".join(str(priority) for _, priority in rows),
         ]
-        async with b.redis.pipeline(transaction=False) as pipe:
-            pipe.sadd(queue_registry(b.prefix), self.name)
-            await b.scripts["push"](keys=self._keys, args=args, client=pipe)
-            _, first = await b.call(f"push to queue {self.name!r}", pipe.execute())
+        if not self._registered:
+            # Once per queue object: a pipeline holding a script costs redis-py an extra
+            # SCRIPT EXISTS round trip, so later pushes run the script alone.
+            await b.call("register queue", b.redis.sadd(queue_registry(b.prefix), self.name))
+            self._registered = True
+        first = await self._run("push", "push", args)
         return list(range(int(first), int(first) + len(rows)))
 
     async def _lease(self, n: int, timeout: float) -> list[Message]:
@@ -372,4 +375,5 @@ class RedisQueue(BaseQueue):
             await b.scripts["purge"](keys=self._keys, args=[], client=pipe)
             pipe.srem(queue_registry(b.prefix), self.name)
             k, _ = await b.call(f"purge of queue {self.name!r}", pipe.execute())
+        self._registered = False
         return int(k)
