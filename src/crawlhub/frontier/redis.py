@@ -224,15 +224,17 @@ local popped = redis.call('ZPOPMIN', ready, n)
 for i = 1, #popped, 2 do
   local m = popped[i]
   local _, _, seg, key = parse(m)
-  redis.call('ZADD', leased, until_ms, m)
-  local attempts = redis.call('HINCRBY', stem .. seg .. ':attempts', key, 1)
   local v = redis.call('HGET', stem .. seg .. ':seeds', key)
-  count(stem, seg, 'pending', -1)
-  count(stem, seg, 'leased', 1)
-  out[#out + 1] = seg
-  out[#out + 1] = key
-  out[#out + 1] = attempts
-  out[#out + 1] = string.match(v, '^%d+|%-?%d+|(.*)$')
+  if v then  -- (a member without its seed record cannot be dispatched; it is dropped)
+    redis.call('ZADD', leased, until_ms, m)
+    local attempts = redis.call('HINCRBY', stem .. seg .. ':attempts', key, 1)
+    count(stem, seg, 'pending', -1)
+    count(stem, seg, 'leased', 1)
+    out[#out + 1] = seg
+    out[#out + 1] = key
+    out[#out + 1] = attempts
+    out[#out + 1] = string.match(v, '^%d+|%-?%d+|(.*)$')
+  end
 end
 return out
 """
