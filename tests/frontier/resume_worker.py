@@ -19,8 +19,8 @@ VISIBILITY = 0.5
 
 
 def frontier(url: str, prefix: str) -> Frontier:
-    config = FrontierConfig(segment="10000d", snapshot_interval=0.05, cache_size=8,
-                            expected_items=500, fp_rate=1e-3)
+    config = FrontierConfig.model_validate({"segment": "10000d", "snapshot_interval": 0.05,
+                                            "cache_size": 8, "expected_items": 500})
     return build_frontier("resume", config, url, prefix=prefix)
 
 

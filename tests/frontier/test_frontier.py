@@ -284,7 +284,9 @@ async def test_admit_task_reads_the_configured_url_field(make_frontier: MakeFron
 
 async def test_admit_tasks_batches(make_frontier: MakeFrontier) -> None:
     f = await make_frontier()
-    tasks = [{"url": "http://a.com/1"}, {"x": 1}, {"url": "http://a.com/1#b"}, {"url": "http://a.com/2"}]
+    tasks: list[dict[str, object]] = [
+        {"url": "http://a.com/1"}, {"x": 1}, {"url": "http://a.com/1#b"}, {"url": "http://a.com/2"}
+    ]
     assert await f.admit_tasks(tasks) == [True, None, False, True]
 
 
