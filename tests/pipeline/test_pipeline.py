@@ -24,6 +24,7 @@ from crawlhub.fetch import (
     RetryPolicy,
 )
 from crawlhub.pipeline import (
+    BatchWriter,
     DetailMode,
     Pipeline,
     PipelineConfig,
@@ -138,6 +139,31 @@ async def test_a_processing_error_is_counted_and_the_other_items_go_on(
     assert (result.records_processed, result.records_failed) == (4, 1)
     assert result.errors["process"] == [{"item": "id=3", "error": "KeyError: 'price'"}]
     assert await sqlite_sink.ids() == ["1", "2", "4", "5"]
+
+
+async def test_records_queued_while_a_batch_is_written_follow_in_order(
+    tmp_path: Any, unique_name: str
+) -> None:
+    gate = asyncio.Event()
+    sink = SqliteSink(tmp_path / "held.db", table=unique_name, gate=gate)
+    await sink.open()
+    result = RunResult("held")
+    writer = BatchWriter(sink, batch_size=100, batch_timeout=30, result=result,
+                         log=JobLog("held"), backlog_limit=1000, id_field="id")
+    writer.start()
+    writer.put_many(records(150))
+    for _ in range(10):
+        await asyncio.sleep(0)  # the first batch is now held at the sink's gate
+    assert sink.batches == [100]
+    writer.put_many(records(120, 151))
+    writer.put(records(1, 271)[0])
+    assert writer.pending == 100 + 50 + 121
+    gate.set()
+    await writer.close()
+    await sink.close()
+    assert sink.batches == [100, 100, 71]
+    assert writer.written_ids == list(range(1, 272))
+    assert (result.records_written, result.batches_written) == (271, 3)
 
 
 # ---- backpressure and backlog -------------------------------------------------------------

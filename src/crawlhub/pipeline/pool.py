@@ -152,24 +152,31 @@ class ProcessingPool:
         return await loop.run_in_executor(self._executor, _run_sync, self.process, item)
 
     def _emit(self, item: Any, records: list[Any]) -> None:
+        """Hand an item's records to the writer in one go (not one call per record)."""
         meta: dict[str, Any] = {}
         if self.add_metadata and isinstance(item, Response):
             meta = {
                 "source_endpoint": urlsplit(item.request.url).path or "/",
                 "fetched_at": datetime.fromtimestamp(item.fetched_at, UTC).isoformat(),
             }
-        for record in records:
-            if not isinstance(record, dict):
+        good = records
+        if not all(type(record) is dict for record in records):
+            good = []
+            for record in records:
+                if isinstance(record, dict):
+                    good.append(record)
+                    continue
                 self.result.records_failed += 1
                 self.result.add_error("process", item=describe(item),
                                       error=f"record is a {type(record).__name__}, not a dict")
                 self.log.error("processing failed", item=describe(item),
                                error=f"record is a {type(record).__name__}, not a dict")
-                continue
-            for key, value in meta.items():
-                record.setdefault(key, value)
-            self.result.records_processed += 1
-            self.writer.put(record)
+        if meta:
+            for record in good:
+                for key, value in meta.items():
+                    record.setdefault(key, value)
+        self.result.records_processed += len(good)
+        self.writer.put_many(good)
 
 
 def _run_sync(process: Process, item: Any) -> list[Any]:

@@ -9,17 +9,27 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from crawlhub.fetch.joblog import JobLog
 from crawlhub.pipeline.result import RunResult
 from crawlhub.sinks.base import Sink
 
-_STOP = object()
+
+class _Marker:
+    """Not a record: an order to the writer task, queued in line with the records."""
 
 
-class _Barrier:
+class _Stop(_Marker):
+    """The last marker in the writer's queue: write the open batch, then end."""
+
+
+_STOP = _Stop()
+
+
+class _Barrier(_Marker):
     """A marker in the writer's queue: write (or drop) the open batch, then answer."""
 
     def __init__(self, drop: bool = False) -> None:
@@ -27,8 +37,18 @@ class _Barrier:
         self.done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
 
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 class BatchWriter:
-    """One task that owns every write of a run. Callers: the processing pool (``put``)."""
+    """One task that owns every write of a run. Callers: the processing pool (``put_many``).
+
+    Records wait in a plain deque. The writer task takes whatever is there without
+    awaiting, and sleeps only when the deque is empty: until the next ``put`` or, with a
+    batch open, until that batch's one deadline (``batch_timeout`` after its first record).
+    """
 
     def __init__(
         self,
@@ -52,8 +72,9 @@ class BatchWriter:
         self.id_field = id_field
         self.written_ids: list[Any] = []  # ids of written records, when id_field is set
         self.batch_sizes: list[int] = []  # every batch handed to the sink, in order
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
-        self._buffered = 0
+        self._items: deque[Any] = deque()  # records and markers, in order
+        self._batch: list[dict[str, Any]] = []  # the open batch (kept while it is written)
+        self._waiter: asyncio.Future[None] | None = None  # set while the task sleeps
         self._task: asyncio.Task[None] | None = None
         self._over_backlog = False
         #: While True, neither size nor timeout closes a batch: a segment is one batch.
@@ -62,19 +83,32 @@ class BatchWriter:
     @property
     def pending(self) -> int:
         """Records waiting to be written (queued plus in the open batch)."""
-        return self._queue.qsize() + self._buffered
+        return len(self._items) + len(self._batch)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"writer:{self.result.job_code}")
 
     def put(self, record: dict[str, Any]) -> None:
         """Queue a processed record (never blocks: the pool's queue is the bound)."""
-        self._queue.put_nowait(record)
-        pending = self.pending
-        if pending > self.backlog_limit and not self._over_backlog:
-            self._over_backlog = True
-            self.log.warning("write backlog high", pending=pending, limit=self.backlog_limit,
-                             hint="the sink is slower than processing")
+        self._items.append(record)
+        self._queued()
+
+    def put_many(self, records: Iterable[dict[str, Any]]) -> None:
+        """Queue several records at once (one wake-up and one backlog check for all)."""
+        self._items.extend(records)
+        self._queued()
+
+    def _queued(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            _wake(waiter)
+        pending = len(self._items) + len(self._batch)
+        if pending > self.backlog_limit:
+            if not self._over_backlog:
+                self._over_backlog = True
+                self.log.warning("write backlog high", pending=pending, limit=self.backlog_limit,
+                                 hint="the sink is slower than processing")
         elif pending <= self.backlog_limit // 2:
             self._over_backlog = False
 
@@ -87,56 +121,83 @@ class BatchWriter:
         if self._task is None:
             return True
         barrier = _Barrier(drop)
-        self._queue.put_nowait(barrier)
+        self._items.append(barrier)
+        self._queued()
         return await barrier.done
 
     async def close(self) -> None:
         """Write everything queued, then stop."""
         if self._task is None:
             return
-        self._queue.put_nowait(_STOP)
+        self._items.append(_STOP)
+        self._queued()
         await self._task
         self._task = None
 
+    async def _sleep(self, timeout: float | None) -> None:
+        """Until something is queued, or ``timeout`` seconds have passed."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiter = waiter
+        timer = loop.call_later(timeout, _wake, waiter) if timeout is not None else None
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
     async def _run(self) -> None:
-        batch: list[dict[str, Any]] = []
-        deadline = 0.0
+        loop = asyncio.get_running_loop()
+        items = self._items
+        deadline = 0.0  # when the open batch goes out, whatever its size
         while True:
-            try:
-                if batch and not self.hold:
-                    item = await asyncio.wait_for(
-                        self._queue.get(), max(0.0, deadline - time.monotonic())
-                    )
-                else:
-                    item = await self._queue.get()
-            except TimeoutError:
-                await self._flush(batch, "timeout")
-                batch = []
-                self._buffered = 0
+            # Time only moves at an await, so the deadline is checked once per wake-up,
+            # not once per record.
+            if self._batch and not self.hold:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    await self._write("timeout")
+                    continue
+                if not items:
+                    await self._sleep(remaining)
+                    continue
+            elif not items:
+                await self._sleep(None)
+                continue
+            batch = self._batch
+            if not batch:
+                deadline = loop.time() + self.batch_timeout
+            size = self.batch_size
+            while items:  # take what is there, without awaiting
+                item = items.popleft()
+                if isinstance(item, _Marker):
+                    break
+                batch.append(item)
+                if len(batch) >= size and not self.hold:
+                    await self._write("size")
+                    break
+            else:
                 continue
             if item is _STOP:
-                await self._flush(batch, "final")
-                self._buffered = 0
+                await self._write("final")
                 return
             if isinstance(item, _Barrier):
                 if item.drop:
+                    self._drop(self._batch)
+                    self._batch = []
                     ok = False
-                    self._drop(batch)
                 else:
-                    ok = await self._flush(batch, "flush")
-                batch = []
-                self._buffered = 0
+                    ok = await self._write("flush")
                 if not item.done.done():
                     item.done.set_result(ok)
-                continue
-            if not batch:
-                deadline = time.monotonic() + self.batch_timeout
-            batch.append(item)
-            self._buffered = len(batch)
-            if len(batch) >= self.batch_size and not self.hold:
-                await self._flush(batch, "size")
-                batch = []
-                self._buffered = 0
+
+    async def _write(self, why: str) -> bool:
+        """Hand the open batch to the sink; it counts as pending until the sink answers."""
+        try:
+            return await self._flush(self._batch, why)
+        finally:
+            self._batch = []
 
     def _drop(self, batch: Sequence[dict[str, Any]]) -> None:
         if batch:
