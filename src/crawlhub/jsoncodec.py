@@ -1,8 +1,8 @@
 """Compact JSON for the hot paths (queue payloads, the hub's ledger): orjson, with the
 standard library for the rare values orjson refuses (integers beyond 64 bits).
 
-Strict like ``json.dumps(allow_nan=False)``: NaN and infinities raise ``ValueError``
-(orjson alone would write them as ``null``, silently changing the data).
+``dumps_strict`` refuses NaN and infinities like ``json.dumps(allow_nan=False)``; orjson
+alone would write them as ``null``, silently changing the data.
 """
 
 from __future__ import annotations
@@ -13,26 +13,41 @@ from typing import Any
 
 import orjson
 
+_INFINITIES = (math.inf, -math.inf)
+
 
 def dumps(value: Any) -> str:
-    """Compact UTF-8 JSON text; raises ``TypeError``/``ValueError`` for what JSON can't hold."""
+    """Compact UTF-8 JSON text (NaN and infinities become ``null``)."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def dumps_strict(value: Any) -> str:
+    """Like :func:`dumps`, but NaN and infinities raise ``ValueError``."""
     try:
         text = orjson.dumps(value)
     except orjson.JSONEncodeError:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    # orjson writes NaN as null: only a text with a null can hide one.
     if b"null" in text and not _finite(value):
-        raise ValueError("NaN and Infinity are not JSON; send null or a number")
+        raise ValueError("NaN and Infinity are not JSON; send null or a number instead")
     return text.decode()
 
 
 def _finite(value: Any) -> bool:
-    kind = type(value)
-    if kind is float:
-        return math.isfinite(value)
-    if kind is dict:
-        return all(_finite(v) for v in value.values())
-    if kind is list or kind is tuple:
-        return all(_finite(v) for v in value)
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is float:
+            if item != item or item in _INFINITIES:
+                return False
+        elif kind is dict:
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            stack.extend(item)
     return True
 
 

@@ -23,7 +23,7 @@ from crawlhub.hub.failures import FailureLog
 from crawlhub.hub.inbounds.base import InboundSource
 from crawlhub.hub.loading import import_object
 from crawlhub.hub.metrics import HubMetrics
-from crawlhub.hub.outbounds import OutboundTransport, build_transport
+from crawlhub.hub.outbounds import OutboundTransport, QueueOutbound, build_transport
 from crawlhub.hub.routing import (
     OutboundRule,
     Outcome,
@@ -340,14 +340,10 @@ class Hub:
              for rule, _, group in ready for t in group],
             counters=[(rule.name, "total", len(group)) for rule, _, group in ready],
         )
-        sent = await asyncio.gather(
-            *(transport.send([(rule.params(t), _int(t.get("priority"))) for t in group])
-              for rule, transport, group in ready),
-            return_exceptions=True,
-        )
-        failed = [(rule, group, error) for (rule, _, group), error in zip(ready, sent,
+        errors = await self._send(ready)
+        failed = [(rule, group, error) for (rule, _, group), error in zip(ready, errors,
                                                                          strict=True)
-                  if isinstance(error, BaseException)]
+                  if error is not None]
         if failed:
             # Those tasks reached no queue: forget them so no timeout resurrects a task
             # the caller was told was not accepted, and take back their count.
@@ -356,8 +352,8 @@ class Hub:
                     await self.state.resolve(task.task_uuid)
             await self.state.incr_many([(rule.name, "total", -len(group))
                                         for rule, group, _ in failed])
-        done = [(rule, group) for (rule, _, group), error in zip(ready, sent, strict=True)
-                if not isinstance(error, BaseException)]
+        done = [(rule, group) for (rule, _, group), error in zip(ready, errors, strict=True)
+                if error is None]
         for rule, group in done:
             self.metrics.dispatched.labels(rule.name).inc(len(group))
             self._note_dispatch(rule.name, len(group), now)
@@ -367,6 +363,36 @@ class Hub:
         if failed:
             raise failed[0][2]
         return deferred
+
+    async def _send(self, ready: Sequence[tuple[OutboundRule, OutboundTransport, list[Task]]]
+                    ) -> list[BaseException | None]:
+        """Push every group concurrently: queue outbounds sharing a backend in one
+        ``push_multi`` call, others through their transport. One error (or None) per
+        group, in order."""
+        calls: list[Any] = []
+        covers: list[list[int]] = []
+        shared: dict[int, tuple[QueueBackend, dict[str, list[tuple[dict[str, Any], int]]],
+                                list[int]]] = {}
+        for index, (rule, transport, group) in enumerate(ready):
+            items = [(rule.params(t), _int(t.get("priority"))) for t in group]
+            backend = getattr(transport, "backend", None)
+            if isinstance(transport, QueueOutbound) and backend is not None:
+                entry = shared.setdefault(id(backend), (backend, {}, []))
+                entry[1][transport.queue.name] = items
+                entry[2].append(index)
+            else:
+                calls.append(transport.send(items))
+                covers.append([index])
+        for backend, groups, indexes in shared.values():
+            calls.append(backend.push_multi(groups))
+            covers.append(indexes)
+        outcomes = await asyncio.gather(*calls, return_exceptions=True)
+        errors: list[BaseException | None] = [None] * len(ready)
+        for outcome, indexes in zip(outcomes, covers, strict=True):
+            if isinstance(outcome, BaseException):
+                for index in indexes:
+                    errors[index] = outcome
+        return errors
 
     async def _take_tokens(self, rule: OutboundRule, n: int, *, wait: bool) -> int:
         """How many of ``n`` tasks the token scope lets through now (all, if ``wait``)."""

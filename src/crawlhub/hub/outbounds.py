@@ -32,10 +32,15 @@ class OutboundTransport(Protocol):
 
 
 class QueueOutbound:
-    """Pushes onto a crawlhub reliable queue (leases, acks, priorities)."""
+    """Pushes onto a crawlhub reliable queue (leases, acks, priorities).
 
-    def __init__(self, queue: ReliableQueue) -> None:
+    ``backend`` lets the hub push a whole batch for every queue outbound on one backend
+    in a single call (:meth:`QueueBackend.push_multi`).
+    """
+
+    def __init__(self, queue: ReliableQueue, backend: QueueBackend | None = None) -> None:
         self.queue = queue
+        self.backend = backend
 
     async def send(self, items: Sequence[tuple[dict[str, Any], int]]) -> None:
         if len(items) == 1:
@@ -119,7 +124,7 @@ def build_transport(
             from crawlhub.queues import open_backend
 
             backend = open_backend(str(init["url"]), prefix=str(init.get("prefix", "crawlhub:")))
-        return QueueOutbound(backend.queue(key))
+        return QueueOutbound(backend.queue(key), backend)
     if class_name in REDIS_LIST_NAMES:
         missing = [k for k in ("url", "key") if not init.get(k)]
         if missing:

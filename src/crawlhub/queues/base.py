@@ -7,7 +7,7 @@ then returns to ready by itself: a worker killed while holding leases loses noth
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -130,6 +130,13 @@ class QueueBackend(Protocol):
     url: str
 
     def queue(self, name: str) -> ReliableQueue: ...
+
+    async def push_multi(
+        self, groups: Mapping[str, Sequence[tuple[dict[str, Any], int]]]
+    ) -> dict[str, list[str]]:
+        """Push ``(payload, priority)`` items onto several queues in one backend call
+        (one SQLite transaction, one Redis round trip); returns the ids per queue."""
+        ...
 
     async def names(self) -> list[str]:
         """Names of the queues this backend holds."""

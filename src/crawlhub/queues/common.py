@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,7 +94,7 @@ def encode_item(item: tuple[dict[str, Any], int], index: int, queue: str) -> tup
             f"[{PRIORITY_MIN}, {PRIORITY_MAX}], got {priority!r}"
         )
     try:
-        data = jsoncodec.dumps(payload)
+        data = jsoncodec.dumps_strict(payload)
     except (TypeError, ValueError) as exc:
         raise QueueError(
             f"queue {queue!r}: item {index} payload is not JSON-serialisable ({exc}); "
@@ -152,6 +152,19 @@ def build_stats(name: str, c: Counters) -> QueueStats:
         retried=c.retried,
         dead=c.dead,
     )
+
+
+def encode_groups(
+    groups: Mapping[str, Sequence[tuple[dict[str, Any], int]]],
+) -> dict[str, list[tuple[str, int]]]:
+    """Check and encode the items of a multi-queue push (empty groups dropped)."""
+    encoded: dict[str, list[tuple[str, int]]] = {}
+    for name, items in groups.items():
+        check_name(name)
+        rows = [encode_item(item, i, name) for i, item in enumerate(items)]
+        if rows:
+            encoded[name] = rows
+    return encoded
 
 
 class BaseQueue(ABC):

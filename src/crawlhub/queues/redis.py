@@ -19,17 +19,24 @@ Layout (key names from :func:`crawlhub.keys.queue_keys`, one hash slot per queue
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from crawlhub.errors import QueueError
 from crawlhub.keys import DEFAULT_PREFIX, queue_keys, queue_registry
 from crawlhub.queues.base import Message
-from crawlhub.queues.common import BaseQueue, Counters, Ref, check_name, message
+from crawlhub.queues.common import (
+    BaseQueue,
+    Counters,
+    Ref,
+    check_name,
+    encode_groups,
+    message,
+)
 
 T = TypeVar("T")
 
@@ -223,6 +230,16 @@ def _member(num: int) -> str:
     return f"{num:016d}"
 
 
+def _push_args(rows: list[tuple[str, int]]) -> list[bytes | str]:
+    """A push's arguments: every payload in one blob, their lengths, their priorities."""
+    blobs = [data.encode() for data, _ in rows]
+    return [
+        b"".join(blobs),
+        ",".join(str(len(blob)) for blob in blobs),
+        ",".join(str(priority) for _, priority in rows),
+    ]
+
+
 def _ref_arg(refs: list[Ref]) -> str:
     return ",".join(f"{_member(r.num)}:{'' if r.attempt is None else r.attempt}" for r in refs)
 
@@ -279,6 +296,39 @@ class RedisQueueBackend:
             q = self._queues[name] = RedisQueue(check_name(name), self)
         return q
 
+    async def push_multi(
+        self, groups: Mapping[str, Sequence[tuple[dict[str, Any], int]]]
+    ) -> dict[str, list[str]]:
+        encoded = encode_groups(groups)
+        if not encoded:
+            return {}
+        queues = [self.queue(name) for name in encoded]
+        unregistered = [q.name for q in queues if not q._registered]
+        if unregistered:
+            await self.call("register queues",
+                            self.redis.sadd(queue_registry(self.prefix), *unregistered))
+            for q in queues:
+                q._registered = True
+        script = self.scripts["push"]
+        for attempt in (1, 2):
+            # Plain EVALSHA in a pipeline: one round trip for every queue (a pipeline
+            # holding Script objects would first ask SCRIPT EXISTS).
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for q, rows in zip(queues, encoded.values(), strict=True):
+                    args = _push_args(rows)
+                    pipe.evalsha(script.sha, len(q._keys), *q._keys, *args)
+                try:
+                    firsts = await self.call("push to queues", pipe.execute())
+                    break
+                except QueueError as exc:
+                    if attempt == 2 or not isinstance(exc.__cause__, NoScriptError):
+                        raise
+                    await self.redis.script_load(script.script)
+        return {
+            name: [str(n) for n in range(int(first), int(first) + len(rows))]
+            for (name, rows), first in zip(encoded.items(), firsts, strict=True)
+        }
+
     async def names(self) -> list[str]:
         members = await self.call("names", self.redis.smembers(queue_registry(self.prefix)))
         return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
@@ -319,12 +369,7 @@ class RedisQueue(BaseQueue):
 
     async def _push(self, rows: list[tuple[str, int]]) -> list[int]:
         b = self.backend
-        blobs = [data.encode() for data, _ in rows]
-        args: list[bytes | str] = [
-            b"".join(blobs),
-            ",".join(str(len(blob)) for blob in blobs),
-            ",".join(str(priority) for _, priority in rows),
-        ]
+        args = _push_args(rows)
         if not self._registered:
             # Once per queue object: a pipeline holding a script costs redis-py an extra
             # SCRIPT EXISTS round trip, so later pushes run the script alone.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +17,14 @@ from typing import Any, TypeVar
 
 from crawlhub.errors import QueueError
 from crawlhub.queues.base import Message
-from crawlhub.queues.common import BaseQueue, Counters, Ref, check_name, message
+from crawlhub.queues.common import (
+    BaseQueue,
+    Counters,
+    Ref,
+    check_name,
+    encode_groups,
+    message,
+)
 
 T = TypeVar("T")
 
@@ -182,6 +189,19 @@ class SqliteQueueBackend:
                 "(check the path is writable and not on a network file system)"
             ) from exc
 
+    async def push_multi(
+        self, groups: Mapping[str, Sequence[tuple[dict[str, Any], int]]]
+    ) -> dict[str, list[str]]:
+        encoded = encode_groups(groups)
+        if not encoded:
+            return {}
+
+        def push(conn: sqlite3.Connection) -> dict[str, list[str]]:
+            with _write(conn):
+                return {q: [str(n) for n in _insert(conn, q, rows)] for q, rows in encoded.items()}
+
+        return await self.run(f"push to queues {', '.join(map(repr, encoded))}", push)
+
     async def _submit(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, lambda: fn(self._connection()))
@@ -208,6 +228,18 @@ class SqliteQueueBackend:
         return self._conn
 
 
+def _insert(conn: sqlite3.Connection, q: str, rows: list[tuple[str, int]]) -> list[int]:
+    """Insert encoded rows into queue ``q`` (inside a write transaction); their ids."""
+    conn.executemany(
+        "INSERT INTO queue_messages (queue, state, priority, payload) VALUES (?, 0, ?, ?)",
+        [(q, priority, data) for data, priority in rows],
+    )
+    # AUTOINCREMENT under the write lock: this batch's ids are consecutive.
+    last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+    _bump(conn, q, total=len(rows), ready=len(rows))
+    return list(range(last - len(rows) + 1, last + 1))
+
+
 class SqliteQueue(BaseQueue):
     """One named queue inside a :class:`SqliteQueueBackend` file."""
 
@@ -220,15 +252,7 @@ class SqliteQueue(BaseQueue):
 
         def push(conn: sqlite3.Connection) -> list[int]:
             with _write(conn):
-                conn.executemany(
-                    "INSERT INTO queue_messages (queue, state, priority, payload) "
-                    "VALUES (?, 0, ?, ?)",
-                    [(q, priority, data) for data, priority in rows],
-                )
-                # AUTOINCREMENT under the write lock: this batch's ids are consecutive.
-                last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
-                _bump(conn, q, total=len(rows), ready=len(rows))
-            return list(range(last - len(rows) + 1, last + 1))
+                return _insert(conn, q, rows)
 
         return await self.backend.run(f"push to queue {q!r}", push)
 
