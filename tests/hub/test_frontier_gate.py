@@ -87,3 +87,14 @@ async def test_frontier_stats_over_the_api(
         frontiers = (await client.get("/frontier/")).json()
     text = repr(frontiers)
     assert "web" in text and "'admitted': 2" in text and "'duplicates': 1" in text
+
+
+async def test_an_unusable_url_is_rejected_alone(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    svc = await open_services(make_config(
+        frontier={"web": {}}, outbound=[{"name": "o", "frontier": "web"}]))
+    results = await svc.hub.submit([{"url": "http://x/1"}, {"url": "http://[::1"},
+                                    {"url": "http://x/2"}])
+    assert [r.status for r in results] == ["routed", "rejected", "routed"]
+    assert "frontier 'web'" in (results[1].reason or "")
+    assert await svc.queues.queue("o").length() == 2

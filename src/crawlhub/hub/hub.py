@@ -17,7 +17,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crawlhub.errors import BackpressureError, ConfigError, ConvertError, CrawlhubError
+from crawlhub.errors import (
+    BackpressureError,
+    ConfigError,
+    ConvertError,
+    CrawlhubError,
+    FrontierError,
+)
 from crawlhub.hub.converters import Converter, build_converter
 from crawlhub.hub.failures import FailureLog
 from crawlhub.hub.inbounds.base import InboundSource
@@ -43,6 +49,9 @@ log = logging.getLogger("crawlhub.hub")
 TIMEOUT_STATUS = "timeout"
 #: How long a cached outbound lag is trusted before asking the backend again.
 LAG_TTL = 0.2
+#: Tasks per frontier call: under the frontier's own admit batch (1000), which it checks
+#: whole before storing.
+ADMIT_CHUNK = 500
 
 
 @dataclass(slots=True)
@@ -277,13 +286,32 @@ class Hub:
             name = inbound_frontier or rule.frontier
             if name:
                 by_frontier[name].append((i, task))
-        for name, gated in by_frontier.items():
-            admitted = await self.frontiers[name].admit_tasks([t for _, t in gated])
-            for (i, _), verdict in zip(gated, admitted, strict=True):
-                if verdict is False:
-                    results[i].status = "duplicate"
-                    results[i].reason = f"already admitted by frontier {name!r} in this segment"
-                    self.metrics.duplicates.labels(name).inc()
+        for name, every in by_frontier.items():
+            for start in range(0, len(every), ADMIT_CHUNK):
+                await self._admit_chunk(name, every[start:start + ADMIT_CHUNK], results)
+
+    async def _admit_chunk(self, name: str, gated: list[tuple[int, Task]],
+                           results: list[SubmitResult]) -> None:
+        """One frontier call. A chunk this small is checked whole before anything is
+        stored, so an unusable URL fails the call without admitting the others; then the
+        tasks are judged one by one and only that one is rejected."""
+        frontier = self.frontiers[name]
+        try:
+            admitted = await frontier.admit_tasks([t for _, t in gated])
+        except FrontierError:
+            admitted = []
+            for i, task in gated:
+                try:
+                    admitted.append(await frontier.admit_task(task))
+                except FrontierError as exc:
+                    admitted.append(None)
+                    results[i].status = "rejected"
+                    results[i].reason = f"frontier {name!r}: {exc}"
+        for (i, _), verdict in zip(gated, admitted, strict=True):
+            if verdict is False:
+                results[i].status = "duplicate"
+                results[i].reason = f"already admitted by frontier {name!r} in this segment"
+                self.metrics.duplicates.labels(name).inc()
 
     async def _check_lag(self, plans: Sequence[tuple[int, Task, OutboundRule]], *,
                          wait: bool) -> None:
