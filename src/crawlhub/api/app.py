@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from crawlhub import __version__
 from crawlhub.api import health, inbounds, outbounds, queues, tasks
@@ -30,6 +31,29 @@ PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/openapi.json", "/redoc",
                           "/docs/oauth2-redirect"})
 #: Routers of other parts, mounted when their module is present.
 OPTIONAL_ROUTERS = ("crawlhub.api.frontier", "crawlhub.api.jobs")
+
+
+class BearerToken:
+    """Pure ASGI middleware: every path but :data:`PUBLIC_PATHS` needs the bearer token
+    (no per-request Request object or task, unlike ``@app.middleware``)."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.token = token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+            await self.app(scope, receive, send)
+            return
+        header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        scheme, _, given = header.partition(b" ")
+        if scheme.lower() == b"bearer" and secrets.compare_digest(given.strip(), self.token):
+            await self.app(scope, receive, send)
+            return
+        response = JSONResponse(
+            {"detail": "missing or wrong bearer token: send 'Authorization: Bearer"
+             " <server.token>'"}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        await response(scope, receive, send)
 
 
 def create_app(config: Any | None = None, *, services: Services | None = None) -> FastAPI:
@@ -60,17 +84,8 @@ def create_app(config: Any | None = None, *, services: Services | None = None) -
     token = cfg.server.token.get_secret_value() if cfg.server.token else None
     app.state.token = token
 
-    @app.middleware("http")
-    async def _auth(request: Request, call_next: Any) -> Any:
-        if token and request.url.path not in PUBLIC_PATHS:
-            header = request.headers.get("authorization", "")
-            scheme, _, given = header.partition(" ")
-            if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip(), token):
-                return JSONResponse(
-                    {"detail": "missing or wrong bearer token: send 'Authorization: Bearer"
-                     " <server.token>'"}, status_code=401,
-                    headers={"WWW-Authenticate": "Bearer"})
-        return await call_next(request)
+    if token:
+        app.add_middleware(BearerToken, token=token)
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
