@@ -41,7 +41,9 @@ class JobLog:
             self._lines.append(line)
         std_level = _LEVELS.get(level, logging.INFO)
         if self._logger.isEnabledFor(std_level):
-            self._logger.log(std_level, "%s", format_line(line), extra={"job": self.job_code})
+            # The logging handler adds time and level: the message is "[job] event k=v".
+            self._logger.log(std_level, "%s", format_line(line, stamp=False),
+                             extra={"job": self.job_code})
         return line
 
     def debug(self, event: str, **fields: Any) -> dict[str, Any]:
@@ -71,13 +73,16 @@ class JobLog:
         return "\n".join(format_line(line) for line in self.lines(n))
 
 
-def format_line(line: dict[str, Any]) -> str:
-    """``[job] event key=value ...``: one line of text, for consoles and files."""
-    stamp = time.strftime("%H:%M:%S", time.localtime(line["ts"]))
+def format_line(line: dict[str, Any], *, stamp: bool = True) -> str:
+    """``HH:MM:SS LEVEL [job] event key=value ...`` (without time and level when
+    ``stamp`` is false): one line of text, for consoles and files."""
     extra = " ".join(
         f"{k}={v}" for k, v in line.items() if k not in ("ts", "level", "job", "event")
     )
-    text = f"{stamp} {line['level'].upper():7} [{line['job']}] {line['event']}"
+    text = f"[{line['job']}] {line['event']}"
+    if stamp:
+        clock = time.strftime("%H:%M:%S", time.localtime(line["ts"]))
+        text = f"{clock} {line['level'].upper():7} {text}"
     return f"{text} {extra}" if extra else text
 
 
