@@ -171,6 +171,25 @@ async def test_a_new_key_inserted_meanwhile_by_another_writer_becomes_an_update(
     assert await pg.fetchval(f'SELECT content_hash FROM "{table}" WHERE id = \'2\'') != "other"
 
 
+async def test_the_key_lookup_probes_the_key_index_however_many_keys_a_batch_has(
+    postgres_url: str, pg: asyncpg.Connection, tables: Tables
+) -> None:
+    table = tables("items")
+    sink = await open_sink(postgres_url, table=table)
+    try:
+        for start in range(0, 20_000, 5000):
+            await sink.write_batch([{"id": f"k{i}"} for i in range(start, start + 5000)])
+        lookup = sink.tables[table]._sql["lookup"]
+        async with sink._pool.acquire() as conn:
+            plan = "\n".join(
+                r[0] for r in await conn.fetch("EXPLAIN " + lookup, [f"k{i}" for i in range(5000)])
+            )
+    finally:
+        await sink.close()
+    # a hash join over a sequential scan would read the whole table for every batch
+    assert "Index Scan" in plan and f"Seq Scan on {table}" not in plan, plan
+
+
 async def test_database_error_rolls_back_every_row_of_the_batch(
     postgres_url: str, pg: asyncpg.Connection, tables: Tables
 ) -> None:

@@ -224,10 +224,11 @@ class PgTable:
                 "AND t.content_hash IS DISTINCT FROM s.content_hash"
             )
             current = self._match("c")
+            # OFFSET 0: one index probe per staged row, as in the upsert below
             self._sql["insert"] = (
                 f"INSERT INTO {self.qname} ({names}, valid_from, is_current) "
                 f"SELECT {exprs}, now(), true FROM {self.stage} s WHERE NOT EXISTS "
-                f"(SELECT 1 FROM {self.qname} c WHERE c.is_current AND {current})"
+                f"(SELECT 1 FROM {self.qname} c WHERE c.is_current AND {current} OFFSET 0)"
             )
             if self._has("last_seen_snapshot"):
                 self._sql["finish"] = (
@@ -251,12 +252,13 @@ class PgTable:
         if self._has("updated_at"):
             sets.append("updated_at = now()")
         keys = ", ".join(quote_ident(c) for c in self.key_columns)
-        # Unchanged live rows are filtered out by an anti-join first: ON CONFLICT would
-        # lock each of them only for its WHERE to turn the update down.
+        # Unchanged live rows are filtered out first: ON CONFLICT would lock each of them
+        # only for its WHERE to turn the update down. OFFSET 0 keeps it one index probe
+        # per staged row (an anti-join would hash the whole table).
         live_u = " AND u.deleted_at IS NULL" if self._has("deleted_at") else ""
         unchanged = (
             f"SELECT 1 FROM {self.qname} u WHERE {self._match('u')}{live_u} "
-            f"AND u.content_hash = s.content_hash::{self.types['content_hash']}"
+            f"AND u.content_hash = s.content_hash::{self.types['content_hash']} OFFSET 0"
         )
         self._sql["upsert"] = (
             f"WITH up AS (INSERT INTO {self.qname} AS t ({names}) "
@@ -280,9 +282,12 @@ class PgTable:
             keys_out = ", ".join(f"t.{quote_ident(c)}::text" for c in self.key_columns)
             deleted = "t.deleted_at IS NOT NULL" if self._has("deleted_at") else "false"
             arrays = ", ".join(f"${i + 1}::text[]" for i in range(n))
+            # One index probe per key (LATERAL ... OFFSET 0 keeps the planner from
+            # hashing the whole table instead), so a lookup costs the batch, not the table.
             self._sql["lookup"] = (
-                f"SELECT {keys_out}, t.content_hash::text, {deleted} FROM {self.qname} t "
-                f"JOIN unnest({arrays}) AS s({alias}) ON {match}"
+                f"SELECT {keys_out}, t.content_hash::text, {deleted} FROM unnest({arrays}) "
+                f"AS s({alias}) CROSS JOIN LATERAL (SELECT * FROM {self.qname} t WHERE {match} "
+                "OFFSET 0) t"
             )
             if self.uses_snapshot_param:
                 arrays = ", ".join(f"${i + 2}::text[]" for i in range(n))

@@ -75,7 +75,12 @@ class PostgresSink:
                 self.config.url,
                 min_size=1,
                 max_size=self.config.parallel_workers,
-                server_settings={"client_min_messages": "warning"},
+                # Custom plans: a batch's queries are planned for its size and the table's
+                # size now; a generic plan cached while the table was small scans it whole.
+                server_settings={
+                    "client_min_messages": "warning",
+                    "plan_cache_mode": "force_custom_plan",
+                },
                 init=self._init_connection,
             )
         except Exception as exc:
