@@ -190,6 +190,22 @@ async def test_the_key_lookup_probes_the_key_index_however_many_keys_a_batch_has
     assert "Index Scan" in plan and f"Seq Scan on {table}" not in plan, plan
 
 
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+async def test_a_bad_fetched_at_fails_the_batch_whole_and_the_sink_goes_on(
+    postgres_url: str, pg: asyncpg.Connection, tables: Tables, layout: str
+) -> None:
+    table = tables("items")
+    sink = await open_sink(postgres_url, table=table, **LAYOUTS[layout])
+    try:
+        with pytest.raises(SinkError, match=r"record 1 .*cannot be stored"):
+            # new rows are prepared while COPY streams: the error comes mid-stream
+            await sink.write_batch([{"id": 1}, {"id": 2, "fetched_at": "yesterday"}])
+        assert await pg.fetchval(f'SELECT count(*) FROM "{table}"') == 0
+        assert (await sink.write_batch([{"id": 1}, {"id": 2}])).inserted == 2
+    finally:
+        await sink.close()
+
+
 async def test_database_error_rolls_back_every_row_of_the_batch(
     postgres_url: str, pg: asyncpg.Connection, tables: Tables
 ) -> None:

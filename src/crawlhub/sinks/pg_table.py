@@ -2,20 +2,28 @@
 
 A batch is COPYed into a TEMP staging table of text columns, then merged with one
 ``INSERT ... SELECT ... ON CONFLICT`` (upsert) or a close-and-insert pair (SCD2), each
-value cast to the target column's catalog type, so any column type works.
+value cast to the target column's catalog type, so any column type works. Where the
+layout allows, an upsert looks its keys up first and COPYs new rows straight in.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import xxhash
 
 from crawlhub.config.sinks import PgTableConfig
 from crawlhub.errors import SinkError
-from crawlhub.sinks.records import METADATA_FIELDS, PreparedRecord, parse_iso, stable_json
+from crawlhub.sinks.records import (
+    METADATA_FIELDS,
+    PreparedRecord,
+    Preparer,
+    parse_iso,
+    stable_json,
+)
 
 #: Columns crawlhub manages itself; never filled from a same-named record field.
 RESERVED = frozenset(
@@ -336,6 +344,36 @@ class PgTable:
             row.append(snapshot)
         return row
 
+    def new_rows(
+        self,
+        records: Sequence[Any],
+        new: Sequence[tuple[int, tuple[Any, ...]]],
+        snapshot: str | None,
+        preparer: Preparer,
+    ) -> Iterator[Sequence[Any]]:
+        """COPY rows of the ``new`` records ((index, key) pairs), prepared one at a time as
+        COPY streams. The usual layout (one key column, no field columns, every managed
+        column) takes no PreparedRecord at all."""
+        if len(self.key_columns) != 1 or self.fields or len(self._tail) != 5:
+            for i, _ in new:
+                yield self.copy_row(preparer.record(records[i], i, lazy=True), snapshot)
+            return
+        tail = (snapshot,) if self.uses_snapshot_param else ()
+        for i, key in new:
+            raw = records[i]
+            endpoint, fetched, source_file = preparer.metadata(raw, i)
+            text, digest = preparer.encode(preparer.data(raw), i)
+            value = key[0]
+            yield (
+                value if type(value) is str else pg_text(value),
+                text,
+                digest,
+                endpoint,
+                None if fetched is None else parse_iso(fetched),
+                source_file,
+                *tail,
+            )
+
     def _tail_getters(self) -> list[Callable[[PreparedRecord], Any]]:
         """Per managed column after keys and fields: how a PreparedRecord fills it."""
 
@@ -374,14 +412,65 @@ class PgTable:
         await conn.execute(self._sql["stage"])
 
     async def write(
-        self, conn: Any, records: Sequence[PreparedRecord], snapshot: str | None
+        self, conn: Any, records: Sequence[Any], snapshot: str | None, preparer: Preparer
     ) -> tuple[int, int]:
-        """Merge ``records`` inside the caller's transaction; returns (inserted, updated)."""
-        if not records:
-            return 0, 0
-        if self.streams:
-            return await self._write_direct(conn, records, snapshot)
-        return await self._write_staged(conn, records, snapshot)
+        """Merge one batch on ``conn``, in a transaction of its own; (inserted, updated).
+
+        ``preparer`` checks and prepares the records (``SinkError`` for a bad one). On
+        the COPY path the key lookup is sent first, so the server looks the keys up while
+        Python checks them; new rows are prepared while COPY streams.
+        """
+        if not self.streams:
+            prepared = preparer.batch(records).records
+            if not prepared:
+                return 0, 0
+            async with conn.transaction():
+                return await self._write_staged(conn, prepared, snapshot)
+        try:
+            async with conn.transaction():
+                lookup = asyncio.ensure_future(
+                    conn.fetch(self._sql["lookup"], *self._key_arrays(records))
+                )
+                try:
+                    await asyncio.sleep(0)  # the lookup goes out before Python gets busy
+                    unique = preparer.unique(records)
+                except BaseException:
+                    # the connection is busy until the lookup answers; then roll back
+                    await asyncio.wait({lookup})
+                    if not lookup.cancelled():
+                        lookup.exception()
+                    raise
+                known = await lookup
+                return await self._write_direct(conn, records, unique, known, snapshot, preparer)
+        except Exception as exc:
+            if getattr(exc, "sqlstate", None) != "23505":  # not unique_violation
+                raise
+        # Another writer added one of the new keys after the lookup, and this batch was
+        # rolled back whole: it goes again as a staged upsert, which takes such races.
+        prepared = preparer.batch(records).records
+        async with conn.transaction():
+            return await self._write_staged(conn, prepared, snapshot)
+
+    def _key_arrays(self, records: Sequence[Any]) -> list[list[str | None]]:
+        """The batch's keys as text, one array per key column (the lookup's arguments).
+
+        Read from the raw records, before they are checked: a record without its key gets
+        a NULL here (it matches nothing) and its error from the preparer.
+        """
+
+        def get(record: Any, field: str) -> Any:
+            if type(record) is dict or isinstance(record, Mapping):
+                return record.get(field)
+            return None
+
+        if len(self.spec.key) == 1:
+            field = self.spec.key[0]
+            out: list[str | None] = []
+            for record in records:
+                value = record.get(field) if type(record) is dict else get(record, field)
+                out.append(value if type(value) is str else pg_text(value))
+            return [out]
+        return [[pg_text(get(r, f)) for r in records] for f in self.spec.key]
 
     async def _write_staged(
         self, conn: Any, records: Sequence[PreparedRecord], snapshot: str | None
@@ -401,51 +490,56 @@ class PgTable:
         return int(row[0]), int(row[1])
 
     async def _write_direct(
-        self, conn: Any, records: Sequence[PreparedRecord], snapshot: str | None
+        self,
+        conn: Any,
+        records: Sequence[Any],
+        unique: dict[str, tuple[int, tuple[Any, ...]]],
+        rows: Sequence[Any],
+        snapshot: str | None,
+        preparer: Preparer,
     ) -> tuple[int, int]:
-        """Look the keys up first: new rows go in by plain binary COPY, unchanged ones are
-        skipped without touching the table, only changed ones take the staged upsert."""
-        keys: list[tuple[str | None, ...]]
-        if len(self.key_columns) == 1:
-            keys = [(pg_text(r.key[0]),) for r in records]
-        else:
-            keys = [tuple(pg_text(v) for v in r.key) for r in records]
-        rows = await conn.fetch(self._sql["lookup"], *(list(col) for col in zip(*keys, strict=True)))
+        """With the lookup's ``rows`` (key text..., content_hash, deleted) for the batch's
+        ``unique`` keys: new rows go in by plain binary COPY, unchanged ones are skipped
+        without touching the table, only changed ones take the staged upsert."""
         n = len(self.key_columns)
-        known = {tuple(row[:n]): (row[n], row[n + 1]) for row in rows}
-        new: list[PreparedRecord] = []
+        new: list[tuple[int, tuple[Any, ...]]] = []
         changed: list[PreparedRecord] = []
-        unchanged: list[tuple[Any, ...]] = []
-        for record, key in zip(records, keys, strict=True):
-            found = known.get(key)
+        unchanged: list[Any] = []  # keys (n == 1: the text itself) to mark seen
+        known: dict[Any, tuple[str, bool]]
+        if n == 1:
+            known = {row[0]: (row[1], row[2]) for row in rows}
+        else:
+            known = {tuple(row[:n]): (row[n], row[n + 1]) for row in rows}
+        for text, (i, key) in unique.items():
+            if n == 1:
+                found_key: Any = key[0] if type(key[0]) is str else pg_text(key[0])
+            else:
+                found_key = tuple(pg_text(v) for v in key)
+            found = known.get(found_key)
             if found is None:
-                new.append(record)
-            elif found[0] != record.content_hash or found[1]:
+                new.append((i, key))
+                continue
+            record = preparer.record(records[i], i, (key, text))
+            if found[1] or found[0] != record.content_hash:
                 changed.append(record)
             else:
-                unchanged.append(key)
+                unchanged.append(found_key)
         inserted = updated = 0
         if new:
-            try:
-                async with conn.transaction():  # a savepoint: a lost race falls back below
-                    await conn.copy_records_to_table(
-                        self._table,
-                        schema_name=self._schema,
-                        # a generator: rows are encoded while earlier ones are parsed
-                        records=(self.copy_row(r, snapshot) for r in new),
-                        columns=self.copy_columns,
-                    )
-                inserted = len(new)
-            except Exception as exc:
-                if getattr(exc, "sqlstate", None) != "23505":  # not unique_violation
-                    raise
-                changed += new  # another writer added one of these keys meanwhile
+            await conn.copy_records_to_table(
+                self._table,
+                schema_name=self._schema,
+                # a generator: rows are prepared while the server parses earlier ones
+                records=self.new_rows(records, new, snapshot, preparer),
+                columns=self.copy_columns,
+            )
+            inserted = len(new)
         if changed:
             ins, upd = await self._write_staged(conn, changed, snapshot)
             inserted += ins
             updated += upd
         if unchanged and snapshot is not None and "touch_keys" in self._sql:
-            columns = (list(col) for col in zip(*unchanged, strict=True))
+            columns = [unchanged] if n == 1 else [list(c) for c in zip(*unchanged, strict=True)]
             await conn.execute(self._sql["touch_keys"], snapshot, *columns)
         return inserted, updated
 

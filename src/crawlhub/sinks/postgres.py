@@ -17,7 +17,7 @@ from crawlhub.config.sinks import PgTableConfig, PostgresSinkConfig
 from crawlhub.errors import SinkError
 from crawlhub.sinks.base import BatchResult, TableResult
 from crawlhub.sinks.pg_table import PgTable
-from crawlhub.sinks.records import prepare_batch, redact_url
+from crawlhub.sinks.records import Preparer, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -213,18 +213,17 @@ class PostgresSink:
 
         async def one(name: str, records: Sequence[Any]) -> TableResult:
             table = self.tables[name]
+            preparer = Preparer(
+                table.spec.key,
+                sink=self.name,
+                hash_exclude=table.spec.hash_exclude,
+                drop=(self.config.route_field,) if self.config.route_field else (),
+            )
+
             async with gate:
                 try:
-                    batch = prepare_batch(
-                        records,
-                        table.spec.key,
-                        sink=self.name,
-                        hash_exclude=table.spec.hash_exclude,
-                        drop=(self.config.route_field,) if self.config.route_field else (),
-                        lazy=table.streams,  # encoded while COPY streams, in the transaction
-                    )
-                    async with pool.acquire() as conn, conn.transaction():
-                        inserted, updated = await table.write(conn, batch.records, snapshot)
+                    async with pool.acquire() as conn:
+                        inserted, updated = await table.write(conn, records, snapshot, preparer)
                 except Exception as exc:
                     error = f"table {table.spec.table}: {exc}"
                     log.error("sink %s: %d records rolled back, %s", self.name, len(records), error)

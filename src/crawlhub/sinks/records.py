@@ -1,8 +1,9 @@
 """Record preparation shared by every sink: key, content hash, source metadata, stable JSON.
 
-A sink calls :func:`prepare_batch` before it touches its store, so what can be wrong with a
-record (not an object, a missing key, a value JSON cannot hold) fails there, or inside the
-sink's transaction for the lazily encoded PostgreSQL COPY path.
+A sink calls :func:`prepare_batch` (or a :class:`Preparer`, step by step) before it touches
+its store, so what can be wrong with a record (not an object, a missing key, a value JSON
+cannot hold) fails there, or inside the sink's transaction for the PostgreSQL COPY path,
+which prepares new rows while they stream.
 """
 
 from __future__ import annotations
@@ -109,16 +110,176 @@ def _iso_text(value: str) -> str:
     return parse_iso(value).isoformat()
 
 
+def key_text(values: Sequence[Any]) -> str:
+    """The key as one string: the value itself for a one-field key, else a JSON array.
+
+    Kafka message keys, Redis index fields and JSON-lines index rows all use this text.
+    """
+    if len(values) == 1:
+        value = values[0]
+        return value if isinstance(value, str) else stable_json(value)
+    return stable_json(list(values))
+
+
+def _preview(record: Any) -> str:
+    text = repr(record)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+class Preparer:
+    """How one sink prepares records: its key fields, the fields kept out of the data
+    (source metadata, ``drop``) and those kept out of the content hash (``hash_exclude``).
+
+    The steps are separate so a sink can take only what it needs, record by record (the
+    PostgreSQL COPY path encodes new rows as they stream, without a PreparedRecord);
+    each raises ``SinkError`` naming the sink, the record and the fix.
+    """
+
+    __slots__ = ("sink", "key_fields", "left_out", "excluded")
+
+    def __init__(
+        self,
+        key_fields: Sequence[str],
+        *,
+        sink: str,
+        hash_exclude: Iterable[str] = (),
+        drop: Iterable[str] = (),
+    ) -> None:
+        self.sink = sink
+        self.key_fields = tuple(key_fields)
+        self.left_out = frozenset(METADATA_FIELDS).union(drop)
+        self.excluded = frozenset(hash_exclude)
+
+    def key(self, record: Any, index: int) -> tuple[tuple[Any, ...], str]:
+        """The record's key values and key text (see :func:`key_text`)."""
+        if type(record) is not dict and not isinstance(record, Mapping):  # ABC check is slow
+            raise SinkError(
+                f"{self._where(index, record)} is a {type(record).__name__}, not an object; "
+                "records are dicts"
+            )
+        fields = self.key_fields
+        if len(fields) == 1:
+            value = record.get(fields[0])
+            if value is None or value == "":
+                raise self._no_key(record, fields[0], index)
+            if type(value) is str:  # the common case: the text is the value
+                return (value,), value
+            key: tuple[Any, ...] = (value,)
+        else:
+            key = tuple(map(record.get, fields))
+            for field, value in zip(fields, key, strict=True):
+                if value is None or value == "":
+                    raise self._no_key(record, field, index)
+        try:
+            return key, key_text(key)
+        except (TypeError, ValueError) as exc:
+            raise self._unstorable(record, index, exc) from exc
+
+    def data(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """The record without its source metadata and dropped fields."""
+        data = dict(record)  # a C-speed copy, then drop the few left-out keys
+        for name in self.left_out:
+            if name in data:
+                del data[name]
+        return data
+
+    def metadata(
+        self, record: Mapping[str, Any], index: int
+    ) -> tuple[str | None, str | None, str | None]:
+        """``source_endpoint``, ``fetched_at`` (ISO text) and ``source_file``, or None each."""
+        try:
+            endpoint = record.get("source_endpoint")
+            fetched = record.get("fetched_at")
+            source_file = record.get("source_file")
+            return (
+                endpoint if endpoint is None or type(endpoint) is str else str(endpoint),
+                _iso_text(fetched) if type(fetched) is str and fetched
+                else iso_timestamp(fetched),
+                source_file if source_file is None or type(source_file) is str
+                else str(source_file),
+            )
+        except (TypeError, ValueError) as exc:
+            raise self._unstorable(record, index, exc) from exc
+
+    def encode(self, data: dict[str, Any], index: int) -> tuple[str, str]:
+        """The data's stable JSON and its content hash."""
+        try:
+            raw = stable_json_bytes(data)
+            excluded = self.excluded
+            digest = (
+                xxhash.xxh3_128_hexdigest(raw)
+                if not excluded
+                else content_hash({k: v for k, v in data.items() if k not in excluded})
+            )
+            return raw.decode(), digest
+        except (TypeError, ValueError) as exc:
+            raise self._unstorable(data, index, exc) from exc
+
+    def record(
+        self,
+        record: Any,
+        index: int,
+        key: tuple[tuple[Any, ...], str] | None = None,
+        *,
+        lazy: bool = False,
+    ) -> PreparedRecord:
+        """A PreparedRecord (``key`` as :meth:`key` gave it, when already known)."""
+        values, text = key if key is not None else self.key(record, index)
+        prepared = PreparedRecord._from(values, text, record, self, index)
+        if not lazy:
+            prepared.encode()  # reads the data and the metadata too
+        return prepared
+
+    def unique(self, records: Sequence[Any]) -> dict[str, tuple[int, tuple[Any, ...]]]:
+        """Key text -> (index, key values) of the last record with that key, in the order
+        keys first appear; checks every record's key."""
+        last: dict[str, tuple[int, tuple[Any, ...]]] = {}
+        key = self.key
+        for i, record in enumerate(records):
+            values, text = key(record, i)
+            last[text] = (i, values)
+        return last
+
+    def batch(self, records: Sequence[Any], *, lazy: bool = False) -> PreparedBatch:
+        """Prepare every record; a repeated key keeps its last record (earlier ones are
+        skips). With ``lazy`` only the keys are read now, the rest when first used."""
+        by_key: dict[str, PreparedRecord] = {}
+        key = self.key
+        make = PreparedRecord._from
+        for i, record in enumerate(records):
+            values, text = key(record, i)
+            prepared = by_key[text] = make(values, text, record, self, i)
+            if not lazy:
+                prepared.encode()
+        return PreparedBatch(list(by_key.values()), len(records) - len(by_key))
+
+    def _where(self, index: int, record: Any) -> str:
+        return f"sink '{self.sink}': record {index} {_preview(record)}"
+
+    def _no_key(self, record: Any, field: str, index: int) -> SinkError:
+        return SinkError(
+            f"{self._where(index, record)} has no key field '{field}'; give every record its "
+            f"key fields or change 'key' in the sink config (now {list(self.key_fields)})"
+        )
+
+    def _unstorable(self, record: Any, index: int, exc: Exception) -> SinkError:
+        return SinkError(
+            f"{self._where(index, record)} cannot be stored: {exc}; convert the value to "
+            "JSON types"
+        )
+
+
 class PreparedRecord:
     """One record ready for a store: key, data and metadata, and (on first use) its stable
     JSON and content hash.
 
-    ``prepare_batch`` encodes eagerly unless asked for ``lazy`` records: the PostgreSQL
-    COPY path encodes while it streams, so Python and the server work at the same time.
-    A value JSON cannot hold raises ``SinkError`` where the encoding happens.
+    Made by a :class:`Preparer`, which reads the key at once; data, metadata, JSON and
+    hash are made when first read (at once, unless the batch is ``lazy``). A value that
+    cannot be stored raises ``SinkError`` where it is read.
     """
 
-    __slots__ = ("key", "key_text", "data", "metadata", "_json", "_hash", "_excluded", "_sink", "_index")
+    __slots__ = ("key", "key_text", "_raw", "_data", "_metadata", "_json", "_hash",
+                 "_preparer", "_index")
 
     def __init__(
         self,
@@ -126,20 +287,55 @@ class PreparedRecord:
         key_text: str,
         data: dict[str, Any],
         metadata: dict[str, Any],
-        *,
         excluded: frozenset[str] = frozenset(),
         sink: str = "",
         index: int = 0,
     ) -> None:
         self.key = key
         self.key_text = key_text
-        self.data = data
-        self.metadata = metadata
+        self._raw: Mapping[str, Any] | None = None
+        self._data: dict[str, Any] | None = data
+        self._metadata: dict[str, Any] | None = metadata
         self._json: str | None = None
         self._hash: str | None = None
-        self._excluded = excluded
-        self._sink = sink
+        self._preparer = Preparer((), sink=sink, hash_exclude=excluded)
         self._index = index
+
+    @classmethod
+    def _from(
+        cls,
+        key: tuple[Any, ...],
+        text: str,
+        raw: Mapping[str, Any],
+        preparer: Preparer,
+        index: int,
+    ) -> PreparedRecord:
+        self = cls.__new__(cls)
+        self.key = key
+        self.key_text = text
+        self._raw = raw
+        self._data = self._metadata = None
+        self._json = self._hash = None
+        self._preparer = preparer
+        self._index = index
+        return self
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The record without its source metadata (and dropped fields)."""
+        if self._data is None:
+            assert self._raw is not None
+            self._data = self._preparer.data(self._raw)
+        return self._data
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """``source_endpoint``, ``fetched_at`` (ISO text) and ``source_file``, or None."""
+        if self._metadata is None:
+            assert self._raw is not None
+            values = self._preparer.metadata(self._raw, self._index)
+            self._metadata = dict(zip(METADATA_FIELDS, values, strict=True))
+        return self._metadata
 
     @property
     def data_json(self) -> str:
@@ -156,21 +352,10 @@ class PreparedRecord:
         return self._hash
 
     def encode(self) -> None:
-        """Compute the stable JSON and the content hash (once)."""
-        try:
-            raw = stable_json_bytes(self.data)
-            excluded = self._excluded
-            self._hash = (
-                xxhash.xxh3_128_hexdigest(raw)
-                if not excluded
-                else content_hash({k: v for k, v in self.data.items() if k not in excluded})
-            )
-            self._json = raw.decode()
-        except (TypeError, ValueError) as exc:
-            raise SinkError(
-                f"{_where(self._sink, self._index, self.data)} cannot be stored: {exc}; "
-                "convert the value to JSON types"
-            ) from exc
+        """Compute the stable JSON and the content hash (once); check the metadata."""
+        if self._metadata is None:
+            self.metadata  # noqa: B018 - read now, so a bad fetched_at fails here too
+        self._json, self._hash = self._preparer.encode(self.data, self._index)
 
     def full(self) -> dict[str, Any]:
         """Data plus the metadata that is set: what JSON-shaped sinks store."""
@@ -190,22 +375,6 @@ class PreparedBatch:
     duplicates: int
 
 
-def key_text(values: Sequence[Any]) -> str:
-    """The key as one string: the value itself for a one-field key, else a JSON array.
-
-    Kafka message keys, Redis index fields and JSON-lines index rows all use this text.
-    """
-    if len(values) == 1:
-        value = values[0]
-        return value if isinstance(value, str) else stable_json(value)
-    return stable_json(list(values))
-
-
-def _preview(record: Any) -> str:
-    text = repr(record)
-    return text if len(text) <= 120 else text[:117] + "..."
-
-
 def prepare_record(
     record: Any,
     key_fields: Sequence[str],
@@ -220,61 +389,8 @@ def prepare_record(
     ``drop`` fields are removed from the data (e.g. a routing field); ``hash_exclude``
     fields are stored but do not count as a change.
     """
-    left_out = frozenset(METADATA_FIELDS).union(drop)
-    return _prepare(
-        record, tuple(key_fields), sink, index, left_out, frozenset(hash_exclude), lazy=False
-    )
-
-
-def _prepare(
-    record: Any,
-    key_fields: tuple[str, ...],
-    sink: str,
-    index: int,
-    left_out: frozenset[str],
-    excluded: frozenset[str],
-    *,
-    lazy: bool,
-) -> PreparedRecord:
-    # The hot loop of every sink: sets are built by the caller, messages only on error.
-    if type(record) is not dict and not isinstance(record, Mapping):  # ABC check is slow
-        raise SinkError(
-            f"{_where(sink, index, record)} is a {type(record).__name__}, not an object; "
-            "records are dicts"
-        )
-    data = dict(record)  # a C-speed copy, then drop the few left-out keys
-    for name in left_out:
-        if name in data:
-            del data[name]
-    key = (record.get(key_fields[0]),) if len(key_fields) == 1 else tuple(map(record.get, key_fields))
-    for field, value in zip(key_fields, key, strict=True):
-        if value is None or value == "":
-            raise SinkError(
-                f"{_where(sink, index, record)} has no key field '{field}'; give every record "
-                f"its key fields or change 'key' in the sink config (now {list(key_fields)})"
-            )
-    try:
-        source_endpoint = record.get("source_endpoint")
-        source_file = record.get("source_file")
-        metadata = {
-            "source_endpoint": None if source_endpoint is None else str(source_endpoint),
-            "fetched_at": iso_timestamp(record.get("fetched_at")),
-            "source_file": None if source_file is None else str(source_file),
-        }
-        text = key_text(key)
-    except (TypeError, ValueError) as exc:
-        raise SinkError(
-            f"{_where(sink, index, record)} cannot be stored: {exc}; convert the value to "
-            "JSON types"
-        ) from exc
-    prepared = PreparedRecord(key, text, data, metadata, excluded=excluded, sink=sink, index=index)
-    if not lazy:
-        prepared.encode()
-    return prepared
-
-
-def _where(sink: str, index: int, record: Any) -> str:
-    return f"sink '{sink}': record {index} {_preview(record)}"
+    preparer = Preparer(key_fields, sink=sink, hash_exclude=hash_exclude, drop=drop)
+    return preparer.record(record, index)
 
 
 def prepare_batch(
@@ -288,16 +404,10 @@ def prepare_batch(
 ) -> PreparedBatch:
     """Prepare every record; a repeated key keeps its last record (earlier ones are skips).
 
-    With ``lazy`` the JSON and hash are computed when first read (see PreparedRecord).
+    With ``lazy`` only the keys are read now; the rest when first used (PreparedRecord).
     """
-    fields = tuple(key_fields)
-    left_out = frozenset(METADATA_FIELDS).union(drop)
-    excluded = frozenset(hash_exclude)
-    by_key: dict[str, PreparedRecord] = {}
-    for i, record in enumerate(records):
-        prepared = _prepare(record, fields, sink, i, left_out, excluded, lazy=lazy)
-        by_key[prepared.key_text] = prepared
-    return PreparedBatch(list(by_key.values()), len(records) - len(by_key))
+    preparer = Preparer(key_fields, sink=sink, hash_exclude=hash_exclude, drop=drop)
+    return preparer.batch(records, lazy=lazy)
 
 
 def redact_url(url: str) -> str:
