@@ -9,9 +9,11 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 import pytest
 from rich.console import Console
 
+from crawlhub.config.sinks import build_sink
 from crawlhub.fetch import (
     CancellationToken,
     Fetcher,
@@ -476,6 +478,43 @@ async def test_cancel_from_another_thread_is_honoured(
     result = await asyncio.wait_for(run, 10)
     assert result.status is Status.CANCELLED
     assert result.records_written == 5
+
+
+# ---- full snapshots ---------------------------------------------------------------------
+@pytest.mark.parametrize("ending", ["cancelled", "failed", "succeeded"])
+async def test_only_a_complete_full_snapshot_run_marks_unseen_rows_deleted(
+    postgres_url: str, unique_name: str, ending: str
+) -> None:
+    spec = {"type": "postgres", "url": postgres_url, "table": unique_name, "full_snapshot": True}
+    first = build_sink(spec)
+    await first.open()
+    await first.write_batch(records(5))
+    await first.close()  # a complete snapshot of ids 1-5
+
+    token = CancellationToken()
+    pipeline = Pipeline(passthrough, build_sink(spec), config(), token=token,
+                        job_code="snap", logger=JobLog("snap"))
+    await pipeline.start()
+    for record in records(2):
+        await pipeline.submit(record)
+    if ending == "cancelled":
+        token.cancel("operator pressed stop")
+    elif ending == "failed":
+        pipeline.fail("too many failures")
+    result = await pipeline.finish()
+
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        live = await conn.fetch(
+            f'SELECT id FROM "{unique_name}" WHERE deleted_at IS NULL ORDER BY id'
+        )
+    finally:
+        await conn.execute(f'DROP TABLE "{unique_name}"')
+        await conn.close()
+    assert result.status is Status(ending.upper())
+    assert result.records_skipped == 2  # unchanged, but seen by this snapshot
+    expected = ["1", "2"] if ending == "succeeded" else ["1", "2", "3", "4", "5"]
+    assert [r["id"] for r in live] == expected
 
 
 # ---- barriers and segments (one window segment = one transaction) ---------------------------

@@ -23,7 +23,7 @@ from crawlhub.fetch.retry import TooManyFailures
 from crawlhub.pipeline.pool import Process, ProcessingPool
 from crawlhub.pipeline.result import RunResult, Status
 from crawlhub.pipeline.writer import BatchWriter
-from crawlhub.sinks.base import Sink
+from crawlhub.sinks.base import Sink, SnapshotSink
 
 
 @dataclass
@@ -73,7 +73,9 @@ class Pipeline:
 
     A token cancelled before ``start`` gives an empty CANCELLED result: the sink is not
     opened and nothing is sent. A token cancelled later stops fetching; everything
-    already fetched is still processed and written before ``finish`` returns.
+    already fetched is still processed and written before ``finish`` returns. A run that
+    ends CANCELLED or FAILED abandons the sink's snapshot (``SnapshotSink``), so rows it
+    did not reach are not marked deleted.
     """
 
     def __init__(
@@ -241,16 +243,27 @@ class Pipeline:
         if not self._started:
             await self.start()
         self._finished = True
+        drained = False
         try:
             await self._drain()
+            drained = True
         finally:
             if self._progress_task is not None:
                 self._progress_task.cancel()
                 self._progress_task = None
             if self._sink_open:
                 self._sink_open = False
-                await self.sink.close()
+                await self._close_sink(self.sink, complete=drained and self._can_go_on())
         return self._conclude()
+
+    async def _close_sink(self, sink: Sink, *, complete: bool) -> None:
+        """Close a sink; a run that did not complete first abandons the sink's snapshot,
+        so a partial snapshot marks nothing deleted."""
+        if not complete and isinstance(sink, SnapshotSink):
+            await sink.abandon_snapshot()
+            self.log.warning("run incomplete, snapshot abandoned: nothing marked deleted",
+                             sink=sink.name, reason=self.token.reason or self._failure)
+        await sink.close()
 
     def _conclude(self) -> RunResult:
         result = self.result
@@ -363,6 +376,7 @@ class Pipeline:
         self._start_stage("detail", sink, details.process or details.default_process)
         seen: set[Any] = set()
         began = time.monotonic()
+        drained = False
         try:
             for n, item_id in enumerate(ids):
                 if not self._can_go_on():
@@ -391,10 +405,11 @@ class Pipeline:
                     continue
                 await self.submit(response)
             await self._drain()
+            drained = True
         finally:
             self.result.add_time("detail", time.monotonic() - began)
             if opened:
-                await sink.close()
+                await self._close_sink(sink, complete=drained and self._can_go_on())
 
     # ---- observation ------------------------------------------------------------------
     def progress(self) -> dict[str, Any]:
