@@ -358,21 +358,22 @@ class PgTable:
             for i, _ in new:
                 yield self.copy_row(preparer.record(records[i], i, lazy=True), snapshot)
             return
-        tail = (snapshot,) if self.uses_snapshot_param else ()
+        metadata, encode, data = preparer.metadata, preparer.encode, preparer.data
+        seen = self.uses_snapshot_param
         for i, key in new:
             raw = records[i]
-            endpoint, fetched, source_file = preparer.metadata(raw, i)
-            text, digest = preparer.encode(preparer.data(raw), i)
+            endpoint, fetched, source_file = metadata(raw, i)
+            text, digest = encode(data(raw), i)
             value = key[0]
-            yield (
+            row = (
                 value if type(value) is str else pg_text(value),
                 text,
                 digest,
                 endpoint,
                 None if fetched is None else parse_iso(fetched),
                 source_file,
-                *tail,
             )
+            yield (*row, snapshot) if seen else row
 
     def _tail_getters(self) -> list[Callable[[PreparedRecord], Any]]:
         """Per managed column after keys and fields: how a PreparedRecord fills it."""
