@@ -131,6 +131,8 @@ class Bench:
         await sink.close()
         if result.records_write_failed:
             raise SystemExit(f"writer failed: {result.errors}")
+        if any(size != batch for size in writer.batch_sizes[:-1]):  # the row says "batch N"
+            raise SystemExit(f"writer batches were not of {batch}: {writer.batch_sizes}")
         return elapsed
 
     async def sink_alone(self, table: str, rows: list[dict[str, Any]], batch: int) -> float:
