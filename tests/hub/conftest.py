@@ -20,9 +20,10 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def make_config(backend: str, tmp_path: Path, request: pytest.FixtureRequest,
-                unique_name: str) -> Callable[..., CrawlhubConfig]:
-    """Build a validated config on the parametrised backend (unique Redis prefix)."""
+async def make_config(backend: str, tmp_path: Path, request: pytest.FixtureRequest,
+                      unique_name: str) -> AsyncIterator[Callable[..., CrawlhubConfig]]:
+    """Build a validated config on the parametrised backend (unique Redis prefix, whose
+    keys are deleted after the test)."""
 
     def build(**sections: Any) -> CrawlhubConfig:
         storage: dict[str, Any] = {}
@@ -39,7 +40,22 @@ def make_config(backend: str, tmp_path: Path, request: pytest.FixtureRequest,
         return CrawlhubConfig.model_validate(
             {"data_dir": str(tmp_path), "storage": storage, **sections})
 
-    return build
+    yield build
+    if backend == "redis":
+        await delete_prefix(request.getfixturevalue("redis_url"), f"{unique_name}:")
+
+
+async def delete_prefix(url: str, prefix: str) -> None:
+    """Delete the keys a test wrote under its own prefix (never anything else)."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(url)
+    try:
+        keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=1000)]
+        for start in range(0, len(keys), 500):
+            await client.delete(*keys[start:start + 500])
+    finally:
+        await client.aclose()
 
 
 @pytest.fixture

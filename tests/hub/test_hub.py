@@ -16,6 +16,7 @@ import pytest
 from crawlhub.errors import BackpressureError
 from crawlhub.hub.failures import FailureLog
 from crawlhub.service import Services
+from tests.hub.conftest import delete_prefix
 
 Opener = Callable[[Any], Any]
 
@@ -254,6 +255,7 @@ async def test_token_scope_is_shared_across_hub_processes_on_redis(
     finally:
         await one.close()
         await two.close()
+        await delete_prefix(redis_url, f"{unique_name}:")
 
 
 async def test_derive_inbound_turns_results_into_new_tasks(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from crawlhub.hub.state import HubState, LedgerEntry, RedisHubState, SqliteHubState
+from tests.hub.conftest import delete_prefix
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -22,6 +23,8 @@ async def state(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str
         st = RedisHubState(request.getfixturevalue("redis_url"), prefix=f"{unique_name}:")
     yield st
     await st.close()
+    if request.param == "redis":
+        await delete_prefix(request.getfixturevalue("redis_url"), f"{unique_name}:")
 
 
 def entry(uuid: str, deadline: float | None = None, outbound: str = "o") -> LedgerEntry:
@@ -87,3 +90,4 @@ async def test_redis_state_is_shared_between_processes(redis_url: str, unique_na
     finally:
         await first.close()
         await second.close()
+        await delete_prefix(redis_url, f"{unique_name}:")
