@@ -137,6 +137,42 @@ async def test_full_snapshot_with_a_failed_batch_deletes_nothing(
     assert await live_ids(pg, table) == ["1", "2"]
 
 
+async def test_after_a_run_of_new_keys_known_keys_are_still_recognised(
+    postgres_url: str, pg: asyncpg.Connection, tables: Tables
+) -> None:
+    table = tables("items")
+    sink = await open_sink(postgres_url, table=table)
+    try:
+        await sink.write_batch([{"id": 1}])
+        await sink.write_batch([{"id": 2}])  # two all-new batches: the next is COPYed at once
+        mixed = await sink.write_batch([{"id": 2, "v": "changed"}, {"id": 3}])
+        again = await sink.write_batch([{"id": 3}, {"id": 4}])
+    finally:
+        await sink.close()
+    assert (mixed.inserted, mixed.updated, mixed.skipped) == (1, 1, 0)
+    assert (again.inserted, again.updated, again.skipped) == (1, 0, 1)
+    assert await live_ids(pg, table) == ["1", "2", "3", "4"]
+
+
+async def test_without_a_unique_key_index_keys_are_always_looked_up(
+    postgres_url: str, pg: asyncpg.Connection, tables: Tables
+) -> None:
+    table = tables("items")
+    await pg.execute(
+        f'CREATE TABLE "{table}" (id text NOT NULL, data jsonb, content_hash text, '
+        "source_endpoint text, fetched_at timestamptz, source_file text)"
+    )
+    sink = await open_sink(postgres_url, table=table, create=False)
+    try:
+        await sink.write_batch([{"id": 1}])
+        await sink.write_batch([{"id": 2}])
+        again = await sink.write_batch([{"id": 1}, {"id": 2}])  # nothing would refuse a COPY
+    finally:
+        await sink.close()
+    assert again.skipped == 2
+    assert await pg.fetchval(f'SELECT count(*) FROM "{table}"') == 2
+
+
 async def test_a_new_key_inserted_meanwhile_by_another_writer_becomes_an_update(
     postgres_url: str, pg: asyncpg.Connection, tables: Tables
 ) -> None:

@@ -51,6 +51,19 @@ ORDER BY a.attnum
 """
 
 
+#: Is there a plain unique index on exactly these columns (so a COPY of a present key fails)?
+_UNIQUE_KEY = """
+SELECT EXISTS (
+  SELECT 1 FROM pg_index i
+  WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indpred IS NULL
+    AND i.indexprs IS NULL AND i.indnatts = cardinality($2::text[])
+    AND ARRAY(SELECT a.attname::text FROM pg_attribute a
+              WHERE a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey::int2[]) ORDER BY 1)
+      = ARRAY(SELECT unnest($2::text[]) ORDER BY 1)
+)
+"""
+
+
 def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -97,6 +110,8 @@ class PgTable:
         self._schema: str | None = schema if dot else None
         self._table = table if dot else spec.table
         self.direct = False
+        self.unique_key = False  # a unique index on the key columns guards plain COPY
+        self._all_new = False  # the last batch's keys were all new: COPY the next at once
         self.copy_columns: list[str] = []
         self.types: dict[str, str] = {}
         self._tail: list[Callable[[PreparedRecord], Any]] = []
@@ -186,6 +201,8 @@ class PgTable:
                 f"or let crawlhub create the table under another name"
             )
         self._build_sql()
+        if self.streams:
+            self.unique_key = bool(await conn.fetchval(_UNIQUE_KEY, self.qname, self.key_columns))
 
     # -- SQL -----------------------------------------------------------------------
 
@@ -419,7 +436,9 @@ class PgTable:
 
         ``preparer`` checks and prepares the records (``SinkError`` for a bad one). On
         the COPY path the key lookup is sent first, so the server looks the keys up while
-        Python checks them; new rows are prepared while COPY streams.
+        Python checks them; new rows are prepared while COPY streams. After a batch whose
+        keys were all new, the next is COPYed without a lookup when a unique index on the
+        key would refuse a present key (then that batch is rolled back and looked up).
         """
         if not self.streams:
             prepared = preparer.batch(records).records
@@ -427,6 +446,18 @@ class PgTable:
                 return 0, 0
             async with conn.transaction():
                 return await self._write_staged(conn, prepared, snapshot)
+        if self._all_new:
+            # A run of new keys (a first load): COPY without looking up. The unique index
+            # refuses a key that is there after all; then the batch goes the long way.
+            try:
+                async with conn.transaction():
+                    new = list(preparer.unique(records).values())
+                    await self._copy_new(conn, records, new, snapshot, preparer)
+                return len(new), 0
+            except Exception as exc:
+                if getattr(exc, "sqlstate", None) != "23505":  # not unique_violation
+                    raise
+                self._all_new = False
         try:
             async with conn.transaction():
                 lookup = asyncio.ensure_future(
@@ -525,15 +556,10 @@ class PgTable:
                 changed.append(record)
             else:
                 unchanged.append(found_key)
+        self._all_new = self.unique_key and not rows
         inserted = updated = 0
         if new:
-            await conn.copy_records_to_table(
-                self._table,
-                schema_name=self._schema,
-                # a generator: rows are prepared while the server parses earlier ones
-                records=self.new_rows(records, new, snapshot, preparer),
-                columns=self.copy_columns,
-            )
+            await self._copy_new(conn, records, new, snapshot, preparer)
             inserted = len(new)
         if changed:
             ins, upd = await self._write_staged(conn, changed, snapshot)
@@ -543,6 +569,22 @@ class PgTable:
             columns = [unchanged] if n == 1 else [list(c) for c in zip(*unchanged, strict=True)]
             await conn.execute(self._sql["touch_keys"], snapshot, *columns)
         return inserted, updated
+
+    async def _copy_new(
+        self,
+        conn: Any,
+        records: Sequence[Any],
+        new: Sequence[tuple[int, tuple[Any, ...]]],
+        snapshot: str | None,
+        preparer: Preparer,
+    ) -> None:
+        await conn.copy_records_to_table(
+            self._table,
+            schema_name=self._schema,
+            # a generator: rows are prepared while the server parses earlier ones
+            records=self.new_rows(records, new, snapshot, preparer),
+            columns=self.copy_columns,
+        )
 
     async def finish_snapshot(self, conn: Any, snapshot: str) -> int:
         """Mark rows not seen in ``snapshot`` deleted (SCD2: close their current version)."""
