@@ -363,7 +363,7 @@ class Hub:
             return deferred
         now = time.time()
         await self.state.record(
-            [LedgerEntry(dict(t), rule.name,
+            [LedgerEntry(t, rule.name,
                          now + rule.result_timeout if rule.result_timeout else None)
              for rule, _, group in ready for t in group],
             counters=[(rule.name, "total", len(group)) for rule, _, group in ready],
