@@ -5,8 +5,8 @@ Outside crawlhub (queues, Redis lists, Kafka, logs) a task is JSON; inside it is
 
 from __future__ import annotations
 
-import time
 import os
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
