@@ -1,15 +1,18 @@
 """What only the embedded store does: bloom snapshots on disk, the table as their
-write-ahead log, and freeing the filters of past segments."""
+write-ahead log, freeing the filters of past segments, the two-tier key index and the
+upgrade of tables from before it."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from crawlhub.frontier import Seed
+from crawlhub.frontier import sqlite as sqlite_store
 from crawlhub.frontier.bloom import stable_hash
 from crawlhub.frontier.sqlite import SqliteSeedStore
 
@@ -84,3 +87,45 @@ async def test_duplicate_counts_survive_a_restart(make_frontier: MakeFrontier) -
     await a.close()
     b = await make_frontier()
     assert (await b.stats())[0]["duplicates"] == 1
+
+
+async def test_keys_are_found_in_either_tier_of_the_index(
+    make_frontier: MakeFrontier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_store, "RECENT_MAX", 4)  # "recent" moves to "keys" often
+    f = await make_frontier(exact=True, cache_size=0)  # exact: every key is looked up
+    urls = [f"http://a.com/{i}" for i in range(10)]
+    for url in urls:
+        assert await f.admit([Seed(url)]) == [True]
+    assert await f.admit([Seed(u) for u in urls]) == [False] * 10
+    leased = await f.lease(10, 60)
+    assert len(leased) == 10
+    assert all([await f.finish(s, "ok") for s in leased])  # rows found through both tiers
+    (row,) = await f.stats()
+    assert (row["done"], row["duplicates"]) == (10, 10)
+
+
+async def test_a_table_from_before_the_hash_index_is_upgraded(
+    make_frontier: MakeFrontier, tmp_path: Path, clock: Clock
+) -> None:
+    segment = int(clock() // DAY)
+    with sqlite3.connect(tmp_path / "frontier.db") as conn:
+        conn.executescript(
+            """
+            CREATE TABLE "frontier:f" (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT, segment INTEGER NOT NULL,
+                key TEXT NOT NULL, state INTEGER NOT NULL, priority INTEGER NOT NULL,
+                ready_at REAL NOT NULL, lease_until REAL,
+                attempts INTEGER NOT NULL DEFAULT 0, seed TEXT NOT NULL);
+            CREATE UNIQUE INDEX "frontier:f:key" ON "frontier:f" (segment, key);
+            """
+        )
+        conn.executemany(
+            'INSERT INTO "frontier:f" (segment, key, state, priority, ready_at, seed) '
+            "VALUES (?, ?, 0, 0, 0, ?)",
+            [(segment, f"http://a.com/{i}", f"http://a.com/{i}") for i in range(3)],
+        )
+    f = await make_frontier(exact=True)
+    assert await f.admit([Seed("http://a.com/1"), Seed("http://a.com/9")]) == [False, True]
+    (seed, *_) = await f.lease(4, 60)
+    assert await f.finish(seed, "ok")

@@ -3,10 +3,11 @@
 The table is the write-ahead log of the filters: an admission commits its (segment,
 key) row before ``admit`` returns, and a filter snapshot records the last row it
 covers, so a restart loads the snapshot and replays the rows after it; a kill -9
-between snapshots loses no admission. The unique (segment, key) index is the final
-arbiter: a filter that misses a key (another process admitted it) costs one insert
-that the index ignores, never a second admission. All work runs on the database's own
-thread, which also keeps the filters' CPU time off the event loop.
+between snapshots loses no admission. The table is also the final arbiter: inside the
+write transaction (one writer at a time, across processes) every key the filter calls
+new is looked up, so a key another process admitted is never admitted twice. Filter
+hits are settled on the event loop (a batch of duplicates needs no thread hop); lookups,
+inserts and every change to the filters run on the database's own thread.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
+import threading
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from crawlhub.errors import FrontierError
@@ -35,15 +38,21 @@ _STATE_NAMES = {
 }
 _FINAL = {"ok": DONE, "failed": FAILED}
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,100}")
+_SIGN64 = 1 << 63
 
-# Random-order inserts into the (segment, key) index dirty many pages per transaction:
-# a larger page cache and rarer WAL checkpoints halve the cost at a million seeds.
+# Rows are found by a 64-bit hash of their key (confirmed by the key text) through a
+# two-tier index. Keys land at random places in a hash index, and a transaction writes
+# every page it dirtied to the WAL: one random insert per row into an index of a
+# million keys costs a 4 KB page per row. So admissions insert into "recent", a small
+# index whose pages stay few and cached, and every RECENT_MAX rows its sorted contents
+# move to "keys" in one pass, each page of which is then written once for many rows.
 _SCHEMA = """
 PRAGMA cache_size = -65536;
 PRAGMA wal_autocheckpoint = 10000;
 CREATE TABLE IF NOT EXISTS "{t}" (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     segment INTEGER NOT NULL,
+    key_hash INTEGER NOT NULL,
     key TEXT NOT NULL,
     state INTEGER NOT NULL,
     priority INTEGER NOT NULL,
@@ -52,16 +61,58 @@ CREATE TABLE IF NOT EXISTS "{t}" (
     attempts INTEGER NOT NULL DEFAULT 0,
     seed TEXT NOT NULL
 );
-CREATE UNIQUE INDEX IF NOT EXISTS "{t}:key" ON "{t}" (segment, key);
 CREATE INDEX IF NOT EXISTS "{t}:ready" ON "{t}" (priority DESC, seq) WHERE state = 0;
 CREATE INDEX IF NOT EXISTS "{t}:waiting" ON "{t}" (ready_at) WHERE state = 5;
 CREATE INDEX IF NOT EXISTS "{t}:leased" ON "{t}" (lease_until) WHERE state = 1;
 CREATE INDEX IF NOT EXISTS "{t}:state" ON "{t}" (segment, state);
+CREATE TABLE IF NOT EXISTS "{t}:recent" (
+    segment INTEGER, key_hash INTEGER, seq INTEGER, PRIMARY KEY (segment, key_hash, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS "{t}:keys" (
+    segment INTEGER, key_hash INTEGER, seq INTEGER, PRIMARY KEY (segment, key_hash, seq)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS "{t}:segments" (
     segment INTEGER PRIMARY KEY,
     duplicates INTEGER NOT NULL DEFAULT 0
 );
 """
+#: Rows in "recent" that trigger its move to "keys".
+RECENT_MAX = 65536
+#: Rows (or hashes) per multi-row statement, padded up to one of these sizes so each
+#: statement is prepared once. A statement per row (executemany) costs ~5x more.
+_SHAPES = (32, 1024)
+
+
+def _shape(n: int) -> int:
+    return _SHAPES[0] if n <= _SHAPES[0] else _SHAPES[-1]
+
+
+@dataclass(slots=True)
+class _Batch:
+    """One admission on its way: results so far, duplicates per segment, and the keys
+    the table must settle ((segment, key) -> index in the entries)."""
+
+    results: list[bool]
+    duplicates: dict[int, int]
+    lookup: dict[tuple[int, str], int]
+
+    def settle(self, stored: set[tuple[int, str]]) -> None:
+        """``stored``: the looked-up keys the table already held; the rest were admitted."""
+        for ident, i in self.lookup.items():
+            if ident in stored:  # another process admitted it, or exact caught a filter FP
+                self.duplicates[ident[0]] += 1
+            else:
+                self.results[i] = True
+
+
+def row_hash(h: int) -> int:
+    """The 64-bit hash (signed, as SQLite stores it) that finds the rows of the key whose
+    stable 128-bit hash is ``h``."""
+    return (h >> 64) - _SIGN64
+
+
+def key_hash(key: str) -> int:
+    return row_hash(stable_hash(key))
 
 
 def check_frontier_name(name: str) -> str:
@@ -82,12 +133,36 @@ class SqliteSeedStore:
         self.expected_items = expected_items
         self.fp_rate = fp_rate
         self._t = f"frontier:{name}"
+        t = self._t
+        # (segment, key_hash, key) names a row: found through either tier of the index
+        self._row = (
+            f'seq IN (SELECT seq FROM "{t}:recent" WHERE segment = :segment '
+            f'AND key_hash = :key_hash UNION ALL SELECT seq FROM "{t}:keys" '
+            "WHERE segment = :segment AND key_hash = :key_hash) AND key = :key"
+        )
+        self._lookup_sql: dict[int, str] = {}
+        self._insert_sql: dict[int, str] = {}
+        for m in _SHAPES:
+            hashes = ", ".join(f"?{i}" for i in range(2, m + 2))
+            self._lookup_sql[m] = (
+                f'SELECT key FROM "{t}" WHERE seq IN ('
+                f'SELECT seq FROM "{t}:recent" WHERE segment = ?1 AND key_hash IN ({hashes}) '
+                f'UNION ALL SELECT seq FROM "{t}:keys" WHERE segment = ?1 '
+                f"AND key_hash IN ({hashes}))"
+            )
+            self._insert_sql[m] = (
+                f'INSERT INTO "{t}" (segment, key_hash, key, state, priority, ready_at, seed) '
+                "SELECT * FROM (VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * m) + ") LIMIT ?"
+            )
         self.db = SqliteDB(url, schema=_SCHEMA.format(t=self._t))
         self.snapshot_dir = Path(f"{self.db.path}-bloom") / name
-        # Touched only on the database thread:
+        # Written only on the database thread; the filters are also read on the loop.
         self._blooms: dict[int, ScalableBloom] = {}
+        # Counted on both (under the lock), written to the table by snapshots.
         self._duplicates: dict[int, int] = defaultdict(int)
+        self._duplicates_lock = threading.Lock()
         self._max_seq = 0
+        self._recent = 0  # rows this process put into "recent" since it was last moved
         self._closed = False
 
     def __repr__(self) -> str:
@@ -98,6 +173,8 @@ class SqliteSeedStore:
         await self.db.run(self._restore)
 
     def _restore(self, conn: sqlite3.Connection) -> None:
+        self._upgrade(conn)
+        (self._recent,) = conn.execute(f'SELECT count(*) FROM "{self._t}:recent"').fetchone()
         blooms, watermark = load_snapshot(self.snapshot_dir)
         replay = conn.execute(
             f'SELECT seq, segment, key FROM "{self._t}" WHERE seq > ? ORDER BY seq', (watermark,)
@@ -110,6 +187,32 @@ class SqliteSeedStore:
             max_seq = seq
         self._blooms = blooms
         self._max_seq = max_seq
+
+    def _upgrade(self, conn: sqlite3.Connection) -> None:
+        """A table from before the hash index (a unique index on the key text) gets its
+        ``key_hash`` column, its "keys" index and loses the text index."""
+        t = self._t
+
+        def current() -> bool:
+            return any(row[1] == "key_hash" for row in conn.execute(f'PRAGMA table_info("{t}")'))
+
+        if current():
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if not current():  # (another process may have upgraded it meanwhile)
+                conn.create_function("crawlhub_key_hash", 1, key_hash, deterministic=True)
+                conn.execute(f'ALTER TABLE "{t}" ADD COLUMN key_hash INTEGER NOT NULL DEFAULT 0')
+                conn.execute(f'UPDATE "{t}" SET key_hash = crawlhub_key_hash(key)')
+                conn.execute(
+                    f'INSERT INTO "{t}:keys" (segment, key_hash, seq) '
+                    f'SELECT segment, key_hash, seq FROM "{t}" ORDER BY segment, key_hash, seq'
+                )
+                conn.execute(f'DROP INDEX IF EXISTS "{t}:key"')
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
     async def close(self) -> None:
         if self._closed:
@@ -141,10 +244,11 @@ class SqliteSeedStore:
         save_snapshot(self.snapshot_dir, self._blooms, self._max_seq)
 
     def _flush_duplicates(self, conn: sqlite3.Connection) -> None:
-        if not self._duplicates:
+        with self._duplicates_lock:
+            rows = list(self._duplicates.items())
+            self._duplicates.clear()
+        if not rows:
             return
-        rows = list(self._duplicates.items())
-        self._duplicates.clear()
         conn.executemany(
             f'INSERT INTO "{self._t}:segments" (segment, duplicates) VALUES (?, ?) '
             "ON CONFLICT (segment) DO UPDATE SET duplicates = duplicates + excluded.duplicates",
@@ -159,67 +263,140 @@ class SqliteSeedStore:
         check_entries(entries)
         if not entries:
             return []
-        return await self.db.run(lambda conn: self._admit(conn, entries, now, exact))
+        # Filter hits are settled here on the event loop: a batch of duplicates costs no
+        # thread hop. Only what the filter calls new (everything when exact) goes on.
+        batch = self._classify(entries, exact, None)
+        if batch is None:  # a segment's filter must be loaded or built first
+            return await self.db.run(lambda conn: self._admit(conn, entries, now, exact))
+        if batch.lookup:
+            stored = await self.db.run(lambda conn: self._write(conn, entries, batch, now))
+            batch.settle(stored)
+        self._count_duplicates(batch.duplicates)
+        return batch.results
 
     def _admit(
         self, conn: sqlite3.Connection, entries: Sequence[Entry], now: float, exact: bool
     ) -> list[bool]:
-        results = [False] * len(entries)
-        duplicates: dict[int, int] = defaultdict(int)
-        candidates: dict[tuple[int, str], int] = {}  # (segment, key) -> index in entries
-        exists = f'SELECT 1 FROM "{self._t}" WHERE segment = ? AND key = ?'
+        batch = self._classify(entries, exact, conn)
+        assert batch is not None  # with a connection every filter can be built
+        if batch.lookup:
+            batch.settle(self._write(conn, entries, batch, now))
+        self._count_duplicates(batch.duplicates)
+        return batch.results
+
+    def _classify(
+        self, entries: Sequence[Entry], exact: bool, conn: sqlite3.Connection | None
+    ) -> _Batch | None:
+        """Sort ``entries`` into filter hits (duplicates, unless exact) and keys to look
+        up; None when a filter is missing and there is no ``conn`` to build it."""
+        batch = _Batch([False] * len(entries), defaultdict(int), {})
+        lookup, duplicates, blooms = batch.lookup, batch.duplicates, self._blooms
+        for i, e in enumerate(entries):
+            ident = (e.segment, e.key)
+            if ident in lookup:
+                duplicates[e.segment] += 1
+                continue
+            bloom = blooms.get(e.segment)
+            if bloom is None:
+                if conn is None:
+                    return None
+                bloom = self._bloom(conn, e.segment)
+            if not exact and e.hash in bloom:
+                duplicates[e.segment] += 1
+            else:
+                lookup[ident] = i
+        return batch
+
+    def _write(
+        self, conn: sqlite3.Connection, entries: Sequence[Entry], batch: _Batch, now: float
+    ) -> set[tuple[int, str]]:
+        """Look up ``batch.lookup`` and insert what the table lacks, in one write
+        transaction (one writer at a time, across processes: nobody else can insert
+        those keys in between). Returns the (segment, key) found stored."""
+        lookup = batch.lookup
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for i, e in enumerate(entries):
-                ident = (e.segment, e.key)
-                if ident in candidates or (
-                    e.hash in self._bloom(conn, e.segment)
-                    and (not exact or conn.execute(exists, ident).fetchone() is not None)
-                ):
-                    duplicates[e.segment] += 1
-                else:
-                    candidates[ident] = i
-            inserted = self._insert(conn, [entries[i] for i in candidates.values()], now)
+            stored = self._stored(conn, [entries[i] for i in lookup.values()])
+            self._insert(
+                conn, [entries[i] for ident, i in lookup.items() if ident not in stored], now
+            )
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        for ident, i in candidates.items():
-            if ident in inserted:
-                results[i] = True
-            else:  # another process admitted it; our filter had not seen it yet
-                duplicates[ident[0]] += 1
-            # Only committed keys enter the filters: a rolled-back key stays admissible.
-            self._blooms[ident[0]].add(entries[i].hash)
-        for segment, n in duplicates.items():
-            self._duplicates[segment] += n
-        return results
+        # Only committed keys enter the filters: a rolled-back key stays admissible.
+        blooms = self._blooms
+        for (segment, _), i in lookup.items():
+            blooms[segment].add(entries[i].hash)
+        return stored
 
-    def _insert(
-        self, conn: sqlite3.Connection, entries: list[Entry], now: float
-    ) -> set[tuple[int, str]]:
-        """INSERT OR IGNORE many rows in one statement; the (segment, key) inserted."""
-        inserted: set[tuple[int, str]] = set()
-        for start in range(0, len(entries), 4000):
-            chunk = entries[start : start + 4000]
+    def _count_duplicates(self, duplicates: dict[int, int]) -> None:
+        with self._duplicates_lock:
+            for segment, n in duplicates.items():
+                self._duplicates[segment] += n
+
+    def _stored(self, conn: sqlite3.Connection, entries: list[Entry]) -> set[tuple[int, str]]:
+        """The (segment, key) of ``entries`` the table holds: rows found by the key hash,
+        confirmed by the key text."""
+        by_segment: dict[int, list[int]] = defaultdict(list)
+        for e in entries:
+            by_segment[e.segment].append(row_hash(e.hash))
+        found: set[tuple[int, str]] = set()
+        for segment, hashes in by_segment.items():
+            for start in range(0, len(hashes), _SHAPES[-1]):
+                chunk = hashes[start : start + _SHAPES[-1]]
+                m = _shape(len(chunk))
+                # padded with a repeated hash, which finds nothing new
+                args = [segment, *chunk] + [chunk[0]] * (m - len(chunk))
+                for (key,) in conn.execute(self._lookup_sql[m], args):
+                    found.add((segment, key))
+        return found
+
+    def _insert(self, conn: sqlite3.Connection, entries: list[Entry], now: float) -> None:
+        """Rows for ``entries`` in their order, and their keys in "recent"."""
+        if not entries:
+            return
+        first = 0
+        for start in range(0, len(entries), _SHAPES[-1]):
+            chunk = entries[start : start + _SHAPES[-1]]
+            m = _shape(len(chunk))
             values: list[object] = []
             for e in chunk:
                 if e.dispatched:
                     state = DISPATCHED
                 else:
                     state = PENDING if e.ready_at <= now else WAITING
-                values += (e.segment, e.key, state, e.seed.priority, e.ready_at, e.seed.encode())
-            rows = conn.execute(
-                f'INSERT OR IGNORE INTO "{self._t}" '
-                "(segment, key, state, priority, ready_at, seed) VALUES "
-                + ",".join(["(?, ?, ?, ?, ?, ?)"] * len(chunk))
-                + " RETURNING seq, segment, key",
-                values,
-            ).fetchall()
-            for seq, segment, key in rows:
-                inserted.add((segment, key))
-                self._max_seq = max(self._max_seq, seq)
-        return inserted
+                values += (
+                    e.segment,
+                    row_hash(e.hash),
+                    e.key,
+                    state,
+                    e.seed.priority,
+                    e.ready_at,
+                    e.seed.encode(),
+                )
+            values += [None] * (7 * (m - len(chunk)))
+            values.append(len(chunk))
+            last = conn.execute(self._insert_sql[m], values).lastrowid or 0
+            first = first or last - len(chunk) + 1  # one writer: seqs are consecutive
+            self._max_seq = max(self._max_seq, last)
+        t = self._t
+        conn.execute(
+            f'INSERT INTO "{t}:recent" (segment, key_hash, seq) '
+            f'SELECT segment, key_hash, seq FROM "{t}" WHERE seq >= ?',
+            (first,),
+        )
+        self._recent += len(entries)
+        if self._recent >= RECENT_MAX:
+            self._move_recent(conn)
+
+    def _move_recent(self, conn: sqlite3.Connection) -> None:
+        """Merge "recent" into "keys" (read in key order: each page of "keys" is
+        written once) and empty it."""
+        t = self._t
+        conn.execute(f'INSERT INTO "{t}:keys" SELECT segment, key_hash, seq FROM "{t}:recent"')
+        conn.execute(f'DELETE FROM "{t}:recent"')
+        self._recent = 0
 
     # ------------------------------------------------------------------ dispatch
     def _sweep(self, conn: sqlite3.Connection, now: float) -> None:
@@ -253,13 +430,18 @@ class SqliteSeedStore:
 
         return await self.db.transaction(run)
 
+    @staticmethod
+    def _ident(seed: Seed) -> dict[str, object]:
+        key = seed.key or ""
+        return {"segment": seed.segment, "key_hash": key_hash(key), "key": key}
+
     async def extend(self, seeds: Sequence[Seed], lease_until: float) -> list[bool]:
         def run(conn: sqlite3.Connection) -> list[bool]:
             return [
                 conn.execute(
-                    f'UPDATE "{self._t}" SET lease_until = ? '
-                    f"WHERE segment = ? AND key = ? AND state = {LEASED}",
-                    (lease_until, s.segment, s.key),
+                    f'UPDATE "{self._t}" SET lease_until = :until '
+                    f"WHERE {self._row} AND state = {LEASED}",
+                    {**self._ident(s), "until": lease_until},
                 ).rowcount
                 == 1
                 for s in seeds
@@ -273,8 +455,8 @@ class SqliteSeedStore:
                 conn.execute(
                     f'UPDATE "{self._t}" SET state = {PENDING}, lease_until = NULL, '
                     f"attempts = max(attempts - 1, 0) "
-                    f"WHERE segment = ? AND key = ? AND state = {LEASED}",
-                    (s.segment, s.key),
+                    f"WHERE {self._row} AND state = {LEASED}",
+                    self._ident(s),
                 ).rowcount
                 for s in seeds
             )
@@ -291,10 +473,17 @@ class SqliteSeedStore:
 
         def run(conn: sqlite3.Connection) -> bool:
             cur = conn.execute(
-                f'UPDATE "{self._t}" SET state = ?, lease_until = NULL, ready_at = '
-                "CASE WHEN ? THEN ? ELSE ready_at END "
-                f"WHERE segment = ? AND key = ? AND state IN ({PENDING}, {WAITING}, {LEASED})",
-                (state, outcome == "retry", ready_at, segment, key),
+                f'UPDATE "{self._t}" SET state = :state, lease_until = NULL, ready_at = '
+                "CASE WHEN :retry THEN :ready_at ELSE ready_at END "
+                f"WHERE {self._row} AND state IN ({PENDING}, {WAITING}, {LEASED})",
+                {
+                    "state": state,
+                    "retry": outcome == "retry",
+                    "ready_at": ready_at,
+                    "segment": segment,
+                    "key_hash": key_hash(key),
+                    "key": key,
+                },
             )
             return cur.rowcount == 1
 
@@ -332,7 +521,9 @@ class SqliteSeedStore:
                 f'SELECT segment, duplicates FROM "{self._t}:segments"'
             ):
                 out.setdefault(segment, SegmentCounts(segment)).duplicates += n
-            for segment, n in self._duplicates.items():
+            with self._duplicates_lock:
+                unsaved = list(self._duplicates.items())
+            for segment, n in unsaved:
                 out.setdefault(segment, SegmentCounts(segment)).duplicates += n
             return [out[s] for s in sorted(out)]
 
@@ -358,10 +549,11 @@ class SqliteSeedStore:
             }
             gone = sorted(old - owed)
             for s in gone:
-                conn.execute(f'DELETE FROM "{self._t}" WHERE segment = ?', (s,))
-                conn.execute(f'DELETE FROM "{self._t}:segments" WHERE segment = ?', (s,))
+                for table in ("", ":recent", ":keys", ":segments"):
+                    conn.execute(f'DELETE FROM "{self._t}{table}" WHERE segment = ?', (s,))
                 self._blooms.pop(s, None)
-                self._duplicates.pop(s, None)
+                with self._duplicates_lock:
+                    self._duplicates.pop(s, None)
             return gone
 
         return await self.db.transaction(run)
@@ -372,10 +564,12 @@ class SqliteSeedStore:
 
     async def purge(self) -> None:
         def run(conn: sqlite3.Connection) -> None:
-            conn.execute(f'DELETE FROM "{self._t}"')
-            conn.execute(f'DELETE FROM "{self._t}:segments"')
+            for table in ("", ":recent", ":keys", ":segments"):
+                conn.execute(f'DELETE FROM "{self._t}{table}"')
+            self._recent = 0
             self._blooms.clear()
-            self._duplicates.clear()
+            with self._duplicates_lock:
+                self._duplicates.clear()
 
         await self.db.transaction(run)
         save_snapshot(self.snapshot_dir, {}, 0)
