@@ -19,7 +19,7 @@ from crawlhub.errors import FrontierError
 from crawlhub.frontier.bloom import stable_hash
 from crawlhub.frontier.keys import KeyResolver
 from crawlhub.frontier.seed import OUTCOMES, Outcome, Seed
-from crawlhub.frontier.segments import SegmentResolver, segment_resolver
+from crawlhub.frontier.segments import SegmentResolver, TimeSegments, segment_resolver
 from crawlhub.frontier.store import Entry, SeedStore, open_store
 
 if TYPE_CHECKING:
@@ -143,6 +143,23 @@ class Frontier:
         ready_at = max(self.segments.start_of(segment), seed.not_before or 0.0)
         return Entry(seed, segment, key, stable_hash(key), ready_at, dispatched)
 
+    def entries(self, seeds: Sequence[Seed], now: float, *, dispatched: bool = False) -> list[Entry]:
+        """``entry`` of every seed, the segment worked out once for those without
+        ``not_before`` when segments are plain time spans."""
+        if type(self.segments) is not TimeSegments:  # a resolver may look at each seed
+            return [self.entry(seed, now, dispatched=dispatched) for seed in seeds]
+        segment = self.segments.segment_of(None, now)
+        start = self.segments.start_of(segment)
+        key_of = self.keys.key
+        out = []
+        for seed in seeds:
+            if seed.not_before is None:
+                key = key_of(seed)
+                out.append(Entry(seed, segment, key, stable_hash(key), start, dispatched))
+            else:
+                out.append(self.entry(seed, now, dispatched=dispatched))
+        return out
+
     async def admit(self, seeds: Sequence[Seed]) -> list[bool]:
         """Admit seeds: True = new in its segment and stored pending, False = duplicate.
 
@@ -156,25 +173,14 @@ class Frontier:
         await self._ensure_open()
         results: list[bool] = []
         exact = self.config.exact
-        # Keys of the next batch are resolved while the store takes the previous one.
-        running: tuple[list[Entry], float, asyncio.Future[list[bool]]] | None = None
-        try:
-            for start in range(0, len(seeds), ADMIT_BATCH):
-                now = self.clock()
-                chunk = seeds[start : start + ADMIT_BATCH]
-                entries = [self.entry(seed, now, dispatched=dispatched) for seed in chunk]
-                if running is not None:
-                    results += self._admitted(*running[:2], await running[2], dispatched)
-                    running = None
-                store_call = self.store.admit(entries, now, exact=exact)
-                running = (entries, now, asyncio.ensure_future(store_call))
-            if running is not None:
-                results += self._admitted(*running[:2], await running[2], dispatched)
-                running = None
-        finally:
-            if running is not None:  # a key failed to resolve: let the store call finish
-                with contextlib.suppress(Exception):
-                    await running[2]
+        # Batch after batch, each resolved whole before it is stored (a bad URL fails its
+        # batch, nothing of it admitted). Resolving the next batch while the SQLite thread
+        # works would only trade the GIL (a hand-over can wait out the 5 ms switch interval).
+        for start in range(0, len(seeds), ADMIT_BATCH):
+            now = self.clock()
+            entries = self.entries(seeds[start : start + ADMIT_BATCH], now, dispatched=dispatched)
+            flags = await self.store.admit(entries, now, exact=exact)
+            results += self._admitted(entries, now, flags, dispatched)
         return results
 
     def _admitted(

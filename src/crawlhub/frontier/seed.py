@@ -45,10 +45,15 @@ class Seed:
     lease_until: float | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.url, str) or not self.url.strip():
-            raise FrontierError(f"seed url {self.url!r} is empty or not a string: give an URL")
-        self.method = (self.method or "GET").upper()
-        self.priority = max(PRIORITY_MIN, min(PRIORITY_MAX, int(self.priority or 0)))
+        url = self.url
+        if not isinstance(url, str) or not url or url.isspace():
+            raise FrontierError(f"seed url {url!r} is empty or not a string: give an URL")
+        # (checks first: a plain GET seed at priority 0 is built once per admitted URL)
+        if self.method != "GET":
+            self.method = (self.method or "GET").upper()
+        priority = self.priority
+        if type(priority) is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+            self.priority = max(PRIORITY_MIN, min(PRIORITY_MAX, int(priority or 0)))
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, url_field: str = "url") -> Seed:
