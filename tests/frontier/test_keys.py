@@ -87,6 +87,47 @@ def test_canonical_url_equals_w3lib_on_generated_urls(
         assert str(canonicalize(url)) == expected
 
 
+_field = st.tuples(
+    st.sampled_from(["id", "page", "page2", "a", "a-b", "q+x", "utm_source", "_", "callback",
+                     "ref", "Ref", "t", ""]),
+    st.sampled_from(["", "=", "=2", "=x+y", "=1700000000", "=1700000000123", "=9999999999",
+                     "=a=b"]),
+).map("".join)
+_query = st.one_of(
+    st.lists(_field, max_size=6), st.lists(st.one_of(_field, _piece), max_size=6)
+).map("&".join)
+_path = st.lists(
+    st.sampled_from(["a", "B", "item", "7.html", "-", "~x", "%41", "%e4%b8%ad", "/", "%2f"]),
+    max_size=5,
+).map("".join)
+_RULES = [
+    {},
+    {"drop_params": ["ref"], "drop_timestamp_values": False},
+    {"keep_params": ["t"]},
+    {"domains": {"a.com": {"case_sensitive_path": False, "drop_params": ["page*"]},
+                 "example.com": {"only_params": ["id"]}}},
+]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    scheme=st.sampled_from(["http", "https", "HTTP"]),
+    host=st.sampled_from(["a.com", "www.A.com", "Shop.Example.COM", "1.2.3.4", "xn--bcher-kva.x"]),
+    port=st.sampled_from(["", ":80", ":443", ":8080", ":65536"]),
+    path=st.one_of(_path, _piece),
+    query=st.one_of(st.just(""), _query.map(lambda q: "?" + q)),
+    rules=st.sampled_from(_RULES),
+)
+def test_the_fast_key_path_equals_the_general_one(
+    scheme: str, host: str, port: str, path: str, query: str, rules: dict[str, object]
+) -> None:
+    resolver = KeyResolver(KeyConfig.model_validate(rules))
+    url = f"{scheme}://{host}{port}/{path}{query}"
+    fast = resolver._fast_key(url)
+    if fast is not None:  # (explain always takes the general path)
+        assert fast == resolver.explain(url).key
+
+
 def test_an_invalid_url_is_a_frontier_error_naming_it() -> None:
     with pytest.raises(FrontierError, match="http://a.com:99999/"):
         KeyResolver().key("http://a.com:99999/")

@@ -82,16 +82,24 @@ def canonicalize(url: str) -> CanonicalURL:
 
 
 def _fast(url: str) -> CanonicalURL | None:
+    parts = fast_split(url)
+    if parts is None:
+        return None
+    scheme, host, port, path, query = parts
+    authority = fast_authority(scheme, host, port)
+    if authority is None:
+        return None
+    scheme, host = authority
+    return CanonicalURL(scheme, host, port, path, _fast_query(query) if query else [])
+
+
+def fast_split(url: str) -> tuple[str, str, str | None, str, str | None] | None:
+    """The raw scheme, host, port and query of a plain http(s) URL and its canonical path,
+    or None when the URL is not for the fast path (``fast_authority`` checks the rest)."""
     m = _FAST_URL.fullmatch(url)
     if m is None:
         return None
     scheme, host, port, path, query = m.group(1, 2, 3, 4, 5)
-    host = host.lower()
-    last = host[host.rfind(".") + 1 :]
-    if last.isdigit() or last.startswith("0x") or "xn--" in host:
-        return None  # IPv4 parsing and IDNA belong to w3lib
-    if port is not None and int(port) > 65535:
-        return None
     if not path:
         path = "/"
     elif "%" in path:
@@ -102,7 +110,24 @@ def _fast(url: str) -> CanonicalURL | None:
         for segment in path.split("/"):
             if segment == "." or segment == "..":
                 return None  # dot segments: let w3lib resolve them
-    return CanonicalURL(scheme.lower(), host, port, path, _fast_query(query) if query else [])
+    return scheme, host, port, path, query
+
+
+def fast_authority(scheme: str, host: str, port: str | None) -> tuple[str, str] | None:
+    """The canonical scheme and host of a ``fast_split`` URL, or None when w3lib must
+    decide (IP addresses, IDNA, a port out of range)."""
+    host = host.lower()
+    last = host[host.rfind(".") + 1 :]
+    if last.isdigit() or last.startswith("0x") or "xn--" in host:
+        return None  # IPv4 parsing and IDNA belong to w3lib
+    if port is not None and int(port) > 65535:
+        return None
+    return scheme.lower(), host
+
+
+def is_plain_query(query: str) -> bool:
+    """True for a query of unreserved characters and '+' only (no escapes to decode)."""
+    return _PLAIN_QUERY.fullmatch(query) is not None
 
 
 def _fast_path_escapes(path: str) -> str | None:

@@ -17,7 +17,14 @@ import xxhash
 
 from crawlhub.config.frontier import DomainKeyRules, KeyConfig
 from crawlhub.errors import ConfigError, FrontierError
-from crawlhub.frontier.canonical import DEFAULT_PORTS, CanonicalURL, canonicalize
+from crawlhub.frontier.canonical import (
+    DEFAULT_PORTS,
+    CanonicalURL,
+    canonicalize,
+    fast_authority,
+    fast_split,
+    is_plain_query,
+)
 from crawlhub.frontier.plugins import load_object
 from crawlhub.frontier.seed import Seed
 
@@ -108,6 +115,11 @@ class KeyResolver:
             domain: self._domain_rules(domain, rules) for domain, rules in config.domains.items()
         }
         self._host_rules: dict[str, _Rules] = {}
+        # (raw scheme, host, port) -> ("scheme://host[:port]" of the key, rules), or None
+        # when such URLs need the general path
+        self._heads: dict[tuple[str, str, str | None], tuple[str, _Rules] | None] = {}
+        # (rules, parameter name) -> dropped by the rules' drop patterns
+        self._dropped: dict[tuple[int, str], bool] = {}
 
     def _domain_rules(self, domain: str, rules: DomainKeyRules) -> _Rules:
         c = self.config
@@ -194,7 +206,87 @@ class KeyResolver:
     def _resolve(
         self, url: str, method: str, body: str | bytes | None, steps: list[str] | None
     ) -> str:
-        c = canonicalize(url.strip())
+        url = url.strip()
+        key = self._fast_key(url) if steps is None else None
+        if key is None:
+            key = self._general_key(url, steps)
+        config = self.config
+        if config.include_method:
+            method = (method or "GET").upper()
+            key = f"{method} {key}"
+            if steps is not None:
+                steps.append(f"method {method} put in the key (key.include_method)")
+        if config.include_body and body:
+            digest = xxhash.xxh3_64_hexdigest(body if isinstance(body, bytes) else body.encode())
+            key = f"{key} body:{digest}"
+            if steps is not None:
+                steps.append(f"body hash {digest} put in the key (key.include_body)")
+        return key
+
+    def _fast_key(self, url: str) -> str | None:
+        """The key of a plain http(s) URL whose query needs no decoding and no keep or
+        only rules, without building its CanonicalURL: the hot path. None: the URL needs
+        the general path (a property test holds the two equal)."""
+        parts = fast_split(url)
+        if parts is None:
+            return None
+        scheme, host, port, path, query = parts
+        head_id = (scheme, host, port)
+        try:
+            head = self._heads[head_id]
+        except KeyError:
+            head = self._head(scheme, host, port)
+            if len(self._heads) >= _HOST_CACHE_MAX:
+                self._heads.clear()
+            self._heads[head_id] = head
+        if head is None:
+            return None
+        prefix, rules = head
+        if not rules.case_sensitive_path:
+            path = path.lower()
+        if not query:
+            return prefix + path
+        if rules.keep.regex is not None or rules.only is not None or not is_plain_query(query):
+            return None
+        drop = rules.drop.regex
+        stamps = rules.drop_timestamps
+        dropped = self._dropped
+        plus = "+" in query
+        kept = []
+        for field_ in query.split("&"):
+            if not field_:
+                continue
+            name, sep, value = parts_ = field_.partition("=")
+            if drop is not None:
+                # names are matched '+'-decoded, as the general path decodes them
+                ident = (id(rules), name.replace("+", " ") if plus else name)
+                gone = dropped.get(ident)
+                if gone is None:
+                    gone = drop.match(ident[1]) is not None
+                    if len(dropped) >= _HOST_CACHE_MAX:
+                        dropped.clear()
+                    dropped[ident] = gone
+                if gone:
+                    continue
+            if stamps and len(value) in (10, 13) and is_timestamp_like(value):
+                continue
+            kept.append(parts_)
+        if not kept:
+            return prefix + path
+        kept.sort()  # the order of all the fields, as w3lib sorts them, minus the dropped
+        return prefix + path + "?" + "&".join([f"{k}={v}" for k, _, v in kept])
+
+    def _head(self, scheme: str, host: str, port: str | None) -> tuple[str, _Rules] | None:
+        authority = fast_authority(scheme, host, port)
+        if authority is None:
+            return None
+        scheme, host = authority
+        if port is not None and DEFAULT_PORTS.get(scheme) == port:
+            port = None
+        return (f"{scheme}://{host}:{port}" if port else f"{scheme}://{host}"), self._rules(host)
+
+    def _general_key(self, url: str, steps: list[str] | None) -> str:
+        c = canonicalize(url)
         rules = self._rules(c.host)
         if steps is not None:
             self._explain_canonical(url, c, rules, steps)
@@ -228,21 +320,8 @@ class KeyResolver:
             kept = [p[2] for p in c.params if not self._drops(p[0], p[1], rules, steps)]
             query = "?" + "&".join(kept) if kept else ""
         if c.authority:
-            key = f"{c.scheme}://{c.netloc(port)}{path}{query}"
-        else:
-            key = f"{c.scheme}:{path}{query}"
-        config = self.config
-        if config.include_method:
-            method = (method or "GET").upper()
-            key = f"{method} {key}"
-            if steps is not None:
-                steps.append(f"method {method} put in the key (key.include_method)")
-        if config.include_body and body:
-            digest = xxhash.xxh3_64_hexdigest(body if isinstance(body, bytes) else body.encode())
-            key = f"{key} body:{digest}"
-            if steps is not None:
-                steps.append(f"body hash {digest} put in the key (key.include_body)")
-        return key
+            return f"{c.scheme}://{c.netloc(port)}{path}{query}"
+        return f"{c.scheme}:{path}{query}"
 
     @staticmethod
     def _drops(name: str, value: str, rules: _Rules, steps: list[str] | None) -> bool:
