@@ -10,6 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from crawlhub.frontier import Seed
+from crawlhub.frontier.redis import RedisSeedStore
 from crawlhub.keys import frontier_segment_key
 
 from .conftest import MakeFrontier
@@ -25,6 +26,8 @@ async def test_the_filter_is_plain_redis_strings_sized_up_front(
 ) -> None:
     f = await make_frontier(expected_items=1_000_000, fp_rate=1e-3)
     await f.admit([Seed("http://a.com/1")])
+    assert isinstance(f.store, RedisSeedStore)
+    await f.store.settle()  # the bits are set just after admit returns
     layer = frontier_segment_key(f"{unique_name}:", "f", f.current_segment(), "bloom:1")
     client = aioredis.Redis.from_url(redis_url)
     try:
@@ -45,6 +48,8 @@ async def test_the_filter_grows_in_layers_shared_by_every_process(
     b = await make_frontier(expected_items=50, fp_rate=0.01)
     urls = [Seed(f"http://a.com/{i}") for i in range(400)]
     await a.admit(urls)
+    assert isinstance(a.store, RedisSeedStore)
+    await a.store.settle()
     meta = frontier_segment_key(f"{unique_name}:", "f", a.current_segment(), "bloom")
     client = aioredis.Redis.from_url(redis_url)
     try:
@@ -64,3 +69,37 @@ async def test_an_admission_in_another_process_wakes_a_waiting_frontier(
     assert not waiter.done()
     await other.admit([Seed("http://a.com/1")])
     assert await asyncio.wait_for(waiter, 10) is True
+
+
+async def test_a_repeat_this_process_has_seen_costs_no_script_and_still_counts(
+    make_frontier: MakeFrontier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = await make_frontier()
+    assert await f.admit([Seed("http://a.com/1")]) == [True]
+    store = f.store
+    assert isinstance(store, RedisSeedStore)
+
+    def no_script(*args: object) -> None:
+        raise AssertionError("the admit script ran for a key this process has seen")
+
+    monkeypatch.setitem(store.scripts, "admit", no_script)
+    assert await f.admit([Seed("http://a.com/1#again")]) == [False]
+    (row,) = await f.stats()
+    assert (row["admitted"], row["duplicates"]) == (1, 1)
+
+
+async def test_a_key_whose_filter_bits_were_never_set_is_admitted_once(
+    make_frontier: MakeFrontier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = await make_frontier()
+    b = await make_frontier()  # another process: its own (empty) cache
+    assert isinstance(a.store, RedisSeedStore)
+
+    async def dies_before_setting_bits(*args: object) -> None:
+        return None
+
+    monkeypatch.setattr(a.store, "_owe", dies_before_setting_bits)
+    assert await a.admit([Seed("http://a.com/1")]) == [True]
+    assert await b.admit([Seed("http://a.com/1")]) == [False]  # the seed record decides
+    (row,) = await b.stats()
+    assert (row["admitted"], row["duplicates"]) == (1, 1)

@@ -168,6 +168,27 @@ class ScalableBloom:
         return bloom
 
 
+class FixedBloom:
+    """A one-layer filter over stable hashes for a bounded cache: it never grows and stops
+    taking keys at ``capacity``, so its false-positive rate stays under ``fp_rate``."""
+
+    __slots__ = ("_bloom", "capacity", "items")
+
+    def __init__(self, capacity: int, fp_rate: float) -> None:
+        self.capacity = capacity
+        self.items = 0
+        self._bloom = rbloom.Bloom(max(capacity, 1), fp_rate, _identity)
+
+    def __contains__(self, h: int) -> bool:
+        return h - _SIGN in self._bloom
+
+    def add(self, h: int) -> None:
+        """Add the hash ``h``, unless the filter is full."""
+        if self.items < self.capacity:
+            self._bloom.add(h - _SIGN)
+            self.items += 1
+
+
 # ---------------------------------------------------------------------- snapshot files
 def save_snapshot(directory: Path, blooms: dict[int, ScalableBloom], watermark: int) -> int:
     """Write one file per segment and a manifest naming them and the ``watermark`` (the

@@ -3,10 +3,18 @@ Lua scripts so any number of processes see one frontier.
 
 The bloom filter is plain Redis strings written with ``BITFIELD`` (no RedisBloom module,
 whose licence is not open source). Clients hash each key once (xxh3-128) and send two
-32-bit halves; the admit script derives the k bit positions of every layer by double
-hashing, tests all layers (``GETBIT``, stopping at the first clear bit) and, for a new
-key, sets its bits with one ``BITFIELD SET`` per key, stores the seed and bumps the
-counters in the same atomic step: two processes never both admit one key.
+32-bit halves in one packed argument per batch; the admit script derives the k bit
+positions of every layer by double hashing and tests all layers (``GETBIT``, stopping
+at the first clear bit). A filter hit is a duplicate; a miss is settled by ``HSETNX``
+of the seed record, so two processes never both admit one key, and the admitted seed
+is queued and counted in the same atomic step. Setting a new key's k bits costs Redis
+more than the rest of its admission, so a second script (set_bits) does it, written
+to Redis as soon as admit has its answer: Redis sets the bits while the caller works
+on its next batch. Until then (or for good, if the process dies in between) a repeat
+of the key misses the filter and HSETNX finds it stored.
+
+Each process also caches the keys the shared filter has answered for (``CACHE_SHARE``):
+a repeat it has seen costs no round trip.
 
 Layout (names from :func:`crawlhub.keys.frontier_keys`, all in the frontier's slot):
 
@@ -24,26 +32,40 @@ Times are the callers' clocks in integer milliseconds (exact in Lua's doubles).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import math
+import struct
 from collections import defaultdict
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from crawlhub.errors import FrontierError
-from crawlhub.frontier.bloom import MAX_LAYER_BITS, layer_plan, split_hash
+from crawlhub.frontier.bloom import MAX_LAYER_BITS, FixedBloom, layer_plan, split_hash
 from crawlhub.frontier.seed import Outcome, Seed
 from crawlhub.frontier.sqlite import check_frontier_name
 from crawlhub.frontier.store import Entry, SegmentCounts, check_entries
 from crawlhub.keys import frontier_keys, frontier_segment_key
 
 T = TypeVar("T")
+log = logging.getLogger("crawlhub.frontier")
 
 _BATCH = 1000
+#: Share of the ``fp_rate`` budget given to each process's cache of keys the shared
+#: filter has answered for (admitted or found). A key in the cache is present in the
+#: shared filter too (its bits are never cleared), unless the cache is wrong (a false
+#: positive of its own): so the shared filter is planned at the rest of the budget and
+#: the two together stay under ``fp_rate``. About 3 bytes per cached key.
+CACHE_SHARE = 0.01
+#: Keys cached per segment at most; beyond, keys go to Redis as they come.
+CACHE_MAX = 4_000_000
+#: set_bits scripts in flight at most before admit waits for Redis to catch up.
+_SETTERS_MAX = 4
 _COUNTERS = ("admitted", "duplicates", "pending", "leased", "done", "failed", "dispatched")
 
 _PRELUDE = """
@@ -84,18 +106,14 @@ local function sweep(stem, ready, due, leased, now)
 end
 """
 
-# KEYS: seeds stats meta ready due seq segments
-# ARGV: segment now_ms exact channel nplan (cap bits k)*nplan (key h1 h2 ready_ms prio disp payload)*
-_ADMIT = """
-local seeds, stats, meta, ready, due, seqkey, segments =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local seg, now, exact, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1', ARGV[4]
-local nplan = tonumber(ARGV[5])
-local p = 6
+# The bloom filter of one segment, for the admit and set_bits scripts.
+# KEYS[1]: the filter's meta hash   ARGV[1]: segment   ARGV[2]: plan, 'capacity,bits,k;...'
+# for each layer the filter may grow to.
+_FILTER = """
+local meta, seg = KEYS[1], ARGV[1]
 local plan = {}
-for i = 1, nplan do
-  plan[i] = {tonumber(ARGV[p]), tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2])}
-  p = p + 3
+for cap, bits, k in string.gmatch(ARGV[2], '(%d+),(%d+),(%d+)') do
+  plan[#plan + 1] = {tonumber(cap), tonumber(bits), tonumber(k)}
 end
 
 local info = {}
@@ -116,21 +134,24 @@ local function add_layer()
           ' layers: raise frontier.expected_items')
   end
   -- allocate the whole bit array at once: exact size, no incremental regrowth
-  redis.call('SETRANGE', meta .. ':' .. i, spec[2] / 8 - 1, '\0')
+  redis.call('SETRANGE', meta .. ':' .. i, spec[2] / 8 - 1, '\\0')
   layers[i] = {cap = spec[1], bits = spec[2], k = spec[3], count = 0, key = meta .. ':' .. i}
   redis.call('HSET', meta, 'layers', i, 'cap' .. i, spec[1], 'bits' .. i, spec[2],
              'k' .. i, spec[3], 'count' .. i, 0)
 end
 if #layers == 0 then add_layer() end
 
--- bit j of a key in a layer: (h1 + j * h2) mod bits (double hashing)
+-- bit j of a key in a layer: (h1 + j * h2) mod bits (double hashing). Offsets go to
+-- Redis as '%d' strings: a number argument costs a '%.17g' conversion per call.
+local fmt = string.format
+
 local function present(h1, h2)
   for i = 1, #layers do
     local layer = layers[i]
     local all = true
     for j = 0, layer.k - 1 do
       -- GETBIT stops at the first clear bit: a new key rarely needs more than two
-      if redis.call('GETBIT', layer.key, (h1 + j * h2) % layer.bits) == 0 then
+      if redis.call('GETBIT', layer.key, fmt('%d', (h1 + j * h2) % layer.bits)) == 0 then
         all = false
         break
       end
@@ -139,70 +160,75 @@ local function present(h1, h2)
   end
   return false
 end
+"""
 
-local function set_bits(h1, h2, layer)
-  local args = layer.args
-  if not args then
-    args = {}
-    for j = 0, layer.k - 1 do
-      args[4 * j + 1] = 'SET'; args[4 * j + 2] = 'u1'; args[4 * j + 4] = 1
-    end
-    layer.args = args
-  end
-  for j = 0, layer.k - 1 do args[4 * j + 3] = (h1 + j * h2) % layer.bits end
-  redis.call('BITFIELD', layer.key, unpack(args))
+# KEYS: meta seeds stats ready due seq segments
+# ARGV: segment plan now_ms exact channel entries duplicates
+#   entries: for each seed the header _ENTRY (h1 h2 ready_ms dispatched, then the
+#   lengths of the priority's text, the key and the payload), then those three
+#   duplicates: repeats of a key inside the batch, already settled by the client
+# Returns one character per entry: '1' admitted, '0' a duplicate; '2' a duplicate the
+# filter missed (stored, its bits not set yet); '3' admitted though the filter had it
+# (exact: a false positive). The bits of '1' and '2' are set_bits' job.
+_ADMIT = """
+local seeds, stats, ready, due = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local seqkey, segments = KEYS[6], KEYS[7]
+local now, exact, channel, blob = tonumber(ARGV[3]), ARGV[4] == '1', ARGV[5], ARGV[6]
+
+-- new seeds are written in multi-member calls, CHUNK at a time
+local CHUNK = 1000
+local ready_set, due_set = {}, {}
+local function flush()
+  if #ready_set > 0 then redis.call('ZADD', ready, unpack(ready_set)); ready_set = {} end
+  if #due_set > 0 then redis.call('ZADD', due, unpack(due_set)); due_set = {} end
 end
 
 local out = {}
-local admitted, dups, pending, dispatched, signal = 0, 0, 0, 0, false
+local admitted, dups, pending, dispatched, signal = 0, tonumber(ARGV[7]), 0, 0, false
 local seq = tonumber(redis.call('GET', seqkey) or '0')
-local e = 0
-while p <= #ARGV do
+local pos, e = 1, 0
+while pos <= #blob do
   e = e + 1
-  local key, h1, h2 = ARGV[p], tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2])
-  local ready_ms, prio, disp, payload = tonumber(ARGV[p + 3]), ARGV[p + 4], ARGV[p + 5], ARGV[p + 6]
-  p = p + 7
-  local new
-  if present(h1, h2) then
-    new = exact and redis.call('HEXISTS', seeds, key) == 0
-  else
-    local layer = layers[#layers]
-    if layer.count >= layer.cap then
-      add_layer()
-      layer = layers[#layers]
-    end
-    set_bits(h1, h2, layer)
-    layer.count = layer.count + 1
-    new = true
-  end
-  if new then
-    seq = seq + 1
-    redis.call('HSET', seeds, key, seq .. '|' .. prio .. '|' .. payload)
-    if disp == '1' then
-      dispatched = dispatched + 1
-    else
-      local member = string.format('%016d|%s|%s|%s', seq, prio, seg, key)
-      if ready_ms <= now then
-        redis.call('ZADD', ready, -tonumber(prio), member)
-        signal = true
-      else
-        redis.call('ZADD', due, ready_ms, member)
-      end
-      pending = pending + 1
-    end
-    admitted = admitted + 1
-    out[e] = '1'
-  else
+  local h1, h2, ready_ms, disp, plen, klen, vlen, at =
+    struct.unpack('<I4I4dBBI4I4', blob, pos)
+  local kat = at + plen
+  local key = string.sub(blob, kat, kat + klen - 1)
+  pos = kat + klen + vlen
+  local hit = present(h1, h2)
+  if hit and not exact then
     dups = dups + 1
     out[e] = '0'
+  else
+    -- strings built by concatenation: a number turned into text costs a sprintf
+    local sq, prio = fmt('%016d', seq + 1), string.sub(blob, at, kat - 1)
+    local record = sq .. '|' .. prio .. '|' .. string.sub(blob, kat + klen, pos - 1)
+    -- the seed record decides: HSETNX admits a key exactly once
+    if redis.call('HSETNX', seeds, key, record) == 0 then
+      dups = dups + 1
+      out[e] = hit and '0' or '2'
+    else
+      seq = seq + 1
+      if disp == 1 then
+        dispatched = dispatched + 1
+      else
+        local member = sq .. '|' .. prio .. '|' .. seg .. '|' .. key
+        if ready_ms <= now then
+          ready_set[#ready_set + 1] = prio == '0' and '0' or -tonumber(prio)
+          ready_set[#ready_set + 1] = member
+          signal = true
+        else
+          due_set[#due_set + 1] = ready_ms
+          due_set[#due_set + 1] = member
+        end
+        pending = pending + 1
+      end
+      admitted = admitted + 1
+      out[e] = hit and '3' or '1'
+      if #ready_set + #due_set >= 2 * CHUNK then flush() end
+    end
   end
 end
-local counts = {}
-for i = 1, #layers do
-  counts[#counts + 1] = 'count' .. i
-  counts[#counts + 1] = layers[i].count
-end
-redis.call('HSET', meta, unpack(counts))
+flush()
 if admitted > 0 then redis.call('SET', seqkey, string.format('%d', seq)) end
 redis.call('HINCRBY', stats, 'admitted', admitted)
 if dups > 0 then redis.call('HINCRBY', stats, 'duplicates', dups) end
@@ -211,6 +237,45 @@ if dispatched > 0 then redis.call('HINCRBY', stats, 'dispatched', dispatched) en
 redis.call('ZADD', segments, tonumber(seg), seg)
 if signal then redis.call('PUBLISH', channel, '1') end
 return table.concat(out)
+"""
+
+# KEYS: meta   ARGV: segment plan admitted found
+#   admitted, found: h1 h2 ('<I4I4') of each key admit stored ('1') or found stored
+#   unknown to the filter ('2'); bits of the latter may be set already (then skipped)
+_SET_BITS = """
+local set_args = {}
+local function add(h1, h2)
+  local layer = layers[#layers]
+  if layer.count >= layer.cap then
+    add_layer()
+    layer = layers[#layers]
+  end
+  local args = set_args[#layers]
+  if not args then
+    args = {}
+    for j = 0, layer.k - 1 do
+      args[4 * j + 1] = 'SET'; args[4 * j + 2] = 'u1'; args[4 * j + 4] = '1'
+    end
+    set_args[#layers] = args
+  end
+  for j = 0, layer.k - 1 do args[4 * j + 3] = fmt('%d', (h1 + j * h2) % layer.bits) end
+  redis.call('BITFIELD', layer.key, unpack(args))
+  layer.count = layer.count + 1
+end
+for pos = 1, #ARGV[3], 8 do
+  add(struct.unpack('<I4I4', ARGV[3], pos))
+end
+for pos = 1, #ARGV[4], 8 do
+  local h1, h2 = struct.unpack('<I4I4', ARGV[4], pos)
+  if not present(h1, h2) then add(h1, h2) end
+end
+local counts = {}
+for i = 1, #layers do
+  counts[#counts + 1] = 'count' .. i
+  counts[#counts + 1] = layers[i].count
+end
+redis.call('HSET', meta, unpack(counts))
+return #layers
 """
 
 # KEYS: ready due leased   ARGV: stem now_ms lease_until_ms n
@@ -340,7 +405,8 @@ return gone
 """
 
 _SCRIPTS = {
-    "admit": _ADMIT,
+    "admit": _FILTER + _ADMIT,
+    "set_bits": _FILTER + _SET_BITS,
     "claim": _CLAIM,
     "extend": _EXTEND,
     "release": _RELEASE,
@@ -348,6 +414,29 @@ _SCRIPTS = {
     "counts": _COUNTS,
     "prune": _PRUNE,
 }
+
+
+#: A seed's header in the admit script's packed argument (Lua: struct.unpack).
+_ENTRY = struct.Struct("<IIdBBII")
+
+
+def _pack(entries: Sequence[Entry], indexes: Sequence[int]) -> tuple[bytes, list[bytes]]:
+    """The admit script's entries argument (one blob instead of seven arguments per seed,
+    which would cost the client more to encode than the script costs Redis), and each
+    seed's hash halves as set_bits takes them."""
+    parts: list[bytes] = []
+    pairs: list[bytes] = []
+    header = _ENTRY.pack
+    for i in indexes:
+        e = entries[i]
+        h1, h2 = split_hash(e.hash)
+        priority = str(e.seed.priority).encode()
+        key = e.key.encode()
+        payload = e.seed.encode().encode()
+        head = header(h1, h2, _ms(e.ready_at), e.dispatched, len(priority), len(key), len(payload))
+        parts += (head, priority, key, payload)
+        pairs.append(head[:8])  # h1 h2, as _PAIR packs them
+    return b"".join(parts), pairs
 
 
 def _ms(t: float) -> int:
@@ -379,7 +468,7 @@ class RedisSeedStore:
         self.fp_rate = fp_rate
         self.keys = frontier_keys(prefix, name)
         self.stem = self.keys["segment"]
-        plan = layer_plan(expected_items, fp_rate, 24)
+        plan = layer_plan(expected_items, fp_rate * (1 - CACHE_SHARE), 24)
         self._plan = [layer for layer in plan if layer.bits <= MAX_LAYER_BITS]
         if not self._plan:
             raise FrontierError(
@@ -387,9 +476,9 @@ class RedisSeedStore:
                 "needs a bloom layer over 2^32 bits, the most a Redis string holds: lower "
                 "expected_items or raise fp_rate"
             )
-        self._plan_args: list[int] = [
-            v for layer in self._plan for v in (layer.capacity, layer.bits, layer.hashes)
-        ]
+        self._plan_arg = ";".join(
+            f"{layer.capacity},{layer.bits},{layer.hashes}" for layer in self._plan
+        )
         redis_url = "redis://" + url[len("valkey://") :] if url.startswith("valkey://") else url
         try:
             self.redis = aioredis.Redis.from_url(redis_url)
@@ -400,6 +489,11 @@ class RedisSeedStore:
             ) from None
         self.scripts = {n: self.redis.register_script(_PRELUDE + s) for n, s in _SCRIPTS.items()}
         self._pubsub: Any = None
+        # per segment, keys the shared filter answered for in this process: a repeat
+        # found here is a duplicate without a round trip (see CACHE_SHARE)
+        self._answered: dict[int, FixedBloom] = {}
+        # tasks setting the filter bits of admitted keys (see _owe)
+        self._setters: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
         return f"<RedisSeedStore {self.name!r} at {redacted(self.url)} prefix={self.prefix!r}>"
@@ -421,6 +515,8 @@ class RedisSeedStore:
         await self._call("ping", self.redis.ping())
 
     async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.settle()
         if self._pubsub is not None:
             with contextlib.suppress(Exception):
                 await self._pubsub.aclose()
@@ -428,46 +524,134 @@ class RedisSeedStore:
         await self.redis.aclose()
 
     async def snapshot(self, current_segment: int) -> None:
-        """Nothing to do: the filter lives in Redis (persisted by Redis itself)."""
+        """The filter lives in Redis (persisted by Redis itself); this frees the caches
+        of past segments."""
+        for segment in [s for s in self._answered if s < current_segment]:
+            del self._answered[segment]
 
     # ------------------------------------------------------------------ admission
     async def admit(self, entries: Sequence[Entry], now: float, *, exact: bool) -> list[bool]:
         check_entries(entries)
         results = [False] * len(entries)
-        groups: dict[int, list[int]] = defaultdict(list)
+        # per segment: key -> index of its first entry; repeats in the batch and keys this
+        # process saw answered before are duplicates settled here
+        groups: dict[int, dict[str, int]] = defaultdict(dict)
+        settled: dict[int, int] = defaultdict(int)
         for i, e in enumerate(entries):
-            groups[e.segment].append(i)
-        k = self.keys
-        head = [str(len(self._plan)), *map(str, self._plan_args)]
-        for segment, indexes in groups.items():
-            keys = [
-                self._seg(segment, "seeds"),
-                self._seg(segment, "stats"),
-                self._seg(segment, "bloom"),
-                k["ready"],
-                k["due"],
-                k["seq"],
-                k["segments"],
-            ]
-            for start in range(0, len(indexes), _BATCH):
-                chunk = indexes[start : start + _BATCH]
-                args: list[Any] = [segment, _ms(now), "1" if exact else "0", k["signal"], *head]
-                for i in chunk:
-                    e = entries[i]
-                    h1, h2 = split_hash(e.hash)
-                    args += [
-                        e.key,
-                        h1,
-                        h2,
-                        _ms(e.ready_at),
-                        e.seed.priority,
-                        "1" if e.dispatched else "0",
-                        e.seed.encode(),
-                    ]
-                flags = _text(await self._call("admit", self.scripts["admit"](keys, args)))
-                for i, flag in zip(chunk, flags, strict=True):
-                    results[i] = flag == "1"
+            first = groups[e.segment]
+            if e.key in first or (not exact and e.hash in self._cache(e.segment)):
+                settled[e.segment] += 1
+            else:
+                first[e.key] = i
+        owing = False
+        for segment, first in groups.items():
+            owing |= await self._admit_segment(
+                entries, list(first.values()), segment, settled[segment], now, exact, results
+            )
+        while owing and len(self._setters) > _SETTERS_MAX:  # Redis is behind: wait for it
+            await asyncio.wait(set(self._setters), return_when=asyncio.FIRST_COMPLETED)
         return results
+
+    async def _admit_segment(
+        self,
+        entries: Sequence[Entry],
+        indexes: list[int],
+        segment: int,
+        settled: int,
+        now: float,
+        exact: bool,
+        results: list[bool],
+    ) -> bool:
+        """The admit script over ``entries[indexes]`` of one segment; True when filter
+        bits are owed."""
+        k = self.keys
+        keys = [
+            self._seg(segment, "bloom"),
+            self._seg(segment, "seeds"),
+            self._seg(segment, "stats"),
+            k["ready"],
+            k["due"],
+            k["seq"],
+            k["segments"],
+        ]
+        if not indexes:  # all settled here: only the counter goes to Redis
+            await self._call("admit", self.redis.hincrby(keys[2], "duplicates", settled))
+            return False
+        cache = self._cache(segment)
+        owing = False
+        for start in range(0, len(indexes), _BATCH):
+            chunk = indexes[start : start + _BATCH]
+            blob, pairs = _pack(entries, chunk)
+            args: list[str | int | bytes] = [
+                segment,
+                self._plan_arg,
+                _ms(now),
+                "1" if exact else "0",
+                k["signal"],
+                blob,
+                settled if start == 0 else 0,
+            ]
+            flags = _text(await self._call("admit", self.scripts["admit"](keys, args)))
+            owed: dict[str, list[bytes]] = {"1": [], "2": []}
+            for i, pair, flag in zip(chunk, pairs, flags, strict=True):
+                results[i] = flag in "13"
+                if flag in owed:
+                    owed[flag].append(pair)
+                cache.add(entries[i].hash)  # admitted or found: the shared filter has it
+            if owed["1"] or owed["2"]:
+                await self._owe(segment, b"".join(owed["1"]), b"".join(owed["2"]))
+                owing = True
+        return owing
+
+    async def _owe(self, segment: int, admitted: bytes, found: bytes) -> None:
+        """Have the bits of stored keys set after ``admit`` returns (the seed records
+        decide admission; the filter may learn a key a moment later). The script is
+        written to Redis now, so Redis sets the bits while the caller works on its next
+        batch; a task reads the reply."""
+        args = [segment, self._plan_arg, admitted, found]
+        key = self._seg(segment, "bloom")
+        pool = self.redis.connection_pool
+        try:
+            conn = await pool.get_connection()
+        except Exception:
+            log.exception("frontier %s: setting filter bits failed", self.name)
+            return
+        try:
+            await conn.send_command("EVALSHA", self.scripts["set_bits"].sha, 1, key, *args)
+        except Exception:
+            await pool.release(conn)
+            log.exception("frontier %s: setting filter bits failed", self.name)
+            return
+        task = asyncio.create_task(self._set_bits_reply(conn, key, args))
+        self._setters.add(task)
+        task.add_done_callback(self._setters.discard)
+
+    async def _set_bits_reply(self, conn: Any, key: str, args: list[Any]) -> None:
+        pool = self.redis.connection_pool
+        try:
+            try:
+                await conn.read_response()
+            finally:
+                await pool.release(conn)
+        except NoScriptError:  # a server that has not seen the script yet: load and run it
+            try:
+                await self.scripts["set_bits"]([key], args)
+            except Exception:
+                log.exception("frontier %s: setting filter bits failed", self.name)
+        except Exception:  # the keys stay admitted once; their repeats cost an HSETNX
+            log.exception("frontier %s: setting filter bits failed", self.name)
+
+    async def settle(self) -> None:
+        """Wait until the filter has the bits of every key admitted so far."""
+        while self._setters:
+            await asyncio.wait(set(self._setters))
+
+    def _cache(self, segment: int) -> FixedBloom:
+        cache = self._answered.get(segment)
+        if cache is None:
+            capacity = min(self.expected_items, CACHE_MAX)
+            cache = self._answered[segment] = FixedBloom(capacity, self.fp_rate * CACHE_SHARE)
+        return cache
 
     # ------------------------------------------------------------------ dispatch
     async def claim(self, n: int, now: float, lease_until: float) -> list[Seed]:
@@ -573,6 +757,8 @@ class RedisSeedStore:
             "prune",
             self.scripts["prune"]([self.keys["segments"]], [self.stem, before_segment]),
         )
+        for segment in gone:
+            self._answered.pop(int(segment), None)
         return [int(s) for s in gone]
 
     async def wait_signal(self, timeout: float) -> None:
@@ -601,5 +787,6 @@ class RedisSeedStore:
     async def purge(self) -> None:
         stem = self.keys["ready"].rsplit(":", 1)[0]
         pattern = "".join("\\" + c if c in "*?[]\\" else c for c in stem) + ":*"
+        self._answered.clear()
         async for key in self.redis.scan_iter(match=pattern, count=1000):
             await self._call("purge", self.redis.delete(key))
