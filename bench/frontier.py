@@ -4,11 +4,16 @@ scrapy-redis dupefilter pattern, on the same URLs in the same run.
 Claims checked (printed at the end):
   - the dedup structure costs <= 2.0 bytes per URL at an observed FP rate <= 1e-3;
   - it takes >= 40x less memory than the scrapy-redis set of SHA1 hex fingerprints;
-  - admission (canonicalization included) runs >= 2x as fast as Scrapy's dupefilter.
+  - admission (canonicalization included) runs >= 2x as fast as Scrapy's dupefilter:
+    the dedup path, and full Frontier.admit (seeds stored) on SQLite and on Redis.
 
 Workload: N distinct URLs (realistic shapes, ~2 % needing the full w3lib path), then N
 repeats and variants of them (fragments, utm_* tags, cache busters, reordered queries,
-upper-case hosts, default ports). Throughput counts all 2N URLs offered.
+upper-case hosts, default ports). Throughput counts all 2N URLs offered. The workload's
+2N strings are frozen out of the garbage collector (gc.freeze) before any system runs:
+otherwise every full collection during a timed run scans them, a cost of the benchmark,
+not of the system (Scrapy's timed loop, with a gc.collect() before each chunk, gets no
+full collection either way).
 
 Run:  python bench/frontier.py [--n 1000000] [--redis redis://127.0.0.1:6379/0]
       [--only dedup,sqlite,redis,scrapy,scrapy-redis]
@@ -163,6 +168,9 @@ def bench_frontier(label: str, url: str, distinct: list[str], repeats: list[str]
             start = time.perf_counter()
             first = await _admit_all(frontier, distinct)
             second = await _admit_all(frontier, repeats)
+            settle = getattr(frontier.store, "settle", None)
+            if settle is not None:  # Redis: filter bits still being set count as work
+                await settle()
             seconds = time.perf_counter() - start
             dedup = await frontier.store.filter_bytes()
             extra = await _store_size(frontier, url)
@@ -311,9 +319,8 @@ def report(results: list[Result], n: int) -> None:
         for r in results:
             if r.system.startswith("crawlhub"):
                 ratio = (r.offered / r.seconds) / base
-                checks.append((f"{r.system}: {ratio:.1f}x Scrapy's dupefilter throughput"
-                               f"{' (>= 2x)' if r is dedup else ''}",
-                               ratio >= 2 if r is dedup else None))
+                checks.append((f"{r.system}: {ratio:.2f}x Scrapy's dupefilter throughput "
+                               "(>= 2x)", ratio >= 2))
     for text, ok in checks:
         mark = "info" if ok is None else ("PASS" if ok else "FAIL")
         print(f"  [{mark}] {text}")
@@ -332,6 +339,8 @@ def main() -> None:
     print(f"generating {args.n:,} + {args.n:,} URLs ...", file=sys.stderr, flush=True)
     distinct = distinct_urls(args.n, rng)
     repeats = variants(distinct, args.n, rng)
+    gc.collect()
+    gc.freeze()  # the workload is the benchmark's, not the systems' (see the docstring)
     prefix = f"bench-{uuid.uuid4().hex[:8]}:"
     results: list[Result] = []
     if "dedup" in only:

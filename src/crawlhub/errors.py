@@ -11,6 +11,7 @@ names the input, the place and, where there is one, the fix::
     ├── RoutingError         a task could not be routed (no outbound, limits reached)
     ├── ConvertError         an inbound's converter failed on a message
     ├── BackpressureError    an outbound is over its max_lag: try again later
+    ├── BackendUnavailable   a storage backend (Redis, PostgreSQL, SQLite file) is out of reach
     ├── FrontierError        seed store / dedup failures
     ├── FetchError           a request failed after its retries
     ├── SinkError            a sink could not write a batch
@@ -90,6 +91,20 @@ class BackpressureError(CrawlhubError):
     """An outbound holds ``max_lag`` tasks or more; the caller should retry later."""
 
     def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+class BackendUnavailable(CrawlhubError):
+    """A storage backend cannot be reached now (down, refusing logins, disk gone).
+
+    The operation did not happen, or its outcome is unknown; the caller should retry
+    after ``retry_after`` seconds. The API answers 503 with ``Retry-After``. ``backend``
+    is the redacted URL or a short name of the backend.
+    """
+
+    def __init__(self, message: str, *, backend: str = "", retry_after: float = 1.0) -> None:
+        self.backend = backend
         self.retry_after = retry_after
         super().__init__(message)
 
