@@ -1,0 +1,32 @@
+"""Chaos: ``crawlhub serve`` SIGKILLed at random moments while four clients submit and
+retry, on SQLite and on Redis (whose server is also restarted mid-run), with and without
+a frontier in front of the outbound. Nothing answered 200 is lost, nothing is doubled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.harness import ChaosSpec, run_chaos
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("frontier", [False, True], ids=["plain", "frontier"])
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+async def test_sigkills_and_a_redis_restart_lose_and_double_nothing(
+        backend: str, frontier: bool, tmp_path: Path) -> None:
+    spec = ChaosSpec(backend=backend, frontier=frontier, tasks=6_000, batch=50, kills=3,
+                     redis_restarts=1, seed=len(backend) * 10 + frontier)
+    report = await run_chaos(spec, log_dir=tmp_path)
+    summary = (f"{spec.label}: answered {report.answered}, found {report.found},"
+               f" lost {report.lost} {report.lost_sample}, doubled {report.doubled},"
+               f" failures {report.failures_text()}, statuses {dict(report.statuses)}")
+    assert report.kills == spec.kills, summary
+    assert report.answered == spec.tasks, summary
+    assert report.lost == 0, summary
+    assert report.doubled == 0, summary
+    assert report.found == spec.tasks, summary
+    # Outages are answered 503 or cut connections, never a 5xx of another kind.
+    assert set(report.failures) <= {"503", "connection"}, summary
