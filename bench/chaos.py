@@ -23,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
-
 from tests.chaos.harness import ChaosReport, ChaosSpec, run_chaos  # noqa: E402
 
 
