@@ -110,6 +110,9 @@ class ServerConfig(_Section):
     token: SecretStr | None = None
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1)
     max_tasks_per_request: int = Field(default=10000, ge=1)
+    #: Seconds a request body may take to arrive in full; slower bodies are cut off
+    #: with 408 so a client trickling bytes cannot hold a worker.
+    body_timeout: Duration = Field(default=30.0, gt=0)
 
     @field_serializer("token", when_used="json")
     def _mask_token(self, token: SecretStr | None) -> str | None:
