@@ -117,6 +117,7 @@ class JobRun:
         self.ids: list[Any] = []
         self._failure: str | None = None
         self._progress: Progress = Progress(job=job.name)
+        self._loaded = False  # _progress holds what the store had (safe to save back)
 
     # ---- the run ------------------------------------------------------------------------
     async def run(self) -> RunResult:
@@ -133,6 +134,9 @@ class JobRun:
         )
         await self.store.start_run(record)
         try:
+            # Before any request: what the previous runs saved is in hand (and marked as
+            # this run's), so however this run ends, the final save keeps it.
+            await self._load_progress()
             await self.pipeline.start()
             began = time.monotonic()
             try:
@@ -158,9 +162,10 @@ class JobRun:
         record.log = [
             format_line(line) for line in self.log.lines() if line["ts"] >= record.started_at
         ][-1000:]
-        self._progress.status = result.status.value
-        self._progress.run_id = None
-        await self.store.save_progress(self._progress)
+        if self._loaded:  # never overwrite saved progress with a blank one
+            self._progress.status = result.status.value
+            self._progress.run_id = None
+            await self.store.save_progress(self._progress)
         await self.store.finish_run(record)
         return result
 
@@ -173,8 +178,7 @@ class JobRun:
         total = await self._probe_total()
         if total is None:
             return
-        saved = await self._load_progress()
-        state = IncrementalState.from_dict(saved.state.get("incremental") if saved else None)
+        state = IncrementalState.from_dict(self._progress.state.get("incremental"))
         run = plan_incremental(total, state, strategy.batch_size, overlap=strategy.overlap)
         pending: list[Sweep] = list(run.sweeps)
         deferred: list[Sweep] = []
@@ -269,6 +273,7 @@ class JobRun:
         return page.total
 
     async def _load_progress(self) -> Progress | None:
+        """Read the saved progress, close a crashed predecessor's run, mark it ours."""
         saved = await self.store.load_progress(self.job.name)
         if saved is not None and saved.run_id and saved.run_id != self.run_id:
             self.log.warning(
@@ -300,17 +305,16 @@ class JobRun:
             last_total=saved.last_total if saved else None,
             state=dict(saved.state) if saved else {},
         )
+        self._loaded = True
+        await self.store.save_progress(self._progress)
         return saved
 
     # ---- forward full scan ---------------------------------------------------------------
     async def _full(self) -> None:
-        saved = await self._load_progress()
         cursor = await self.store.get_cursor(self.job.name, FULL_CURSOR)
         start = int(cursor) if cursor else 0
         if start:
             self.log.info("full scan resumes", offset=start)
-        await self.store.save_progress(self._progress)
-        del saved
         size = self.job.strategy.batch_size
         try:
             for page in forward_pages(
@@ -347,7 +351,6 @@ class JobRun:
     # ---- time windows ---------------------------------------------------------------------
     async def _window(self) -> None:
         pg = self.job.source.pagination
-        await self._load_progress()
         cursor = await self.store.get_cursor(self.job.name, WINDOW_CURSOR)
         end = self.now() - self.job.strategy.lag
         start = datetime.fromisoformat(cursor) if cursor else end - pg.window
