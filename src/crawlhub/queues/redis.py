@@ -23,7 +23,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, RedisError
 
 from crawlhub.errors import QueueError
@@ -37,6 +36,7 @@ from crawlhub.queues.common import (
     encode_groups,
     message,
 )
+from crawlhub.storage.redis import redis_client
 
 T = TypeVar("T")
 
@@ -275,15 +275,7 @@ class RedisQueueBackend:
         self.url = url
         self.prefix = prefix
         self.clock = clock
-        if url.startswith("valkey://"):
-            url = "redis://" + url[len("valkey://") :]
-        try:
-            self.redis = aioredis.Redis.from_url(url)
-        except ValueError as exc:
-            raise QueueError(
-                f"Redis queue URL {redacted(self.url)!r} is malformed ({exc}): "
-                "use redis://host:port/0"
-            ) from None
+        self.redis = redis_client(url, name="queues")
         self.scripts = {n: self.redis.register_script(_PRELUDE + s) for n, s in _SCRIPTS.items()}
         self._queues: dict[str, RedisQueue] = {}
 

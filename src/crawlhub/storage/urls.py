@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
-from crawlhub.config.redact import redact_url
 from crawlhub.errors import ConfigError
 
 Kind = Literal["sqlite", "redis", "postgres", "kafka"]
@@ -40,6 +39,13 @@ EXAMPLES: dict[Kind, str] = {
 }
 
 MEMORY = ":memory:"
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password masked (the one redaction function lives in config)."""
+    from crawlhub.config.redact import redact_url as redact
+
+    return redact(url)
 
 
 class BackendURLError(ConfigError):
