@@ -2,7 +2,8 @@
 standard library for the rare values orjson refuses (integers beyond 64 bits).
 
 ``dumps_strict`` refuses NaN and infinities like ``json.dumps(allow_nan=False)``; orjson
-alone would write them as ``null``, silently changing the data.
+alone would write them as ``null``, silently changing the data. :data:`MAX_DEPTH` is the
+one nesting limit of the whole service: every intake path refuses deeper JSON.
 """
 
 from __future__ import annotations
@@ -13,7 +14,53 @@ from typing import Any
 
 import orjson
 
+from crawlhub.errors import CrawlhubError
+
 _INFINITIES = (math.inf, -math.inf)
+
+#: How deep a task may nest: a flat object is depth 1, each object or array inside adds
+#: one. Every intake (HTTP bodies, inbounds, Hub.submit/check_task, frontier add) refuses
+#: deeper JSON, because what is accepted must also come back out: encoders give up near
+#: 255 levels (orjson, pydantic) and answers wrap a task in a few more.
+MAX_DEPTH = 100
+#: What a stored message may hold: a task plus the envelopes crawlhub puts around it
+#: (``task_params_wrapped``, a lease answer). Queues refuse to push deeper payloads and
+#: dead-letter deeper ones they find, so a lease never fails on them.
+MAX_STORED_DEPTH = MAX_DEPTH + 8
+
+_CONTAINERS = (dict, list, tuple)
+
+
+class TooDeepError(CrawlhubError, ValueError):
+    """JSON nested deeper than a limit (:data:`MAX_DEPTH` for tasks)."""
+
+    def __init__(self, what: str, limit: int = MAX_DEPTH) -> None:
+        self.limit = limit
+        super().__init__(
+            f"{what} is nested more than {limit} levels deep; crawlhub accepts JSON at most"
+            f" {limit} levels deep (MAX_DEPTH): flatten it"
+        )
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` nests more than ``limit`` levels (iterative: any depth is safe)."""
+    if not isinstance(value, _CONTAINERS):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if level > limit:
+            return True
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, _CONTAINERS):
+                stack.append((child, level + 1))
+    return False
+
+
+def check_depth(value: Any, what: str = "the task", limit: int = MAX_DEPTH) -> None:
+    """Raise :class:`TooDeepError` naming ``what`` when ``value`` is nested too deeply."""
+    if too_deep(value, limit):
+        raise TooDeepError(what, limit)
 
 
 def dumps(value: Any) -> str:

@@ -10,6 +10,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from crawlhub.jsoncodec import MAX_DEPTH, check_depth
+
 #: Keys the hub adds and owns; user params must not use these names (SPEC §1).
 BUILTIN_KEYS: tuple[str, ...] = (
     "task_uuid",
@@ -49,7 +51,13 @@ class Task(dict[str, Any]):
         return cls(data)
 
     def ensure_identity(self, submitter: str, *, now: float | None = None) -> Task:
-        """Give a new task its uuid, submitter, submit time and zeroed counters."""
+        """Give a new task its uuid, submitter, submit time and zeroed counters.
+
+        Raises :class:`~crawlhub.jsoncodec.TooDeepError` for a task nested more than
+        :data:`~crawlhub.jsoncodec.MAX_DEPTH` levels: what the hub takes in it must be able
+        to hand out again (lease answers, dry runs), so it refuses it here.
+        """
+        check_depth(self, "the task", MAX_DEPTH)
         given = self.get("task_uuid")
         if not given or not isinstance(given, str | int | float) or isinstance(given, bool):
             self["task_uuid"] = new_task_uuid()  # absent, or not usable as an id

@@ -9,6 +9,7 @@ from typing import Any
 
 from fastapi import HTTPException, Request
 
+from crawlhub import jsoncodec
 from crawlhub.service import Services
 
 
@@ -50,7 +51,8 @@ async def json_body(request: Request) -> Any:
         raise ApiError(400, f"request body is not valid JSON: {exc.msg} at line {exc.lineno}"
                        f" column {exc.colno}") from None
     except RecursionError:
-        raise ApiError(400, "request body is JSON nested too deeply; flatten it") from None
+        raise ApiError(400, str(jsoncodec.TooDeepError("request body")),
+                       max_depth=jsoncodec.MAX_DEPTH) from None
     except ValueError as exc:  # NaN, Infinity, 1e400, an integer of over 4300 digits
         raise ApiError(400, f"request body holds a number JSON cannot carry: {exc}") from None
     # A "\ud800" escape with no partner decodes to text no store can encode.
@@ -92,6 +94,12 @@ def objects(body: Any, *, what: str = "task", limit: int | None = None) -> tuple
         got = type(items[bad[0]]).__name__
         raise ApiError(422, f"{where} is a JSON {_json_kind(got)}; each {what} must be a JSON"
                        " object like {\"url\": \"...\"}", invalid_items=bad[:20])
+    for i, item in enumerate(items):
+        # What the hub accepts it must hand out again (leases, dry runs): one limit.
+        if jsoncodec.too_deep(item, jsoncodec.MAX_DEPTH):
+            where = f"item {i}" if many else "the body"
+            raise ApiError(400, str(jsoncodec.TooDeepError(where)),
+                           max_depth=jsoncodec.MAX_DEPTH)
     return items, many
 
 
