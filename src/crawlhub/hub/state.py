@@ -16,6 +16,8 @@ from typing import Any, Protocol
 from crawlhub import jsoncodec
 from crawlhub.keys import hub_keys
 from crawlhub.sqlitedb import SqliteDB
+from crawlhub.storage.redis import redis_client
+from crawlhub.storage.urls import parse_backend_url
 
 #: A ledger entry with no result_timeout is forgotten after this long (seconds).
 DEFAULT_RETENTION = 7 * 24 * 3600.0
@@ -72,17 +74,12 @@ class HubState(Protocol):
 
 
 def open_state(url: str, *, prefix: str = "crawlhub:") -> HubState:
-    if url.startswith("sqlite"):
+    """The hub state on ``url``: a SQLite file or a Redis/Valkey server."""
+    backend = parse_backend_url(url, kinds=("sqlite", "redis"), what="hub state",
+                                key="storage.state")
+    if backend.kind == "sqlite":
         return SqliteHubState(url)
-    if url.startswith(("redis://", "rediss://", "unix://")):
-        return RedisHubState(url, prefix=prefix)
-    from crawlhub.errors import ConfigError
-
-    raise ConfigError(
-        f"unknown state backend URL {url!r}: use sqlite:///path/hub.db or redis://host:port/0",
-        entry="storage",
-        key="state",
-    )
+    return RedisHubState(url, prefix=prefix)
 
 
 def _dumps(entry: LedgerEntry) -> str:
@@ -335,11 +332,9 @@ class RedisHubState:
 
     def __init__(self, url: str, *, prefix: str = "crawlhub:",
                  retention: float = DEFAULT_RETENTION) -> None:
-        import redis.asyncio as aioredis
-
         self.url = url
         self.retention = retention
-        self._redis = aioredis.Redis.from_url(url)
+        self._redis = redis_client(url, name="hub state")
         self._keys = hub_keys(prefix)
         self._prefix = prefix
         self._record = self._redis.register_script(_RECORD_LUA)
