@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from crawlhub import jsoncodec
 from crawlhub.errors import ConfigError
-from crawlhub.hub.loading import import_object
+from crawlhub.loading import import_object
 from crawlhub.queues.base import QueueBackend, ReliableQueue
 
 
@@ -65,13 +65,13 @@ class RedisListOutbound:
 
     def __init__(self, url: str, key: str, *, sorted: bool = False, normal_priority: int = 0
                  ) -> None:
-        import redis.asyncio as aioredis
+        from crawlhub.storage.redis import redis_client
 
         self.url = url
         self.key = key
         self.sorted = sorted
         self.normal_priority = normal_priority
-        self._redis = aioredis.Redis.from_url(url)
+        self._redis = redis_client(url, name=f"outbound list {key!r}")
 
     async def send(self, items: Sequence[tuple[dict[str, Any], int]]) -> None:
         async with self._redis.pipeline(transaction=False) as pipe:
