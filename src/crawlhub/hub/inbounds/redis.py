@@ -14,6 +14,7 @@ import os
 import socket
 from typing import Any
 
+from crawlhub import jsoncodec
 from crawlhub.hub.inbounds.base import Deliver
 
 log = logging.getLogger("crawlhub.hub.inbounds.redis")
@@ -49,9 +50,11 @@ class RedisInbound:
         self.dead_key = f"{self.key}:dead:{name}"
 
     async def run(self, deliver: Deliver, stop: asyncio.Event) -> None:
-        import redis.asyncio as aioredis
+        from crawlhub.storage.redis import SOCKET_TIMEOUT, redis_client
 
-        client = aioredis.Redis.from_url(self.url)
+        # a blocking read (BLMOVE, XREADGROUP) must end before the socket times out
+        client = redis_client(self.url, name=f"inbound {self.key!r}",
+                              socket_timeout=SOCKET_TIMEOUT + self.block_ms / 1000)
         try:
             if self.kind == "list":
                 # What a crashed run took but never delivered goes first, before any
@@ -195,11 +198,13 @@ def _decode(raws: list[bytes], name: str) -> list[dict[str, Any]]:
     for raw in raws:
         try:
             value = json.loads(raw, parse_constant=_no_constant)
-        except ValueError:
+        except (ValueError, RecursionError):
             log.warning("inbound %s: skipped a message that is not JSON: %r", name, raw[:200])
             continue
         if not isinstance(value, dict):
             log.warning("inbound %s: skipped a JSON message that is not an object", name)
             continue
+        # Raised, not skipped: _deliver_guarded sets the message aside on the dead list.
+        jsoncodec.check_depth(value, "the message")
         messages.append(value)
     return messages
