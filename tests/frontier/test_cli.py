@@ -97,3 +97,32 @@ def test_an_unknown_frontier_name_is_an_error(config_file: Path) -> None:
     result = runner.invoke(app, ["stats", "-c", str(config_file), "--name", "nope"])
     assert result.exit_code == 2
     assert "no frontier named 'nope'" in result.output
+
+
+def test_add_refuses_lines_that_are_not_http_urls_with_their_line_numbers(
+    config_file: Path,
+) -> None:
+    text = ("http://a.com/ok\n"
+            "not a url\n"
+            "ftp://x/y\n"
+            '{"url": "javascript:void(0)"}\n'
+            "https://b.com/ok\n"
+            "http:///no-host\n")
+    result = runner.invoke(app, ["add", "-c", str(config_file)], input=text)
+    assert result.exit_code == 1
+    assert "line 2: 'not a url' is not an http(s) URL" in result.stderr
+    assert "line 3: 'ftp://x/y' is not an http(s) URL (scheme 'ftp')" in result.stderr
+    assert "line 4: 'javascript:void(0)' is not an http(s) URL" in result.stderr
+    assert "line 6: 'http:///no-host' has no host" in result.stderr
+    assert "4 invalid (nothing admitted for them)" in result.stderr
+    assert "read 2, admitted 2, duplicates 0, invalid 4" in result.stdout
+    stats = runner.invoke(app, ["stats", "-c", str(config_file), "--json"])
+    (frontier,) = json.loads(stats.stdout)
+    assert frontier["totals"]["admitted"] == 2
+
+
+def test_a_url_the_key_resolver_refuses_is_reported_with_its_line(config_file: Path) -> None:
+    result = runner.invoke(app, ["add", "-c", str(config_file)],
+                           input="http://a.com/1\nhttp://a.com:99999/\n")
+    assert result.exit_code == 1
+    assert "line 2: 'http://a.com:99999/' is not a valid URL" in result.stderr

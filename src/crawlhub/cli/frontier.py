@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Annotated, Any
+from urllib.parse import urlsplit
 
 import typer
 from rich.console import Console
@@ -43,6 +44,7 @@ NameOpt = Annotated[str | None, typer.Option("--name", "-n", help="Frontier name
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
 _BATCH = 1000
+_SHOWN = 20  # invalid lines listed one by one; the rest are counted
 
 
 def _config(config: Path | None, data_dir: Path | None, sets: list[str] | None) -> Any:
@@ -174,7 +176,9 @@ def add(
     sets: SetOpt = None,
 ) -> None:
     """Admit seeds: JSON lines ({"url": ..., "priority": ..., "not_before": ...}), a
-    JSON array of such objects, or one URL per line. Prints admitted and duplicates."""
+    JSON array of such objects, or one http(s) URL per line. Prints admitted and
+    duplicates; lines that are not seeds with an http(s) URL are listed on stderr with
+    their line numbers, nothing is admitted for them, and the exit code is 1."""
     cfg = _config(config, data_dir, sets)
     fname, _ = _pick(cfg, name)
     if fname is None:
@@ -195,18 +199,22 @@ def add(
     finally:
         if stream is not sys.stdin:
             stream.close()
-    for problem in problems[:10]:
-        err.print(problem, highlight=False, markup=False)
-    if len(problems) > 10:
-        err.print(f"... and {len(problems) - 10} more invalid lines", highlight=False)
+    for problem in problems[:_SHOWN]:
+        err.print(problem, highlight=False, markup=False, soft_wrap=True)
+    if len(problems) > _SHOWN:
+        err.print(f"... and {len(problems) - _SHOWN} more", highlight=False, markup=False)
+    if problems:
+        err.print(f"{len(problems)} invalid (nothing admitted for them)", highlight=False,
+                  markup=False)
     out.print(f"frontier {fname}: read {counts['read']}, admitted {counts['admitted']}, "
               f"duplicates {counts['duplicates']}, invalid {len(problems)}", highlight=False)
     if problems:
         raise typer.Exit(1)
 
 
-def parse_seeds(stream: IO[str], problems: list[str]) -> Iterator[tuple[Seed, int]]:
-    """Seeds in ``stream`` with the characters consumed so far; bad lines go to problems."""
+def parse_seeds(stream: IO[str], problems: list[str]) -> Iterator[tuple[Seed, int, str]]:
+    """Seeds in ``stream`` with the characters consumed so far and where each was read
+    (``line 3`` / ``item 2``); bad lines go to problems, named the same way."""
     first = stream.read(1)
     while first and first.isspace():
         first = stream.read(1)
@@ -220,7 +228,7 @@ def parse_seeds(stream: IO[str], problems: list[str]) -> Iterator[tuple[Seed, in
         for i, item in enumerate(items):
             seed = _seed(item, f"item {i}", problems)
             if seed is not None:
-                yield seed, len(text)
+                yield seed, len(text), f"item {i}"
         return
     consumed = 0
     for n, line in enumerate(_prepend(first, stream), start=1):
@@ -238,7 +246,7 @@ def parse_seeds(stream: IO[str], problems: list[str]) -> Iterator[tuple[Seed, in
         else:
             seed = _seed({"url": text}, f"line {n}", problems)
         if seed is not None:
-            yield seed, consumed
+            yield seed, consumed, f"line {n}"
 
 
 def _prepend(first: str, stream: IO[str]) -> Iterator[str]:
@@ -254,10 +262,36 @@ def _seed(data: Any, where: str, problems: list[str]) -> Seed | None:
         problems.append(f"{where}: expected a JSON object with 'url', got {type(data).__name__}")
         return None
     try:
-        return Seed.from_mapping(data)
+        seed = Seed.from_mapping(data)
     except (CrawlhubError, TypeError, ValueError) as exc:
         problems.append(f"{where}: {exc}")
         return None
+    problem = url_problem(seed.url)
+    if problem is not None:
+        problems.append(f"{where}: {problem}")
+        return None
+    return seed
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` is not a URL a crawler can fetch (None when it is): an http or https
+    scheme, a host, a valid port, no spaces."""
+    shown = url if len(url) <= 200 else url[:200] + "..."
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return f"{shown!r} is not a valid URL ({exc})"
+    if parts.scheme.lower() not in ("http", "https"):
+        scheme = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
+        return f"{shown!r} is not an http(s) URL ({scheme}); write http://host/path"
+    if not parts.hostname:
+        return f"{shown!r} has no host; write http://host/path"
+    if port == 0:
+        return f"{shown!r} has port 0"
+    if any(c.isspace() for c in url):
+        return f"{shown!r} contains whitespace; percent-encode it as %20"
+    return None
 
 
 async def _add(
@@ -278,6 +312,7 @@ async def _add(
         with Progress(*columns, console=err, transient=False) as progress:
             task = progress.add_task(f"adding to {name}", total=total, admitted=0, duplicates=0)
             batch: list[Seed] = []
+            where: list[str] = []
             position = 0
 
             async def flush(position: int) -> None:
@@ -286,15 +321,16 @@ async def _add(
                 except FrontierError:
                     # one bad URL: admit the batch seed by seed to find it
                     flags = []
-                    for seed in batch:
+                    for seed, place in zip(batch, where, strict=True):
                         try:
                             flags += await frontier.admit([seed])
                         except FrontierError as exc:
-                            problems.append(str(exc))
+                            problems.append(f"{place}: {exc}")
                 counts["read"] += len(flags)
                 counts["admitted"] += sum(flags)
                 counts["duplicates"] += len(flags) - sum(flags)
                 batch.clear()
+                where.clear()
                 progress.update(
                     task,
                     completed=position if total is not None else counts["read"],
@@ -302,8 +338,9 @@ async def _add(
                     duplicates=counts["duplicates"],
                 )
 
-            for seed, position in parse_seeds(stream, problems):
+            for seed, position, place in parse_seeds(stream, problems):
                 batch.append(seed)
+                where.append(place)
                 if len(batch) >= _BATCH:
                     await flush(position)
             if batch:
