@@ -6,7 +6,6 @@ user class by import path (``package.module:Class``); a bad key is a ``ConfigErr
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -303,18 +302,10 @@ def build_sink(
 
 
 def _user_sink(path: str, spec: Mapping[str, Any], *, file: str | None, entry: str) -> Sink:
+    from crawlhub.loading import import_object
     from crawlhub.sinks.base import Sink
 
-    module_name, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ConfigError(
-            f"cannot import sink class {path!r}: {exc}; give 'package.module:Class'",
-            file=file,
-            entry=entry,
-            key="type",
-        ) from None
+    cls = import_object(path, file=file, entry=entry, key="type")
     kwargs = {k: v for k, v in spec.items() if k != "type"}
     try:
         sink = cls(**kwargs)

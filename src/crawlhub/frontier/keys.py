@@ -25,8 +25,8 @@ from crawlhub.frontier.canonical import (
     fast_split,
     is_plain_query,
 )
-from crawlhub.frontier.plugins import load_object
 from crawlhub.frontier.seed import Seed
+from crawlhub.loading import import_object
 
 # Unix times between 2000-01-01 and 2050-01-01, in seconds (10 digits) or ms (13 digits).
 _TS_MIN, _TS_MAX = 946_684_800, 2_524_608_000
@@ -363,7 +363,7 @@ class KeyResolver:
 
 
 def _load_function(path: str) -> Callable[[Seed], str]:
-    func: Any = load_object(path, key="frontier.key.function")
+    func: Any = import_object(path, key="frontier.key.function")
     if not callable(func):
         raise ConfigError(
             f"{path!r} is not callable: key.function must name a function taking a Seed "

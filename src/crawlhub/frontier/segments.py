@@ -12,8 +12,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from crawlhub.config.frontier import FrontierConfig
 from crawlhub.errors import ConfigError
-from crawlhub.frontier.plugins import load_object
 from crawlhub.frontier.seed import Seed
+from crawlhub.loading import import_object
 
 
 @runtime_checkable
@@ -74,7 +74,7 @@ def segment_resolver(config: FrontierConfig) -> SegmentResolver:
     """
     if not config.segment_resolver:
         return TimeSegments(config.segment)
-    target: Any = load_object(config.segment_resolver, key="frontier.segment_resolver")
+    target: Any = import_object(config.segment_resolver, key="frontier.segment_resolver")
     resolver = target
     if not hasattr(target, "segment_of") or isinstance(target, type):
         if not callable(target):

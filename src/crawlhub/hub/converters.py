@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from crawlhub.errors import ConfigError
-from crawlhub.hub.loading import import_object
+from crawlhub.loading import import_object
 
 Converter = Callable[[dict[str, Any]], dict[str, Any] | None]
 

@@ -27,7 +27,6 @@ from crawlhub.errors import (
 from crawlhub.hub.converters import Converter, build_converter
 from crawlhub.hub.failures import FailureLog
 from crawlhub.hub.inbounds.base import InboundSource
-from crawlhub.hub.loading import import_object
 from crawlhub.hub.metrics import HubMetrics
 from crawlhub.hub.outbounds import OutboundTransport, QueueOutbound, build_transport
 from crawlhub.hub.routing import (
@@ -39,6 +38,7 @@ from crawlhub.hub.routing import (
     status_key,
 )
 from crawlhub.hub.state import HubState, LedgerEntry
+from crawlhub.loading import import_object
 from crawlhub.queues.base import QueueBackend
 from crawlhub.selectors import SelectorSet, compile_selectors
 from crawlhub.task import BUILTIN_KEY_SET, RESULT_KEY, Task
