@@ -42,7 +42,6 @@ from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, RedisError
 
 from crawlhub.errors import FrontierError
@@ -51,6 +50,7 @@ from crawlhub.frontier.seed import Outcome, Seed
 from crawlhub.frontier.sqlite import check_frontier_name
 from crawlhub.frontier.store import Entry, SegmentCounts, check_entries
 from crawlhub.keys import frontier_keys, frontier_segment_key
+from crawlhub.storage.redis import redis_client
 
 T = TypeVar("T")
 log = logging.getLogger("crawlhub.frontier")
@@ -479,14 +479,7 @@ class RedisSeedStore:
         self._plan_arg = ";".join(
             f"{layer.capacity},{layer.bits},{layer.hashes}" for layer in self._plan
         )
-        redis_url = "redis://" + url[len("valkey://") :] if url.startswith("valkey://") else url
-        try:
-            self.redis = aioredis.Redis.from_url(redis_url)
-        except ValueError as exc:
-            raise FrontierError(
-                f"frontier storage URL {redacted(url)!r} is malformed ({exc}): "
-                "use redis://host:port/0"
-            ) from None
+        self.redis = redis_client(url, name=f"frontier {name!r}")
         self.scripts = {n: self.redis.register_script(_PRELUDE + s) for n, s in _SCRIPTS.items()}
         self._pubsub: Any = None
         # per segment, keys the shared filter answered for in this process: a repeat

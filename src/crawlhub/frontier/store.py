@@ -136,17 +136,14 @@ def open_store(
     fp_rate: float,
 ) -> SeedStore:
     """The store for frontier ``name`` on ``url`` (``sqlite:///...`` or ``redis://...``)."""
-    if url.startswith("sqlite"):
+    from crawlhub.storage.urls import parse_backend_url
+
+    backend = parse_backend_url(url, kinds=("sqlite", "redis"), what="frontier storage",
+                                key="storage.frontier")
+    if backend.kind == "sqlite":
         from crawlhub.frontier.sqlite import SqliteSeedStore
 
         return SqliteSeedStore(url, name, expected_items=expected_items, fp_rate=fp_rate)
-    if url.startswith(("redis://", "rediss://", "unix://", "valkey://", "valkeys://")):
-        from crawlhub.frontier.redis import RedisSeedStore
+    from crawlhub.frontier.redis import RedisSeedStore
 
-        return RedisSeedStore(
-            url, name, prefix=prefix, expected_items=expected_items, fp_rate=fp_rate
-        )
-    raise FrontierError(
-        f"unknown frontier storage URL {url!r} (storage.frontier): use "
-        "sqlite:///path/frontier.db or redis://host:port/0"
-    )
+    return RedisSeedStore(url, name, prefix=prefix, expected_items=expected_items, fp_rate=fp_rate)
