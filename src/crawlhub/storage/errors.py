@@ -64,6 +64,15 @@ def is_unavailable(exc: BaseException) -> bool:
     return False
 
 
+def unavailable_types() -> tuple[type[BaseException], ...]:
+    """The raw client error types :func:`is_unavailable` may say yes to (besides
+    crawlhub's own errors caused by one), e.g. to register exception handlers for."""
+    global _TYPES
+    if _TYPES is None:
+        _TYPES = _unavailable_types()
+    return (*_TYPES, sqlite3.OperationalError)
+
+
 def unavailable(exc: BaseException, backend: str = "") -> BackendUnavailable:
     """The :class:`BackendUnavailable` for a backend error (``backend``: a redacted name)."""
     if isinstance(exc, BackendUnavailable):
