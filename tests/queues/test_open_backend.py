@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from crawlhub.errors import QueueError
+from crawlhub.errors import ConfigError
 from crawlhub.queues import QueueBackend, ReliableQueue, open_backend
 from crawlhub.queues.redis import RedisQueueBackend
 from crawlhub.queues.sqlite import SqliteQueueBackend
@@ -33,5 +33,15 @@ async def test_redis_url_opens_the_distributed_backend_with_its_prefix() -> None
 
 
 def test_unknown_scheme_names_the_accepted_forms() -> None:
-    with pytest.raises(QueueError, match="use sqlite:///path/queues.db or redis://host:port/0"):
+    with pytest.raises(ConfigError, match=r"accepted: sqlite://, .*valkeys://") as e:
         open_backend("amqp://localhost/")
+    assert e.value.key == "storage.queues"
+
+
+async def test_valkeys_and_unix_schemes_open_the_redis_backend() -> None:
+    for url in ("valkeys://127.0.0.1:6379/0", "unix:///tmp/redis.sock?db=0"):
+        backend = open_backend(url)
+        try:
+            assert isinstance(backend, RedisQueueBackend)
+        finally:
+            await backend.close()

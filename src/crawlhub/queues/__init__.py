@@ -12,16 +12,14 @@ def open_backend(url: str, *, prefix: str = DEFAULT_PREFIX) -> QueueBackend:
     ``sqlite:///path/to/queues.db`` (embedded) or ``redis://host:port/db`` (distributed);
     ``prefix`` starts every Redis key (unused by SQLite).
     """
-    if url.startswith("sqlite"):
+    from crawlhub.storage.urls import parse_backend_url
+
+    backend = parse_backend_url(url, kinds=("sqlite", "redis"), what="queue backend",
+                                key="storage.queues")
+    if backend.kind == "sqlite":
         from crawlhub.queues.sqlite import SqliteQueueBackend
 
         return SqliteQueueBackend(url)
-    if url.startswith(("redis://", "rediss://", "unix://", "valkey://")):
-        from crawlhub.queues.redis import RedisQueueBackend
+    from crawlhub.queues.redis import RedisQueueBackend
 
-        return RedisQueueBackend(url, prefix=prefix)
-    from crawlhub.errors import QueueError
-
-    raise QueueError(
-        f"unknown queue backend URL {url!r}: use sqlite:///path/queues.db or redis://host:port/0"
-    )
+    return RedisQueueBackend(url, prefix=prefix)

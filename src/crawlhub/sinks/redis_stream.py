@@ -65,13 +65,9 @@ class RedisStreamSink:
         self._script: Any = None
 
     async def open(self) -> None:
-        try:
-            from redis.asyncio import Redis
-        except ImportError as exc:  # pragma: no cover - the extra is installed in dev
-            raise SinkError(
-                f"sink '{self.name}' needs the redis client: pip install 'crawlhub[redis]'"
-            ) from exc
-        self._redis = Redis.from_url(self.config.url)
+        from crawlhub.storage.redis import redis_client
+
+        self._redis = redis_client(self.config.url, name=f"sink {self.name!r}")
         self._script = self._redis.register_script(_WRITE)
 
     async def close(self) -> None:
