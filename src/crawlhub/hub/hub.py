@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from crawlhub.config.redact import redact_url
 from crawlhub.errors import (
     BackpressureError,
     ConfigError,
@@ -41,6 +42,7 @@ from crawlhub.hub.state import HubState, LedgerEntry
 from crawlhub.loading import import_object
 from crawlhub.queues.base import QueueBackend
 from crawlhub.selectors import SelectorSet, compile_selectors
+from crawlhub.storage.errors import is_unavailable
 from crawlhub.task import BUILTIN_KEY_SET, RESULT_KEY, Task
 
 log = logging.getLogger("crawlhub.hub")
@@ -626,10 +628,21 @@ class Hub:
             if not rule.name.startswith(prefix):
                 continue
             c = counters.get(rule.name, {})
-            left = await self.lag(rule.name) if rule.name in self.transports else 0
+            # An outbound whose own backend is down is listed as unavailable, not an error
+            # for the whole listing (its queue length is then unknown: None).
+            left: int | None = 0
+            error = ""
+            try:
+                left = await self.lag(rule.name) if rule.name in self.transports else 0
+            except Exception as exc:
+                if not is_unavailable(exc):
+                    raise
+                left, error = None, redact_url(f"{type(exc).__name__}: {exc}")
             rows.append({
                 "name": rule.name,
                 "disabled": rule.disabled,
+                "available": not error,
+                **({"error": error} if error else {}),
                 "queue_length": left,
                 "left": left,
                 "total": c.get("total", 0),
