@@ -397,7 +397,8 @@ async def _finish(storage: Any, name: str, ids: list[str], op: str, dead: bool) 
 # ---------------------------------------------------------------------------- sub-commands
 def _mount_optional() -> None:
     for module_name, command in (("crawlhub.cli.frontier", "frontier"),
-                                 ("crawlhub.cli.collect", "collect")):
+                                 ("crawlhub.cli.collect", "collect"),
+                                 ("crawlhub.cli.demo", "demo")):
         try:
             module = importlib.import_module(module_name)
         except ImportError:
