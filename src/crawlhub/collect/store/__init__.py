@@ -7,10 +7,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from crawlhub.collect.store.base import MetadataStore, Progress, RunRecord, SqlMetadataStore
+from crawlhub.collect.store.base import (
+    Lease,
+    MetadataStore,
+    Progress,
+    RunRecord,
+    SqlMetadataStore,
+)
 from crawlhub.errors import ConfigError
 
-__all__ = ["MetadataStore", "Progress", "RunRecord", "SqlMetadataStore", "open_store", "store_for"]
+__all__ = ["Lease", "MetadataStore", "Progress", "RunRecord", "SqlMetadataStore", "open_store", "store_for"]
 
 
 def store_for(url: str, *, table_prefix: str = "crawlhub_collect_") -> SqlMetadataStore:

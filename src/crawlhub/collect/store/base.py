@@ -1,4 +1,5 @@
-"""The metadata store of collection jobs: progress, cursors and run history.
+"""The metadata store of collection jobs: progress, cursors, run history, run leases,
+pending detail ids and recent job log lines.
 
 One small protocol; the SQL lives here once and the backends (``sqlite.py``,
 ``postgres.py``) only run it, so both behave the same (one conformance suite).
@@ -6,9 +7,11 @@ One small protocol; the SQL lives here once and the backends (``sqlite.py``,
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -73,9 +76,48 @@ class RunRecord:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Who runs a job now: the one row that makes a run exclusive across processes.
+
+    ``owner`` is unique per run attempt; ``pid``/``host``/``since`` say where and since
+    when; the holder renews ``expires_at`` while it runs (heartbeat), and anyone may take
+    an expired lease over. ``stop`` is a stop request left for the holder (or None).
+    """
+
+    job: str
+    owner: str
+    run_id: str | None
+    pid: int
+    host: str
+    since: float
+    expires_at: float
+    stop: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "owner": self.owner,
+            "run_id": self.run_id,
+            "pid": self.pid,
+            "host": self.host,
+            "since": self.since,
+            "expires_at": self.expires_at,
+            "stop": self.stop,
+        }
+
+
 @runtime_checkable
 class MetadataStore(Protocol):
-    """Progress, cursors and run history of collection jobs. Callers: collectors, JobManager."""
+    """Progress, cursors, run history, run leases, pending detail ids and recent log lines
+    of collection jobs. Callers: JobRun (one run), JobManager (the API), the CLI.
+
+    Leases: ``acquire_lease`` takes the job's lease when it is free, expired, ours, or
+    held by ``take_from`` (a holder known dead), in one atomic statement, and returns the
+    holder after the attempt (compare its ``owner``); ``renew_lease`` returns None once
+    the lease is no longer ours. Detail ids are a set per job (adding one twice keeps
+    one), read oldest first. Log lines are kept per job, at most ``keep`` of them.
+    """
 
     async def open(self) -> None: ...
 
@@ -95,12 +137,67 @@ class MetadataStore(Protocol):
 
     async def runs(self, job: str, limit: int = 20) -> list[RunRecord]: ...
 
+    async def acquire_lease(
+        self,
+        job: str,
+        owner: str,
+        *,
+        run_id: str | None,
+        pid: int,
+        host: str,
+        now: float,
+        ttl: float,
+        take_from: str | None = None,
+    ) -> Lease: ...
+
+    async def renew_lease(self, job: str, owner: str, *, now: float, ttl: float) -> Lease | None: ...
+
+    async def release_lease(self, job: str, owner: str) -> None: ...
+
+    async def lease(self, job: str) -> Lease | None: ...
+
+    async def request_stop(self, job: str, reason: str) -> Lease | None: ...
+
+    async def add_detail_ids(self, job: str, ids: Sequence[Any]) -> None: ...
+
+    async def detail_ids(self, job: str, limit: int | None = None) -> list[Any]: ...
+
+    async def remove_detail_ids(self, job: str, ids: Sequence[Any]) -> None: ...
+
+    async def count_detail_ids(self, job: str) -> int: ...
+
+    async def append_log(self, job: str, lines: Sequence[dict[str, Any]], *, keep: int) -> None: ...
+
+    async def log_lines(self, job: str, n: int) -> list[dict[str, Any]]: ...
+
+
+_LEASE_COLUMNS = "job, owner, run_id, pid, host, since, expires_at, stop"
+_log_seq = itertools.count()
+
+
+def _lease(row: tuple[Any, ...]) -> Lease:
+    return Lease(
+        job=row[0],
+        owner=row[1],
+        run_id=row[2],
+        pid=int(row[3]),
+        host=row[4],
+        since=float(row[5]),
+        expires_at=float(row[6]),
+        stop=row[7],
+    )
+
+
+def _id_text(ident: Any) -> str:
+    """A detail id as stored: its JSON text (ids come from JSON answers)."""
+    return json.dumps(ident, sort_keys=True, separators=(",", ":"), default=str)
+
 
 _PREFIX_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,40}$")
 
 
 class SqlMetadataStore:
-    """The store's SQL, shared by the backends; they implement the four ``_`` methods.
+    """The store's SQL, shared by the backends; they implement the ``_`` hooks.
 
     Statements use ``$1, $2`` placeholders (PostgreSQL's); SQLite reads them as ``?1``.
     Columns are TEXT / BIGINT / DOUBLE PRECISION so one DDL fits both databases.
@@ -118,6 +215,9 @@ class SqlMetadataStore:
         self.progress_table = f"{p}progress"
         self.cursors_table = f"{p}cursors"
         self.runs_table = f"{p}runs"
+        self.leases_table = f"{p}leases"
+        self.detail_table = f"{p}detail_ids"
+        self.log_table = f"{p}log"
         self._ddl = [
             f"CREATE TABLE IF NOT EXISTS {p}progress (job TEXT PRIMARY KEY, run_id TEXT,"
             " status TEXT NOT NULL, start_offset BIGINT, saved_offset BIGINT,"
@@ -130,6 +230,16 @@ class SqlMetadataStore:
             " started_at DOUBLE PRECISION NOT NULL, finished_at DOUBLE PRECISION,"
             " result TEXT, log TEXT)",
             f"CREATE INDEX IF NOT EXISTS {p}runs_job_started ON {p}runs (job, started_at)",
+            f"CREATE TABLE IF NOT EXISTS {p}leases (job TEXT PRIMARY KEY, owner TEXT NOT NULL,"
+            " run_id TEXT, pid BIGINT NOT NULL, host TEXT NOT NULL,"
+            " since DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION NOT NULL,"
+            " stop TEXT)",
+            f"CREATE TABLE IF NOT EXISTS {p}detail_ids (job TEXT NOT NULL, item TEXT NOT NULL,"
+            " pos BIGINT NOT NULL, PRIMARY KEY (job, item))",
+            f"CREATE INDEX IF NOT EXISTS {p}detail_ids_pos ON {p}detail_ids (job, pos)",
+            f"CREATE TABLE IF NOT EXISTS {p}log (job TEXT NOT NULL,"
+            " ts DOUBLE PRECISION NOT NULL, seq BIGINT NOT NULL, line TEXT NOT NULL)",
+            f"CREATE INDEX IF NOT EXISTS {p}log_job_ts ON {p}log (job, ts, seq)",
         ]
 
     # -- backend hooks ---------------------------------------------------------------
@@ -143,6 +253,14 @@ class SqlMetadataStore:
         raise NotImplementedError
 
     async def _fetch(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    async def _fetch_write(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        """A writing statement with RETURNING: its rows, committed."""
+        raise NotImplementedError
+
+    async def _executemany(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """One statement over many argument rows, in one transaction."""
         raise NotImplementedError
 
     # -- protocol --------------------------------------------------------------------
@@ -257,3 +375,144 @@ class SqlMetadataStore:
             )
             for r in rows
         ]
+
+    # -- run leases --------------------------------------------------------------------
+    async def acquire_lease(
+        self,
+        job: str,
+        owner: str,
+        *,
+        run_id: str | None,
+        pid: int,
+        host: str,
+        now: float,
+        ttl: float,
+        take_from: str | None = None,
+    ) -> Lease:
+        t = self.leases_table
+        # One statement decides: insert, or take over a lease that is expired, ours, or
+        # held by ``take_from``; otherwise the row stays as it is.
+        rows = await self._fetch_write(
+            f"INSERT INTO {t} ({_LEASE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)"
+            f" ON CONFLICT (job) DO UPDATE SET owner = excluded.owner,"
+            " run_id = excluded.run_id, pid = excluded.pid, host = excluded.host,"
+            " since = excluded.since, expires_at = excluded.expires_at, stop = NULL"
+            f" WHERE {t}.expires_at <= $8 OR {t}.owner = $2 OR {t}.owner = $9"
+            f" RETURNING {_LEASE_COLUMNS}",
+            job,
+            owner,
+            run_id,
+            pid,
+            host,
+            now,
+            now + ttl,
+            now,
+            take_from if take_from is not None else owner,
+        )
+        if rows:
+            return _lease(rows[0])
+        holder = await self.lease(job)
+        if holder is None:  # released between the two statements: try once more
+            return await self.acquire_lease(
+                job, owner, run_id=run_id, pid=pid, host=host, now=now, ttl=ttl
+            )
+        return holder
+
+    async def renew_lease(self, job: str, owner: str, *, now: float, ttl: float) -> Lease | None:
+        rows = await self._fetch_write(
+            f"UPDATE {self.leases_table} SET expires_at = $3 WHERE job = $1 AND owner = $2"
+            f" RETURNING {_LEASE_COLUMNS}",
+            job,
+            owner,
+            now + ttl,
+        )
+        return _lease(rows[0]) if rows else None
+
+    async def release_lease(self, job: str, owner: str) -> None:
+        await self._execute(
+            f"DELETE FROM {self.leases_table} WHERE job = $1 AND owner = $2", job, owner
+        )
+
+    async def lease(self, job: str) -> Lease | None:
+        rows = await self._fetch(
+            f"SELECT {_LEASE_COLUMNS} FROM {self.leases_table} WHERE job = $1", job
+        )
+        return _lease(rows[0]) if rows else None
+
+    async def request_stop(self, job: str, reason: str) -> Lease | None:
+        rows = await self._fetch_write(
+            f"UPDATE {self.leases_table} SET stop = $2 WHERE job = $1"
+            f" RETURNING {_LEASE_COLUMNS}",
+            job,
+            reason,
+        )
+        return _lease(rows[0]) if rows else None
+
+    # -- pending detail ids ------------------------------------------------------------
+    async def add_detail_ids(self, job: str, ids: Sequence[Any]) -> None:
+        if not ids:
+            return
+        base = time.time_ns()
+        await self._executemany(
+            f"INSERT INTO {self.detail_table} (job, item, pos) VALUES ($1, $2, $3)"
+            " ON CONFLICT (job, item) DO NOTHING",
+            [(job, _id_text(ident), base + n) for n, ident in enumerate(ids)],
+        )
+
+    async def detail_ids(self, job: str, limit: int | None = None) -> list[Any]:
+        sql = f"SELECT item FROM {self.detail_table} WHERE job = $1 ORDER BY pos, item"
+        if limit is not None:
+            rows = await self._fetch(sql + " LIMIT $2", job, limit)
+        else:
+            rows = await self._fetch(sql, job)
+        return [json.loads(r[0]) for r in rows]
+
+    async def remove_detail_ids(self, job: str, ids: Sequence[Any]) -> None:
+        if not ids:
+            return
+        await self._executemany(
+            f"DELETE FROM {self.detail_table} WHERE job = $1 AND item = $2",
+            [(job, _id_text(ident)) for ident in ids],
+        )
+
+    async def count_detail_ids(self, job: str) -> int:
+        rows = await self._fetch(f"SELECT COUNT(*) FROM {self.detail_table} WHERE job = $1", job)
+        return int(rows[0][0])
+
+    # -- recent log lines --------------------------------------------------------------
+    async def append_log(self, job: str, lines: Sequence[dict[str, Any]], *, keep: int) -> None:
+        if lines:
+            await self._executemany(
+                f"INSERT INTO {self.log_table} (job, ts, seq, line) VALUES ($1, $2, $3, $4)",
+                [
+                    (job, float(line.get("ts", 0.0)), next(_log_seq), json.dumps(line, default=str))
+                    for line in lines
+                ],
+            )
+        # Bounded per job: everything older than the keep-th newest line goes.
+        rows = await self._fetch(
+            f"SELECT ts, seq FROM {self.log_table} WHERE job = $1"
+            " ORDER BY ts DESC, seq DESC LIMIT 1 OFFSET $2",
+            job,
+            keep,
+        )
+        if rows:
+            await self._execute(
+                f"DELETE FROM {self.log_table} WHERE job = $1"
+                " AND (ts < $2 OR (ts = $2 AND seq <= $3))",
+                job,
+                rows[0][0],
+                rows[0][1],
+            )
+
+    async def log_lines(self, job: str, n: int) -> list[dict[str, Any]]:
+        """The newest ``n`` lines of ``job``, oldest first."""
+        if n <= 0:
+            return []
+        rows = await self._fetch(
+            f"SELECT line FROM {self.log_table} WHERE job = $1"
+            " ORDER BY ts DESC, seq DESC LIMIT $2",
+            job,
+            n,
+        )
+        return [json.loads(r[0]) for r in reversed(rows)]

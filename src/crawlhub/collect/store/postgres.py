@@ -5,6 +5,7 @@ A small pool; every statement is its own transaction.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from crawlhub.collect.store.base import SqlMetadataStore
@@ -39,3 +40,9 @@ class PostgresMetadataStore(SqlMetadataStore):
     async def _fetch(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         rows = await self._require().fetch(sql, *args)
         return [tuple(r) for r in rows]
+
+    async def _fetch_write(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        return await self._fetch(sql, *args)
+
+    async def _executemany(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        await self._require().executemany(sql, rows)

@@ -6,6 +6,7 @@ WAL mode and a busy timeout let a CLI run and a server share one file.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,3 +51,15 @@ class SqliteMetadataStore(SqlMetadataStore):
     async def _fetch(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         async with self._conn().execute(_PLACEHOLDER.sub(r"?\1", sql), args) as cur:
             return [tuple(r) for r in await cur.fetchall()]
+
+    async def _fetch_write(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        db = self._conn()
+        async with db.execute(_PLACEHOLDER.sub(r"?\1", sql), args) as cur:
+            rows = [tuple(r) for r in await cur.fetchall()]
+        await db.commit()
+        return rows
+
+    async def _executemany(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        db = self._conn()
+        await db.executemany(_PLACEHOLDER.sub(r"?\1", sql), rows)
+        await db.commit()
