@@ -1,0 +1,126 @@
+"""The one SQLite runner: a file in WAL mode, one connection owned by one thread, awaited
+from asyncio; an unreachable file raises :class:`~crawlhub.errors.BackendUnavailable`.
+
+SQLite calls block; running them all on a single dedicated thread keeps the event loop
+free and serialises access to the connection without locks of our own. Several
+processes may share a file: writes take ``BEGIN IMMEDIATE`` and wait ``busy_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import TypeVar
+
+from crawlhub.storage.errors import is_unavailable, unavailable
+from crawlhub.storage.urls import MEMORY, sqlite_file
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT = 30.0
+
+
+@contextmanager
+def immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """A write transaction: ``BEGIN IMMEDIATE`` (takes the write lock now), ``COMMIT`` at
+    the end, ``ROLLBACK`` if the block or the commit fails."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            with suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
+
+
+def sqlite_path(url: str) -> Path:
+    """``sqlite:///rel/path.db`` -> ``rel/path.db``; ``sqlite:////abs/path.db`` -> ``/abs/path.db``."""
+    return Path(sqlite_file(url))
+
+
+class SqliteDB:
+    """A SQLite file (or ``:memory:``) with one connection on one thread.
+
+    ``schema`` (statements separated by ``;``) is applied in one ``BEGIN IMMEDIATE``
+    transaction when the connection opens, so processes opening the file at once do not
+    race. SQLite errors that mean the file is out of reach (cannot be opened, disk I/O,
+    locked past the busy timeout, read-only, full) raise ``BackendUnavailable``; other
+    errors (bad SQL, constraints) pass through unchanged.
+    """
+
+    def __init__(self, url_or_path: str | Path, *, schema: str = "",
+                 busy_timeout: float = BUSY_TIMEOUT, name: str = "") -> None:
+        self.path = sqlite_file(str(url_or_path))
+        self.name = name or f"SQLite file {self.path}"
+        self._schema = schema
+        self._busy_timeout = busy_timeout
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crawlhub-sqlite")
+        self._conn: sqlite3.Connection | None = None
+
+    def __repr__(self) -> str:
+        return f"<SqliteDB {self.path}>"
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is None:
+            if self.path != MEMORY:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None,
+                                   check_same_thread=False)
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+                if self._schema:
+                    # Not executescript(): it would commit; one transaction races nobody.
+                    with immediate(conn):
+                        for statement in self._schema.split(";"):
+                            if statement.strip():
+                                conn.execute(statement)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            return fn(self._connect())
+        except OSError as exc:  # the directory cannot be made: permissions, a file in the way
+            raise unavailable(exc, self.name) from exc
+        except sqlite3.Error as exc:
+            if is_unavailable(exc):
+                raise unavailable(exc, self.name) from exc
+            raise
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(connection)`` on the database thread (autocommit mode)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._call, fn)
+
+    async def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` inside ``BEGIN IMMEDIATE`` ... ``COMMIT`` (rollback on error)."""
+
+        def wrapped(conn: sqlite3.Connection) -> T:
+            with immediate(conn):
+                return fn(conn)
+
+        return await self.run(wrapped)
+
+    async def close(self) -> None:
+        """Close the connection and stop the thread; idempotent."""
+
+        def _close() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        if self._conn is not None:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._executor, _close)
+        self._executor.shutdown(wait=True)
