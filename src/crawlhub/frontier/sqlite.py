@@ -25,7 +25,7 @@ from crawlhub.errors import FrontierError
 from crawlhub.frontier.bloom import ScalableBloom, load_snapshot, save_snapshot, stable_hash
 from crawlhub.frontier.seed import Outcome, Seed
 from crawlhub.frontier.store import Entry, SegmentCounts, check_entries
-from crawlhub.sqlitedb import SqliteDB
+from crawlhub.storage.sqlite import SqliteDB
 
 PENDING, LEASED, DONE, FAILED, DISPATCHED, WAITING = 0, 1, 2, 3, 4, 5
 _STATE_NAMES = {
