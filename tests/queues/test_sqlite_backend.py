@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from crawlhub.errors import QueueError
-from crawlhub.queues.sqlite import SqliteQueueBackend, sqlite_path
+from crawlhub.errors import ConfigError, QueueError
+from crawlhub.queues.sqlite import SqliteQueueBackend
 
 
 async def test_relative_url_creates_parent_dirs_and_a_wal_file(
@@ -35,13 +35,15 @@ async def test_relative_url_creates_parent_dirs_and_a_wal_file(
         ("sqlite:///:memory:", ":memory:"),
     ],
 )
-def test_url_forms_name_the_file(url: str, path: str) -> None:
-    assert sqlite_path(url) == path
+async def test_url_forms_name_the_file(url: str, path: str) -> None:
+    backend = SqliteQueueBackend(url)
+    await backend.close()
+    assert backend.path == path
 
 
 @pytest.mark.parametrize("url", ["sqlite:/queues.db", "sqlite:///", "sqlite://host/q.db"])
 def test_malformed_url_is_refused_with_the_right_form(url: str) -> None:
-    with pytest.raises(QueueError, match="use sqlite:///relative/queues.db"):
+    with pytest.raises(ConfigError, match="sqlite:///relative/file.db"):
         SqliteQueueBackend(url)
 
 

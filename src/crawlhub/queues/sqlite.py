@@ -6,13 +6,9 @@ there. Writes take ``BEGIN IMMEDIATE``, so several processes may share the file 
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from crawlhub.errors import QueueError
@@ -25,6 +21,9 @@ from crawlhub.queues.common import (
     encode_groups,
     message,
 )
+from crawlhub.storage.sqlite import SqliteDB
+from crawlhub.storage.sqlite import immediate as _write
+from crawlhub.storage.urls import parse_backend_url
 
 T = TypeVar("T")
 
@@ -67,29 +66,6 @@ _COUNTER_NAMES = ("total", "success", "failed", "retried", "ready", "leased", "d
 _MATCH_LEASED = (
     "id = :num AND queue = :queue AND state = 1 AND (:attempt IS NULL OR attempts = :attempt)"
 )
-
-
-def sqlite_path(url: str) -> str:
-    """``sqlite:///rel/q.db`` -> ``rel/q.db``; ``sqlite:////abs/q.db`` -> ``/abs/q.db``."""
-    if url in ("sqlite://", "sqlite:///:memory:"):
-        return ":memory:"
-    if not url.startswith("sqlite:///") or len(url) == len("sqlite:///"):
-        raise QueueError(
-            f"SQLite queue URL {url!r} is malformed: use sqlite:///relative/queues.db "
-            "or sqlite:////absolute/queues.db"
-        )
-    return url[len("sqlite:///") :].split("?", 1)[0]
-
-
-@contextmanager
-def _write(conn: sqlite3.Connection) -> Iterator[None]:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 def _bump(conn: sqlite3.Connection, queue: str, **deltas: int) -> None:
@@ -143,11 +119,11 @@ class SqliteQueueBackend:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.url = url
-        self.path = sqlite_path(url)
+        self.path = parse_backend_url(url, kinds=("sqlite",), what="SQLite queue",
+                                      key="storage.queues").path
         self.clock = clock
-        self._busy_timeout = busy_timeout
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="crawlhub-sqlite-queues")
-        self._conn: sqlite3.Connection | None = None
+        self._db = SqliteDB(self.path, schema=_SCHEMA, busy_timeout=busy_timeout,
+                            name=f"SQLite queue file {self.path}")
         self._queues: dict[str, SqliteQueue] = {}
         self._closed = False
 
@@ -168,21 +144,15 @@ class SqliteQueueBackend:
         if self._closed:
             return
         self._closed = True
-
-        def close(conn: sqlite3.Connection) -> None:
-            conn.close()
-            self._conn = None
-
-        if self._conn is not None:
-            await self._submit(close)
-        self._executor.shutdown(wait=True)
+        await self._db.close()
 
     async def run(self, op: str, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn(connection)`` on the backend's thread; SQLite errors become QueueError."""
+        """Run ``fn(connection)`` on the backend's thread; an unreachable file raises
+        BackendUnavailable, other SQLite errors become QueueError."""
         if self._closed:
             raise QueueError(f"SQLite queue backend {self.path}: {op} after close()")
         try:
-            return await self._submit(fn)
+            return await self._db.run(fn)
         except sqlite3.Error as exc:
             raise QueueError(
                 f"SQLite queue file {self.path}: {op} failed: {exc} "
@@ -201,31 +171,6 @@ class SqliteQueueBackend:
                 return {q: [str(n) for n in _insert(conn, q, rows)] for q, rows in encoded.items()}
 
         return await self.run(f"push to queues {', '.join(map(repr, encoded))}", push)
-
-    async def _submit(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(self._connection()))
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            if self.path != ":memory:":
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(
-                self.path,
-                timeout=self._busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            with _write(conn):
-                # Not executescript(): it would commit; one transaction races nobody.
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-            self._conn = conn
-        return self._conn
 
 
 def _insert(conn: sqlite3.Connection, q: str, rows: list[tuple[str, int]]) -> list[int]:
