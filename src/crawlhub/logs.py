@@ -8,6 +8,8 @@ import sys
 import time
 from typing import Any
 
+from crawlhub.storage.redact import SecretFilter
+
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, and any ``extra`` fields."""
@@ -36,6 +38,7 @@ def setup_logging(level: str = "INFO", fmt: str = "console", file: str | None = 
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    handler.addFilter(SecretFilter())  # passwords, tokens, signs: never in a log line
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
+from pathlib import Path
 
 from pydantic import SecretStr
 
 from crawlhub.config import dump_config, load_config, redact
+from crawlhub.logs import setup_logging
+from crawlhub.storage.redact import redact_url
 
 from .conftest import WriteFiles
 
@@ -100,3 +104,107 @@ def test_dump_puts_static_params_back_into_the_outbound_with_class_keys(write: W
     out = dump_config(load_config(main, env={}))["outbound"][0]
     assert out["class"] == "redis_list" and out["task_src"] == 3
     assert "static_params" not in out and "class_" not in out
+
+
+def test_secret_query_parameters_are_masked_and_the_rest_kept() -> None:
+    url = (
+        "https://api.example.test/list?page=2&password=p1&pwd=p2&pass=p3&access_token=t"
+        "&sign=s1&Signature=s2&api_key=k1&key=k2&session_id=sid&keyword=shoes#top"
+    )
+    assert redact(url) == (
+        "https://api.example.test/list?page=2&password=***&pwd=***&pass=***&access_token=***"
+        "&sign=***&Signature=***&api_key=***&key=***&session_id=***&keyword=shoes#top"
+    )
+    assert redact_url("redis://u:pw@h:6379/0?password=pw2") == "redis://u:***@h:6379/0?password=***"
+    # An empty value hides nothing; a percent-encoded name is still recognised.
+    assert redact_url("http://h/?token=&a%5Fkey=v") == "http://h/?token=&a%5Fkey=***"
+
+
+def test_credential_like_headers_and_params_are_masked() -> None:
+    headers = {
+        "Authorization": "Bearer abc",
+        "Proxy-Authorization": "Basic xyz",
+        "Cookie": "sid=1",
+        "X-Sign": "f00",
+        "X-Api-Key": "k",
+        "Accept": "application/json",
+    }
+    assert redact({"headers": headers, "params": {"timestamp": 1, "sign": "f00"}}) == {
+        "headers": {
+            "Authorization": "***",
+            "Proxy-Authorization": "***",
+            "Cookie": "***",
+            "X-Sign": "***",
+            "X-Api-Key": "***",
+            "Accept": "application/json",
+        },
+        "params": {"timestamp": 1, "sign": "***"},
+    }
+
+
+def test_a_config_key_option_is_a_queue_name_not_a_secret() -> None:
+    assert redact({"init": {"url": "redis://h/0?key=abc", "key": "my_spider"}}) == {
+        "init": {"url": "redis://h/0?key=***", "key": "my_spider"}
+    }
+
+
+def test_log_lines_carry_no_secrets(tmp_path: Path) -> None:
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    log_file = tmp_path / "hub.log"
+    try:
+        setup_logging("INFO", "console", str(log_file))
+        logging.getLogger("crawlhub.test").info(
+            "GET %s headers=%s", "https://u:pw1@h/x?sign=s3cr&page=1", {"Cookie": "c00kie"}
+        )
+        logging.getLogger("crawlhub.test").warning("Authorization: Bearer t0ken")
+        for handler in root.handlers:
+            handler.flush()
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+            handler.close()
+        for handler in saved[0]:
+            root.addHandler(handler)
+        root.setLevel(saved[1])
+    text = log_file.read_text(encoding="utf-8")
+    for secret in ("pw1", "s3cr", "c00kie", "t0ken"):
+        assert secret not in text
+    assert "https://u:***@h/x?sign=***&page=1" in text
+    assert "{'Cookie': '***'}" in text
+
+
+def test_secret_names_are_configurable(write: WriteFiles) -> None:
+    main = write(
+        {
+            "main.yaml": """
+                logging:
+                  secret_names: ['*ticket*']
+                  public_names: [sign_in_url]
+                outbound:
+                  - name: o
+                    class: queue
+                    init: {key: o, ticket_no: T-1, sign_in_url: 'https://h/login'}
+                """
+        }
+    )
+    init = dump_config(load_config(main, env={}))["outbound"][0]["init"]
+    assert init == {"key": "o", "ticket_no": "***", "sign_in_url": "https://h/login"}
+
+
+def test_one_redaction_function_serves_every_module() -> None:
+    import ast
+
+    import crawlhub
+    from crawlhub.storage.urls import redact_url as storage_redact_url
+
+    assert storage_redact_url is redact_url
+    src = Path(crawlhub.__file__).parent
+    others = [
+        f"{path.relative_to(src)}:{node.name}"
+        for path in src.rglob("*.py")
+        if path != src / "storage" / "redact.py"
+        for node in ast.parse(path.read_text(encoding="utf-8")).body
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("redact")
+    ]
+    assert others == []

@@ -91,12 +91,14 @@ def serve(
 
     from crawlhub.api import create_app
     from crawlhub.logs import setup_logging
+    from crawlhub.storage.redact import configure_secrets
 
     cfg = get_config(config, data_dir, sets)
     if bind:
         cfg.server.bind = bind
     if port:
         cfg.server.port = port
+    configure_secrets(cfg.logging.secret_names, cfg.logging.public_names)
     setup_logging(cfg.logging.level, cfg.logging.format, cfg.logging.file)
     err.print(f"crawlhub {cfg.project}: http://{cfg.server.bind}:{cfg.server.port}"
               f"  data: {Path(cfg.data_dir).resolve()}  queues: {_scheme(cfg.storage.queues)}")

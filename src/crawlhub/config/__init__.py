@@ -6,7 +6,6 @@ Public face; the modules behind it are loader, schema, settings, placeholders, r
 from crawlhub.config.dump import dump_config
 from crawlhub.config.durations import parse_duration
 from crawlhub.config.loader import default_config, load_config
-from crawlhub.config.redact import redact
 from crawlhub.config.schema import (
     ConvertConfig,
     CrawlhubConfig,
@@ -20,6 +19,7 @@ from crawlhub.config.schema import (
 )
 from crawlhub.config.settings import Settings, load_settings
 from crawlhub.errors import ConfigError, ConfigErrors
+from crawlhub.storage.redact import redact
 
 __all__ = [
     "ConfigError",

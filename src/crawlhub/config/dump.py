@@ -7,17 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from crawlhub.config.redact import redact
 from crawlhub.config.schema import CrawlhubConfig
+from crawlhub.storage.redact import redact
 
 
 def dump_config(cfg: CrawlhubConfig, redacted: bool = True) -> dict[str, Any]:
     """The merged, resolved config as JSON-able data with ``class`` keys.
 
-    SecretStr fields always dump as ``"***"``; with ``redacted`` (the default) secret keys
-    and URL passwords are masked too.
+    SecretStr fields always dump as ``"***"``; with ``redacted`` (the default) secret keys,
+    URL passwords and secret query parameters are masked too (``logging.secret_names``).
     """
     data: dict[str, Any] = cfg.model_dump(mode="json", by_alias=True, exclude={"include"})
     for outbound in data.get("outbound", []):
         outbound.update(outbound.pop("static_params", None) or {})
-    return redact(data) if redacted else data
+    return redact(data, cfg.logging.secrets()) if redacted else data

@@ -30,7 +30,6 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from crawlhub.config.placeholders import substitute, substitute_tree
-from crawlhub.config.redact import is_secret_key, redact_url
 from crawlhub.config.schema import (
     CrawlhubConfig,
     InboundConfig,
@@ -40,6 +39,7 @@ from crawlhub.config.schema import (
 from crawlhub.config.settings import DEFAULT_DATA_DIR, Settings, load_settings, where_to_set
 from crawlhub.errors import ConfigError, ConfigErrors, SelectorError
 from crawlhub.selectors import compile_selectors, with_location
+from crawlhub.storage.redact import is_secret_key, redact_url
 
 ENTRY_SECTIONS: tuple[str, ...] = ("inbound", "outbound")
 #: Top-level lists (besides inbound/outbound) that concatenate across includes.

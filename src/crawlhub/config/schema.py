@@ -29,6 +29,7 @@ from crawlhub.config.jobs import JobConfig
 from crawlhub.config.pipeline import PipelineSection
 from crawlhub.config.settings import DEFAULT_DATA_DIR, Settings
 from crawlhub.errors import ConfigError
+from crawlhub.storage.redact import SecretNames
 from crawlhub.task import BUILTIN_KEY_SET
 
 
@@ -135,6 +136,15 @@ class LoggingConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     format: Literal["console", "json"] = "console"
     file: str | None = None
+    #: More names (glob patterns) whose values are masked in dumps, URLs and log lines,
+    #: besides the built-in ``*password*``, ``*token*``, ``*secret*``, ``*sign*``, ``*key*``...
+    secret_names: StrList = Field(default_factory=list)
+    #: Names never masked although a pattern matches them (e.g. ``sign_in_url``).
+    public_names: StrList = Field(default_factory=list)
+
+    def secrets(self) -> SecretNames:
+        """The names this config masks: the built-in lists plus these two keys."""
+        return SecretNames(self.secret_names, self.public_names)
 
     @field_validator("level", mode="before")
     @classmethod

@@ -40,7 +40,6 @@ import struct
 from collections import defaultdict
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from redis.exceptions import NoScriptError, RedisError
 
@@ -50,6 +49,7 @@ from crawlhub.frontier.seed import Outcome, Seed
 from crawlhub.frontier.sqlite import check_frontier_name
 from crawlhub.frontier.store import Entry, SegmentCounts, check_entries
 from crawlhub.keys import frontier_keys, frontier_segment_key
+from crawlhub.storage.redact import redact_url
 from crawlhub.storage.redis import redis_client
 
 T = TypeVar("T")
@@ -447,14 +447,6 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def redacted(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
-
-
 class RedisSeedStore:
     """Seeds of frontier ``name`` on the Redis (or Valkey) server at ``url``."""
 
@@ -489,14 +481,14 @@ class RedisSeedStore:
         self._setters: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
-        return f"<RedisSeedStore {self.name!r} at {redacted(self.url)} prefix={self.prefix!r}>"
+        return f"<RedisSeedStore {self.name!r} at {redact_url(self.url)} prefix={self.prefix!r}>"
 
     async def _call(self, op: str, awaitable: Awaitable[T]) -> T:
         try:
             return await awaitable
         except RedisError as exc:
             raise FrontierError(
-                f"frontier {self.name!r} on Redis {redacted(self.url)}: {op} failed: {exc} "
+                f"frontier {self.name!r} on Redis {redact_url(self.url)}: {op} failed: {exc} "
                 "(check the server is running and the URL is right)"
             ) from exc
 

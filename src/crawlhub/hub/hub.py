@@ -17,7 +17,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crawlhub.config.redact import redact_url
 from crawlhub.errors import (
     BackpressureError,
     ConfigError,
@@ -43,6 +42,7 @@ from crawlhub.loading import import_object
 from crawlhub.queues.base import QueueBackend
 from crawlhub.selectors import SelectorSet, compile_selectors
 from crawlhub.storage.errors import is_unavailable
+from crawlhub.storage.redact import redact_url
 from crawlhub.task import BUILTIN_KEY_SET, RESULT_KEY, Task
 
 log = logging.getLogger("crawlhub.hub")
@@ -51,6 +51,16 @@ log = logging.getLogger("crawlhub.hub")
 TIMEOUT_STATUS = "timeout"
 #: How long a cached outbound lag is trusted before asking the backend again.
 LAG_TTL = 0.2
+#: Counter a settled result moves on its outbound, by outcome.
+SETTLED_FIELD = {Outcome.SUCCESS: "success", Outcome.FAILED: "failed",
+                 Outcome.RETRY: "retried", Outcome.FAILBACK: "failback",
+                 Outcome.REROUTE: "rerouted"}
+#: Times a result is judged again when its entry changed under it before giving up.
+SETTLE_TRIES = 3
+#: The outbound rate is tasks dispatched over this many seconds, divided by it.
+RATE_WINDOW = 10
+#: Longest a dispatch count waits in one process before going to the shared counts.
+RATE_FLUSH = 0.2
 #: Tasks per frontier call: under the frontier's own admit batch (1000), which it checks
 #: whole before storing.
 ADMIT_CHUNK = 500
@@ -139,10 +149,17 @@ class Hub:
         self.metrics = metrics or HubMetrics()
         self.sources = dict(sources or {})
         self._lag_cache: dict[str, tuple[float, int]] = {}
-        self._dispatch_times: dict[str, deque[tuple[float, int]]] = defaultdict(deque)
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self.orphan_results = 0
+        # Dispatch counts not yet added to the shared rate counts (see _note_dispatch).
+        self._rate_unsent: dict[tuple[str, int], int] = {}
+        self._rate_flush: asyncio.Task[None] | None = None
+        self._rate_lock = asyncio.Lock()
+        #: The clock the outbound rate is read with (tests inject one).
+        self.clock: Callable[[], float] = time.time
+        #: Seconds a claimed lost task, or a settled result's follow-up (push, failure
+        #: line), stays leased to this process before any process's sweep takes it over.
+        self.lease = CLAIM_LEASE
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -205,8 +222,9 @@ class Hub:
         for name, source in self.sources.items():
             self._tasks.append(asyncio.create_task(self._run_source(name, source),
                                                    name=f"inbound:{name}"))
-        if any(r.result_timeout for r in self.router.rules):
-            self._tasks.append(asyncio.create_task(self._sweep_forever(), name="hub:sweeper"))
+        # Always: besides lost tasks, the sweep finishes what a process that died left
+        # leased after settling a result (a push, a failure line).
+        self._tasks.append(asyncio.create_task(self._sweep_forever(), name="hub:sweeper"))
 
     async def stop(self) -> None:
         self._stop.set()
@@ -216,6 +234,11 @@ class Hub:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        if self._rate_flush is not None:
+            self._rate_flush.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._rate_flush
+        await self._flush_rate()
         for transport in self.transports.values():
             with contextlib.suppress(Exception):
                 await transport.close()
@@ -236,7 +259,7 @@ class Hub:
 
     async def _sweep_forever(self) -> None:
         timeouts = [r.result_timeout for r in self.router.rules if r.result_timeout]
-        interval = max(0.05, min(1.0, min(timeouts) / 4))
+        interval = max(0.05, min(1.0, min(timeouts) / 4)) if timeouts else 1.0
         while not self._stop.is_set():
             try:
                 await self.sweep_lost()
@@ -457,18 +480,49 @@ class Hub:
         return lag
 
     def _note_dispatch(self, name: str, n: int, now: float) -> None:
-        window = self._dispatch_times[name]
-        window.append((now, n))
-        while window and now - window[0][0] > 10.0:
-            window.popleft()
+        """Count ``n`` tasks dispatched to ``name`` for the outbound rate every hub process
+        reads. Counts gather here for up to RATE_FLUSH seconds and go to the state backend
+        in one write in the background: the dispatch path pays no round trip for them."""
+        key = (name, int(now))
+        self._rate_unsent[key] = self._rate_unsent.get(key, 0) + n
+        if self._rate_flush is None or self._rate_flush.done():
+            self._rate_flush = asyncio.create_task(self._flush_rate(RATE_FLUSH),
+                                                   name="hub:rate")
 
-    def rate(self, outbound: str) -> float:
-        """Tasks per second dispatched to ``outbound`` by this process, last 10 s."""
-        window = self._dispatch_times.get(outbound)
-        if not window:
-            return 0.0
-        now = time.time()
-        return sum(n for t, n in window if now - t <= 10.0) / 10.0
+    async def _flush_rate(self, delay: float = 0.0) -> None:
+        """Add the dispatch counts gathered so far to the shared ones (a failure costs
+        the rate those counts, never a task)."""
+        if delay:
+            await asyncio.sleep(delay)
+        async with self._rate_lock:
+            unsent, self._rate_unsent = self._rate_unsent, {}
+            if not unsent:
+                return
+            try:
+                await self.state.note_dispatched(
+                    [(name, second, n) for (name, second), n in unsent.items()])
+            except asyncio.CancelledError:
+                for key, n in unsent.items():
+                    self._rate_unsent[key] = self._rate_unsent.get(key, 0) + n
+                raise
+            except Exception as exc:
+                log.warning("dispatch counts for the outbound rate not stored: %s", exc)
+
+    async def rates(self) -> dict[str, float]:
+        """Tasks per second dispatched to each outbound by every hub process sharing this
+        state backend, over the last RATE_WINDOW seconds (by :attr:`clock`)."""
+        await self._flush_rate()
+        last = int(self.clock())
+        counts = await self.state.dispatched_in(last - RATE_WINDOW + 1, last)
+        return {name: n / RATE_WINDOW for name, n in counts.items()}
+
+    async def rate(self, outbound: str) -> float:
+        """Tasks per second dispatched to ``outbound`` by every hub process, see rates."""
+        return (await self.rates()).get(outbound, 0.0)
+
+    async def orphans(self) -> int:
+        """Results that named no waiting task, counted by every hub process."""
+        return sum(c.get("orphan", 0) for c in (await self.state.counters()).values())
 
     # ------------------------------------------------------------------ messages
     async def receive(self, inbound_name: str, messages: Iterable[Mapping[str, Any]], *,
@@ -495,21 +549,7 @@ class Hub:
                 continue
             uuid = data.get("task_uuid")
             if RESULT_KEY in data and uuid:
-                if await self._is_stale(str(uuid), data):
-                    self.metrics.results.labels("unknown", "stale").inc()
-                    outcome.update(status="stale", task_uuid=uuid, reason="result of an"
-                                   " earlier dispatch (routed_count differs); already handled")
-                    continue
-                entry = await self.state.resolve(str(uuid))
-                if entry is None:
-                    self.orphan_results += 1
-                    self.metrics.results.labels("unknown", "orphan").inc()
-                    outcome.update(status="orphan", task_uuid=uuid, reason="no dispatched task"
-                                   " with this task_uuid is waiting for a result")
-                    continue
-                decision = await self.handle_result(entry, data[RESULT_KEY])
-                outcome.update(status=decision.outcome.value, task_uuid=uuid,
-                               reason=decision.reason)
+                outcome.update(await self._take_result(str(uuid), data))
                 continue
             new_tasks.append((len(outcomes) - 1, data))
         if new_tasks:
@@ -519,14 +559,45 @@ class Hub:
                 outcomes[index].update(result.as_dict())
         return outcomes
 
-    async def _is_stale(self, uuid: str, data: Mapping[str, Any]) -> bool:
+    async def _take_result(self, uuid: str, data: Mapping[str, Any]) -> dict[str, Any]:
+        """Settle the ledger entry a result names; the outcome for the caller.
+
+        The entry is read, judged, then settled only if it is still what was read. If a
+        sweep or another process settled it meanwhile, it is read and judged again: a
+        result redelivered after a crash finds either its entry or the next dispatch
+        (then it is stale), never a gap.
+        """
+        for _ in range(SETTLE_TRIES):
+            entry = await self.state.get(uuid)
+            if entry is None:
+                named = data.get("outbound")
+                outbound = named if isinstance(named, str) and named in self.router.by_name \
+                    else ""
+                await self.state.incr(outbound, "orphan")
+                self.metrics.results.labels(outbound or "unknown", "orphan").inc()
+                return {"status": "orphan", "task_uuid": uuid, "reason": "no dispatched task"
+                        " with this task_uuid is waiting for a result"}
+            if self._is_stale(entry, data):
+                self.metrics.results.labels(entry.outbound, "stale").inc()
+                return {"status": "stale", "task_uuid": uuid, "reason": "result of an"
+                        " earlier dispatch (routed_count differs); already handled"}
+            decision = await self.handle_result(entry, data[RESULT_KEY])
+            if decision is not None:
+                return {"status": decision.outcome.value, "task_uuid": uuid,
+                        "reason": decision.reason}
+        return {"status": "stale", "task_uuid": uuid, "reason": "its task was settled by"
+                " another result or a sweep meanwhile; already handled"}
+
+    @staticmethod
+    def _is_stale(entry: LedgerEntry, data: Mapping[str, Any]) -> bool:
         """A result that names an earlier dispatch of a task (a redelivered result) must
-        not be applied to the current one: results carry the ``routed_count`` they got."""
+        not be applied to the current one: results carry the ``routed_count`` they got.
+        A task that already failed (its failure line is being written) takes no result."""
+        if entry.failure is not None:
+            return True
         if "routed_count" not in data:
             return False
-        entry = await self.state.get(uuid)
-        return entry is not None and _int(entry.task.get("routed_count")) != _int(
-            data["routed_count"])
+        return _int(entry.task.get("routed_count")) != _int(data["routed_count"])
 
     def inbound(self, name: str) -> Inbound:
         try:
@@ -535,43 +606,95 @@ class Hub:
             raise KeyError(f"no inbound named {name!r}; configured:"
                            f" {', '.join(self.inbounds) or 'none'}") from None
 
-    async def handle_result(self, entry: LedgerEntry, code: Any) -> ResultDecision:
-        """Apply a result to a resolved ledger entry (SPEC §1 "Results")."""
+    async def handle_result(self, entry: LedgerEntry, code: Any) -> ResultDecision | None:
+        """Apply a result to a ledger entry (SPEC §1 "Results") in one atomic settle.
+
+        The settle closes the entry (success), or replaces it by its task's next
+        dispatch (retry / failback / re-route) or by the failure to log, and moves the
+        counters, all at once. The follow-up (the push, the failure line) comes after,
+        kept leased in the ledger until done: a process killed in between leaves it to
+        the next sweep. Returns None, having done nothing, if the entry changed since it
+        was read (another result or a sweep settled it first).
+        Costs one settle round trip; a follow-up adds the push and one release.
+        """
         decision = decide_result(self.router, entry.task, entry.outbound, code)
         name = entry.outbound
-        self.metrics.results.labels(name, decision.outcome.value).inc()
+        counters = [(name, SETTLED_FIELD[decision.outcome], 1)]
         if status_key(code) == TIMEOUT_STATUS:
-            await self.state.incr(name, "timeout")
-        if decision.outcome is Outcome.SUCCESS:
-            await self.state.incr(name, "success")
-            return decision
+            counters.append((name, TIMEOUT_STATUS, 1))
+        after: LedgerEntry | None = None
         if decision.outcome is Outcome.FAILED:
-            await self.state.incr(name, "failed")
-            await self.failures.append([{
-                "task": entry.task, "outbound": name, "task_result": code,
-                "reason": decision.reason,
-            }])
-            return decision
-        field_name = {Outcome.RETRY: "retried", Outcome.FAILBACK: "failback",
-                      Outcome.REROUTE: "rerouted"}[decision.outcome]
-        await self.state.incr(name, field_name)
-        assert decision.task is not None and decision.target is not None
-        try:
-            await self._dispatch([(decision.task, decision.target)], wait=True)
-        except Exception:
-            # Put it back so a later sweep or result retries: never lose an accepted task.
-            await self.state.record([entry])
-            raise
+            after = LedgerEntry(entry.task, name, None, pending="fail",
+                                failure={"task_result": code, "reason": decision.reason})
+        elif decision.outcome is not Outcome.SUCCESS:
+            assert decision.task is not None and decision.target is not None
+            target = decision.target
+            await self._take_tokens(target, 1, wait=True)
+            task = target.stamp(decision.task)
+            deadline = time.time() + target.result_timeout if target.result_timeout else None
+            after = LedgerEntry(dict(task), target.name, deadline, pending="push")
+            counters.append((target.name, "total", 1))
+        if not await self.state.settle(entry, after, counters,
+                                       lease_until=time.time() + self.lease):
+            return None
+        self.metrics.results.labels(name, decision.outcome.value).inc()
+        if after is not None:
+            await self._finish(after)
         return decision
 
+    async def _finish(self, entry: LedgerEntry) -> None:
+        """Do what a settle left leased for ``entry`` (push its task's next dispatch, or
+        log its failure), then release the entry: waiting for its result, or gone.
+
+        Raises if the push fails; the entry stays leased and a sweep pushes it when the
+        lease ends. A kill after the push and before the release pushes it again on
+        recovery: the queue may then hold that dispatch twice, but it is one ledger
+        entry, so the first result of either copy settles it and the other is stale.
+        """
+        if entry.pending == "fail":
+            failure = entry.failure or {}
+            await self.failures.append([{
+                "task": entry.task, "outbound": entry.outbound,
+                "task_result": failure.get("task_result"), "reason": failure.get("reason"),
+            }])
+            await self.state.settle(entry, None)
+            return
+        rule = self.router.by_name.get(entry.outbound)
+        transport = self.transports.get(entry.outbound)
+        if rule is None or transport is None:
+            raise CrawlhubError(f"outbound {entry.outbound!r} is disabled or has no transport;"
+                                f" task {entry.task.get('task_uuid')} waits in the ledger")
+        [error] = await self._send([(rule, transport, [Task(entry.task)])])
+        if error is not None:
+            raise error
+        self.metrics.dispatched.labels(rule.name).inc()
+        self._note_dispatch(rule.name, 1, time.time())
+        await self.state.settle(entry, replace(entry, pending=None))
+
     async def sweep_lost(self, now: float | None = None) -> int:
-        """Handle every dispatched task past its result_timeout as failed with 'timeout'."""
-        expired = await self.state.claim_expired(now if now is not None else time.time())
-        for entry in expired:
-            log.warning("task %s on %s had no result within its result_timeout",
-                        entry.task.get("task_uuid"), entry.outbound)
-            await self.handle_result(entry, TIMEOUT_STATUS)
-        return len(expired)
+        """Handle every dispatched task past its result_timeout as failed with
+        'timeout', and finish what a process that died left leased after settling a
+        result. Entries are claimed as leases (they stay in the ledger until settled):
+        two processes sweeping at once handle each one once, and an entry whose handling
+        fails or is killed comes back when its lease ends. Returns how many were claimed.
+        """
+        claimed = await self.state.claim_expired(now if now is not None else time.time(),
+                                                 lease=self.lease)
+        for entry in claimed:
+            uuid = entry.task.get("task_uuid")
+            try:
+                if entry.pending == TIMEOUT_STATUS:
+                    log.warning("task %s on %s had no result within its result_timeout",
+                                uuid, entry.outbound)
+                    await self.handle_result(entry, TIMEOUT_STATUS)
+                else:
+                    log.warning("finishing the %s of task %s on %s left by a stopped"
+                                " process", entry.pending, uuid, entry.outbound)
+                    await self._finish(entry)
+            except Exception as exc:
+                log.warning("task %s on %s: %s; tried again when its lease ends", uuid,
+                            entry.outbound, exc)
+        return len(claimed)
 
     # ------------------------------------------------------------------ dry run
     async def check_task(self, inbound_name: str, message: Mapping[str, Any]) -> dict[str, Any]:
@@ -623,6 +746,7 @@ class Hub:
     # ------------------------------------------------------------------ stats
     async def outbound_stats(self, prefix: str = "") -> list[dict[str, Any]]:
         counters = await self.state.counters()
+        rates = await self.rates()
         rows = []
         for rule in self.router.rules:
             if not rule.name.startswith(prefix):
@@ -652,7 +776,8 @@ class Hub:
                 "rerouted": c.get("rerouted", 0),
                 "failback": c.get("failback", 0),
                 "timeout": c.get("timeout", 0),
-                "rate": round(self.rate(rule.name), 3),
+                "orphan": c.get("orphan", 0),
+                "rate": round(rates.get(rule.name, 0.0), 3),
             })
         return rows
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from redis.exceptions import NoScriptError, RedisError
 
@@ -36,6 +35,7 @@ from crawlhub.queues.common import (
     encode_groups,
     message,
 )
+from crawlhub.storage.redact import redact_url
 from crawlhub.storage.redis import redis_client
 
 T = TypeVar("T")
@@ -86,31 +86,42 @@ local function requeue(now)
 end
 """
 
-# ARGV: payloads concatenated, their byte lengths 'l1,l2,..', their priorities 'p1,p2,..'
-_PUSH = """
-local lens, prios = {}, {}
-for x in string.gmatch(ARGV[2], '%d+') do lens[#lens + 1] = tonumber(x) end
-for x in string.gmatch(ARGV[3], '[^,]+') do prios[#prios + 1] = x end
-local n = #lens
-local first = redis.call('INCRBY', seq, n) - n + 1
-local blob, pos = ARGV[1], 1
-local z, p, q = {}, {}, {}
-for i = 1, n do
-  local id = string.format('%016d', first + i - 1)
-  local stop = pos + lens[i]
-  z[#z + 1] = -tonumber(prios[i]); z[#z + 1] = id
-  p[#p + 1] = id; p[#p + 1] = string.sub(blob, pos, stop - 1)
-  q[#q + 1] = id; q[#q + 1] = prios[i]
-  pos = stop
-  if #q >= 2 * CHUNK or i == n then
-    redis.call('ZADD', ready, unpack(z))
-    redis.call('HSET', payloads, unpack(p))
-    redis.call('HSET', priorities, unpack(q))
-    z, p, q = {}, {}, {}
+# push_rows(ready, payloads, priorities, stats, seq, blob, lens, prios): payloads
+# concatenated, their byte lengths 'l1,l2,..', their priorities 'p1,p2,..'; returns the
+# first id. Also run by the hub's intake script (hub/state.py) when its ledger shares
+# the server, so a task's ledger entry and its push are one atomic step.
+PUSH_ROWS_LUA = """
+local function push_rows(ready, payloads, priorities, stats, seq, blob, lens_arg, prios_arg)
+  local lens, prios = {}, {}
+  for x in string.gmatch(lens_arg, '%d+') do lens[#lens + 1] = tonumber(x) end
+  for x in string.gmatch(prios_arg, '[^,]+') do prios[#prios + 1] = x end
+  local n = #lens
+  if n == 0 then return 0 end
+  local first = redis.call('INCRBY', seq, n) - n + 1
+  local pos = 1
+  local z, p, q = {}, {}, {}
+  for i = 1, n do
+    local id = string.format('%016d', first + i - 1)
+    local stop = pos + lens[i]
+    z[#z + 1] = -tonumber(prios[i]); z[#z + 1] = id
+    p[#p + 1] = id; p[#p + 1] = string.sub(blob, pos, stop - 1)
+    q[#q + 1] = id; q[#q + 1] = prios[i]
+    pos = stop
+    if #q >= 2000 or i == n then
+      redis.call('ZADD', ready, unpack(z))
+      redis.call('HSET', payloads, unpack(p))
+      redis.call('HSET', priorities, unpack(q))
+      z, p, q = {}, {}, {}
+    end
   end
+  redis.call('HINCRBY', stats, 'total', n)
+  return first
 end
-redis.call('HINCRBY', stats, 'total', n)
-return first
+"""
+
+# ARGV: payloads concatenated, their byte lengths 'l1,l2,..', their priorities 'p1,p2,..'
+_PUSH = PUSH_ROWS_LUA + """
+return push_rows(ready, payloads, priorities, stats, seq, ARGV[1], ARGV[2], ARGV[3])
 """
 
 # ARGV: now, visibility timeout ms, n -> {deadline, id, priority, attempts, payload, ...}
@@ -248,16 +259,6 @@ def _ms(seconds: float) -> int:
     return max(1, math.ceil(seconds * 1000))
 
 
-def redacted(url: str) -> str:
-    """The URL without its password, for error messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 class RedisQueueBackend:
     """Queues on a Redis (or Valkey) server; ``url`` is ``redis://host:port/db``.
 
@@ -280,7 +281,7 @@ class RedisQueueBackend:
         self._queues: dict[str, RedisQueue] = {}
 
     def __repr__(self) -> str:
-        return f"<RedisQueueBackend {redacted(self.url)} prefix={self.prefix!r}>"
+        return f"<RedisQueueBackend {redact_url(self.url)} prefix={self.prefix!r}>"
 
     def queue(self, name: str) -> RedisQueue:
         q = self._queues.get(name)
@@ -338,7 +339,7 @@ class RedisQueueBackend:
             return await awaitable
         except RedisError as exc:
             raise QueueError(
-                f"Redis queue at {redacted(self.url)}: {op} failed: {exc} "
+                f"Redis queue at {redact_url(self.url)}: {op} failed: {exc} "
                 "(check the server is running and the URL is right)"
             ) from exc
 

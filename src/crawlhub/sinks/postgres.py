@@ -17,7 +17,8 @@ from crawlhub.config.sinks import PgTableConfig, PostgresSinkConfig
 from crawlhub.errors import SinkError
 from crawlhub.sinks.base import BatchResult, TableResult
 from crawlhub.sinks.pg_table import PgTable
-from crawlhub.sinks.records import Preparer, redact_url
+from crawlhub.sinks.records import Preparer
+from crawlhub.storage.redact import redact_url
 
 log = logging.getLogger(__name__)
 

@@ -409,12 +409,3 @@ def prepare_batch(
     preparer = Preparer(key_fields, sink=sink, hash_exclude=hash_exclude, drop=drop)
     return preparer.batch(records, lazy=lazy)
 
-
-def redact_url(url: str) -> str:
-    """A connection URL without its password, for messages."""
-    scheme, sep, rest = url.partition("://")
-    if "@" in rest:
-        creds, host = rest.rsplit("@", 1)
-        if ":" in creds:
-            rest = f"{creds.split(':', 1)[0]}:***@{host}"
-    return scheme + sep + rest

@@ -13,7 +13,8 @@ from crawlhub.config.sinks import RedisStreamSinkConfig
 from crawlhub.errors import SinkError
 from crawlhub.keys import sink_stream_index
 from crawlhub.sinks.base import BatchResult
-from crawlhub.sinks.records import prepare_batch, redact_url
+from crawlhub.sinks.records import prepare_batch
+from crawlhub.storage.redact import redact_url
 
 # KEYS: stream, index. ARGV: maxlen (0 = none), approximate (1/0), then key, hash, data
 # triples. The type checks come first: after them nothing in the loop can fail, so the

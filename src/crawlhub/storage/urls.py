@@ -12,6 +12,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from crawlhub.errors import ConfigError
+from crawlhub.storage.redact import redact_url
 
 Kind = Literal["sqlite", "redis", "postgres", "kafka"]
 
@@ -39,13 +40,6 @@ EXAMPLES: dict[Kind, str] = {
 }
 
 MEMORY = ":memory:"
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its password masked (the one redaction function lives in config)."""
-    from crawlhub.config.redact import redact_url as redact
-
-    return redact(url)
 
 
 class BackendURLError(ConfigError):
