@@ -29,13 +29,22 @@ def queue_registry(prefix: str) -> str:
 
 
 def hub_keys(prefix: str) -> dict[str, str]:
-    """Keys of the hub's shared state: task ledger, deadlines, counters, token buckets."""
+    """Keys of the hub's shared state: task ledger, deadlines, leases (uuid -> lease end)
+    and what each lease is for, counters, token buckets, and the stem of the per-second
+    dispatch counts (``rate:<epoch second>``, outbound -> n)."""
     return {
         "ledger": f"{prefix}hub:ledger",
         "deadlines": f"{prefix}hub:deadlines",
         "counters": f"{prefix}hub:counters",
         "retention": f"{prefix}hub:retention",
         "tokens": f"{prefix}hub:tokens",
+        "leases": f"{prefix}hub:leases",
+        "pending": f"{prefix}hub:pending",
+        "rate": f"{prefix}hub:rate:",
+        # intake (hub.py _intake): uuid -> when its push began, for tasks recorded and
+        # not yet known pushed; frontier gate (frontier, segment, key) -> uuid holding it
+        "unpushed": f"{prefix}hub:unpushed",
+        "gates": f"{prefix}hub:gates",
     }
 
 

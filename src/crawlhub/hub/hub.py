@@ -1,9 +1,10 @@
 """The hub: takes tasks and messages in, routes them to outbounds, handles their results.
 
 Intake (HTTP, inbound sources) -> convert -> inbound selectors -> frontier admission ->
-first matching outbound -> ledger + push. Results resolve ledger entries and lead to
-terminal / retry / failback / re-route / failed; a ledger deadline passing is a lost
-task, handled as a failure with status ``timeout``.
+first matching outbound -> ledger + push. A result settles its ledger entry atomically
+(terminal / retry / failback / re-route / failed, counters with it); a ledger deadline
+passing is a lost task, claimed as a lease and handled as a failure with status
+``timeout``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import defaultdict, deque
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crawlhub.errors import (
@@ -37,7 +38,7 @@ from crawlhub.hub.routing import (
     decide_result,
     status_key,
 )
-from crawlhub.hub.state import HubState, LedgerEntry
+from crawlhub.hub.state import CLAIM_LEASE, HubState, LedgerEntry
 from crawlhub.loading import import_object
 from crawlhub.queues.base import QueueBackend
 from crawlhub.selectors import SelectorSet, compile_selectors

@@ -2,11 +2,16 @@
 token buckets, on SQLite (one process) or Redis (every hub process sees the same).
 
 The ledger is what makes results and lost-task detection work: a dispatched task is
-recorded with a deadline; a result resolves it; a deadline passing claims it as lost.
+recorded with a deadline; a result settles it (in one atomic step: the entry closed or
+replaced by the next dispatch, the counters moved); a deadline passing leases it to one
+sweeping process as lost. What a settle leaves to do (push the next dispatch, log the
+failure) stays leased in the ledger until done, so a process killed in between loses
+nothing: the next sweep finishes it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -14,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from crawlhub import jsoncodec
+from crawlhub.hub.intake import Intake, RedisIntake, SqliteIntake
 from crawlhub.keys import hub_keys
 from crawlhub.sqlitedb import SqliteDB
 from crawlhub.storage.redis import redis_client
@@ -22,7 +28,13 @@ from crawlhub.storage.urls import parse_backend_url
 #: A ledger entry with no result_timeout is forgotten after this long (seconds).
 DEFAULT_RETENTION = 7 * 24 * 3600.0
 
-COUNTER_FIELDS = ("total", "success", "failed", "retried", "rerouted", "failback", "timeout")
+COUNTER_FIELDS = ("total", "success", "failed", "retried", "rerouted", "failback", "timeout",
+                  "orphan")
+#: How long a claimed or settled-but-unfinished entry stays leased to one hub process
+#: (seconds); a process that dies holding it hands it to the next sweep after this.
+CLAIM_LEASE = 30.0
+#: Seconds of per-second dispatch counts kept for the outbound rate.
+RATE_KEEP = 60
 
 
 @dataclass(slots=True)
@@ -35,6 +47,16 @@ class LedgerEntry:
     task: dict[str, Any]
     outbound: str
     deadline: float | None
+    #: What is still to be done for this entry while it is under a lease: ``push`` (it is
+    #: the next dispatch of its task, not pushed yet), ``fail`` (its task failed; the
+    #: failure line is not written yet) or ``timeout`` (its deadline passed). None: the
+    #: entry waits for its result.
+    pending: str | None = None
+    #: For ``pending == "fail"``: ``{"task_result": ..., "reason": ...}`` to log.
+    failure: dict[str, Any] | None = None
+    #: The stored text this entry was read from; :meth:`HubState.settle` applies only
+    #: while the stored entry is still exactly this.
+    raw: str | bytes | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 class HubState(Protocol):
@@ -45,14 +67,60 @@ class HubState(Protocol):
         """Store entries, and add ``(outbound, field, n)`` counters in the same write."""
         ...
 
+    # Intake (crawlhub.hub.intake): a new task recorded unpushed, then pushed or undone.
+    async def intake_begin(self, items: Sequence[Intake], now: float,
+                           stale_before: float) -> list[str]:
+        """Record tasks whose uuid is new as unpushed; one flag per task (N R A D)."""
+        ...
+
+    async def intake_commit(self, items: Sequence[Intake],
+                            counters: Sequence[tuple[str, str, int]] = ()) -> None:
+        """Mark recorded tasks pushed (deadlines start, gates free) and add counters."""
+        ...
+
+    async def intake_abort(self, items: Sequence[Intake], *, release: bool) -> None:
+        """Forget recorded tasks that were not pushed; ``release`` keeps their gates
+        for the next task of the same URL to take over."""
+        ...
+
+    async def intake_claim(self, now: float, stale_before: float, limit: int = 500
+                           ) -> list[Intake]:
+        """Claim records left unpushed since before ``stale_before`` (recovery)."""
+        ...
+
     async def get(self, task_uuid: str) -> LedgerEntry | None: ...
 
     async def resolve(self, task_uuid: str) -> LedgerEntry | None:
         """Remove and return the entry; None if unknown or already resolved elsewhere."""
         ...
 
-    async def claim_expired(self, now: float, limit: int = 500) -> list[LedgerEntry]:
-        """Remove and return entries whose deadline passed (lost tasks)."""
+    async def claim_expired(self, now: float, limit: int = 500, *,
+                            lease: float = CLAIM_LEASE) -> list[LedgerEntry]:
+        """Lease and return entries whose deadline passed (``pending == "timeout"``) and
+        entries whose lease ended before they were settled (a process died handling them:
+        ``pending`` says what is left to do). A claimed entry stays in the ledger, leased
+        until ``now + lease``: one claimer at a time handles it, and settles it."""
+        ...
+
+    async def settle(self, current: LedgerEntry, after: LedgerEntry | None,
+                     counters: Sequence[tuple[str, str, int]] = (), *,
+                     lease_until: float = 0.0) -> bool:
+        """Atomically, if the stored entry of ``current``'s task is still ``current.raw``:
+        replace it with ``after`` (None: remove it) and add the ``(outbound, field, n)``
+        counters. ``after.pending`` set (``push`` / ``fail``) keeps ``after`` leased until
+        ``lease_until``, so that if this process dies before doing it, a sweep does;
+        ``after.pending`` None makes it wait for its result (and its deadline).
+        Returns False, changing nothing, if the entry changed or went meanwhile."""
+        ...
+
+    async def note_dispatched(self, counts: Sequence[tuple[str, int, int]]) -> None:
+        """Add ``(outbound, epoch second, n)`` to the dispatch counts every hub process
+        reads for the outbound rate (kept for :data:`RATE_KEEP` seconds)."""
+        ...
+
+    async def dispatched_in(self, first: int, last: int) -> dict[str, int]:
+        """Tasks dispatched per outbound by every hub process in the epoch seconds
+        ``first`` to ``last`` (both included)."""
         ...
 
     async def incr(self, outbound: str, field: str, n: int = 1) -> None: ...
@@ -83,12 +151,22 @@ def open_state(url: str, *, prefix: str = "crawlhub:") -> HubState:
 
 
 def _dumps(entry: LedgerEntry) -> str:
+    if entry.failure is not None:
+        return jsoncodec.dumps({"t": entry.task, "o": entry.outbound, "d": entry.deadline,
+                                "f": entry.failure})
     return jsoncodec.dumps({"t": entry.task, "o": entry.outbound, "d": entry.deadline})
 
 
-def _loads(raw: str | bytes) -> LedgerEntry:
+def _loads(raw: str | bytes, pending: str | bytes | None = None) -> LedgerEntry:
     data = jsoncodec.loads(raw)
-    return LedgerEntry(task=data["t"], outbound=data["o"], deadline=data["d"])
+    if isinstance(pending, bytes):
+        pending = pending.decode()
+    return LedgerEntry(task=data["t"], outbound=data["o"], deadline=data["d"],
+                       pending=pending, failure=data.get("f"), raw=raw)
+
+
+def _text(raw: str | bytes | None) -> str | None:
+    return raw.decode() if isinstance(raw, bytes) else raw
 
 
 def _bucket(tokens: float, stamp: float, now: float, rate: float, n: int, burst: float
@@ -129,10 +207,22 @@ CREATE TABLE IF NOT EXISTS tokens (
     tokens REAL NOT NULL,
     stamp REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS leases (
+    task_uuid TEXT PRIMARY KEY,
+    until REAL NOT NULL,
+    pending TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS leases_until ON leases(until);
+CREATE TABLE IF NOT EXISTS rates (
+    outbound TEXT NOT NULL,
+    second INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    PRIMARY KEY (outbound, second)
+);
 """
 
 
-class SqliteHubState:
+class SqliteHubState(SqliteIntake):
     """Hub state in one SQLite file (embedded mode)."""
 
     def __init__(self, url: str, *, retention: float = DEFAULT_RETENTION) -> None:
@@ -178,23 +268,97 @@ class SqliteHubState:
         raw = await self._db.transaction(_pop)
         return _loads(raw) if raw else None
 
-    async def claim_expired(self, now: float, limit: int = 500) -> list[LedgerEntry]:
+    async def claim_expired(self, now: float, limit: int = 500, *,
+                            lease: float = CLAIM_LEASE) -> list[LedgerEntry]:
         purge = now - self._last_purge > 60
         if purge:
             self._last_purge = now
+        until = now + lease
 
-        def _claim(conn: sqlite3.Connection) -> list[str]:
+        def _claim(conn: sqlite3.Connection) -> list[tuple[str, str]]:
             if purge:
-                conn.execute("DELETE FROM ledger WHERE deadline IS NULL AND expires < ?", (now,))
-            rows = conn.execute(
-                "DELETE FROM ledger WHERE task_uuid IN (SELECT task_uuid FROM ledger"
-                " WHERE deadline IS NOT NULL AND deadline <= ? ORDER BY deadline LIMIT ?)"
-                " RETURNING entry",
+                conn.execute("DELETE FROM ledger WHERE deadline IS NULL AND expires < ?"
+                             " AND task_uuid NOT IN (SELECT task_uuid FROM leases)", (now,))
+            # Leases that ended unsettled first, so that those just taken are not retaken.
+            due = conn.execute(
+                "SELECT l.task_uuid, l.pending, g.entry FROM leases AS l LEFT JOIN ledger AS g"
+                " ON g.task_uuid = l.task_uuid WHERE l.until <= ? ORDER BY l.until LIMIT ?",
                 (now, limit),
             ).fetchall()
-            return [r[0] for r in rows]
+            conn.executemany("DELETE FROM leases WHERE task_uuid = ?",
+                             [(u,) for u, _, raw in due if raw is None])
+            out = [(raw, pending) for _, pending, raw in due if raw is not None]
+            lost = conn.execute(
+                "SELECT task_uuid, entry FROM ledger WHERE deadline IS NOT NULL"
+                " AND deadline <= ? ORDER BY deadline LIMIT ?", (now, limit),
+            ).fetchall()
+            conn.executemany("UPDATE ledger SET deadline = NULL WHERE task_uuid = ?",
+                             [(u,) for u, _ in lost])
+            out += [(raw, "timeout") for _, raw in lost]
+            conn.executemany(
+                "INSERT OR REPLACE INTO leases(task_uuid, until, pending) VALUES (?, ?, ?)",
+                [(u, until, pending) for u, pending, raw in due if raw is not None]
+                + [(u, until, "timeout") for u, _ in lost])
+            return out
 
-        return [_loads(raw) for raw in await self._db.transaction(_claim)]
+        return [_loads(raw, pending) for raw, pending in await self._db.transaction(_claim)]
+
+    async def settle(self, current: LedgerEntry, after: LedgerEntry | None,
+                     counters: Sequence[tuple[str, str, int]] = (), *,
+                     lease_until: float = 0.0) -> bool:
+        if current.raw is None:
+            raise ValueError("settle needs an entry read from the ledger (get/claim_expired)")
+        uuid = str(current.task["task_uuid"])
+        expected = _text(current.raw)
+        raw = None if after is None else _text(after.raw) or _dumps(after)
+        expires = time.time() + self.retention
+
+        def _settle(conn: sqlite3.Connection) -> bool:
+            row = conn.execute("SELECT entry FROM ledger WHERE task_uuid = ?",
+                               (uuid,)).fetchone()
+            if row is None or row[0] != expected:
+                return False
+            if after is None:
+                conn.execute("DELETE FROM ledger WHERE task_uuid = ?", (uuid,))
+                conn.execute("DELETE FROM leases WHERE task_uuid = ?", (uuid,))
+            elif after.pending:
+                conn.execute("UPDATE ledger SET entry = ?, deadline = NULL, expires = ?"
+                             " WHERE task_uuid = ?", (raw, expires, uuid))
+                conn.execute("INSERT OR REPLACE INTO leases(task_uuid, until, pending)"
+                             " VALUES (?, ?, ?)", (uuid, lease_until, after.pending))
+            else:
+                conn.execute("UPDATE ledger SET entry = ?, deadline = ?, expires = ?"
+                             " WHERE task_uuid = ?", (raw, after.deadline, expires, uuid))
+                conn.execute("DELETE FROM leases WHERE task_uuid = ?", (uuid,))
+            _add_counters(conn, counters)
+            return True
+
+        if not await self._db.transaction(_settle):
+            return False
+        if after is not None:
+            after.raw = raw
+        return True
+
+    async def note_dispatched(self, counts: Sequence[tuple[str, int, int]]) -> None:
+        if not counts:
+            return
+        oldest = max(second for _, second, _ in counts) - RATE_KEEP
+
+        def _note(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "INSERT INTO rates(outbound, second, n) VALUES (?, ?, ?)"
+                " ON CONFLICT(outbound, second) DO UPDATE SET n = n + excluded.n",
+                list(counts))
+            conn.execute("DELETE FROM rates WHERE second < ?", (oldest,))
+
+        await self._db.transaction(_note)
+
+    async def dispatched_in(self, first: int, last: int) -> dict[str, int]:
+        def _read(conn: sqlite3.Connection) -> list[tuple[str, int]]:
+            return conn.execute("SELECT outbound, SUM(n) FROM rates WHERE second BETWEEN"
+                                " ? AND ? GROUP BY outbound", (first, last)).fetchall()
+
+        return {outbound: int(n) for outbound, n in await self._db.run(_read)}
 
     async def incr(self, outbound: str, field: str, n: int = 1) -> None:
         await self.incr_many([(outbound, field, n)])
@@ -240,24 +404,79 @@ class SqliteHubState:
         await self._db.close()
 
 
-# Atomically move entries whose deadline passed out of the ledger (KEYS: ledger, deadlines,
-# retention; ARGV: now, limit). Returns the raw entries.
+# Lease entries whose lease ended unsettled, then those whose deadline passed; purge
+# entries past their retention that nobody holds (KEYS: ledger, deadlines, retention,
+# leases, pending; ARGV: now, limit, lease end). Returns what each lease is for and the
+# raw entry, in pairs. A claimed entry stays in the ledger.
 _CLAIM_LUA = """
-local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
 local out = {}
-for _, id in ipairs(ids) do
+local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+for _, id in ipairs(due) do
   local raw = redis.call('HGET', KEYS[1], id)
-  redis.call('HDEL', KEYS[1], id)
+  if raw then
+    redis.call('ZADD', KEYS[4], ARGV[3], id)
+    local pending = redis.call('HGET', KEYS[5], id) or 'timeout'
+    table.insert(out, pending)
+    table.insert(out, raw)
+  else
+    redis.call('ZREM', KEYS[4], id)
+    redis.call('HDEL', KEYS[5], id)
+  end
+end
+local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[2], id)
-  redis.call('ZREM', KEYS[3], id)
-  if raw then table.insert(out, raw) end
+  local raw = redis.call('HGET', KEYS[1], id)
+  if raw then
+    redis.call('ZADD', KEYS[4], ARGV[3], id)
+    redis.call('HSET', KEYS[5], id, 'timeout')
+    table.insert(out, 'timeout')
+    table.insert(out, raw)
+  end
 end
 local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
 for _, id in ipairs(old) do
-  redis.call('HDEL', KEYS[1], id)
+  if not redis.call('ZSCORE', KEYS[4], id) then
+    redis.call('HDEL', KEYS[1], id)
+    redis.call('ZREM', KEYS[2], id)
+  end
   redis.call('ZREM', KEYS[3], id)
 end
 return out
+"""
+
+# Settle one entry if it is still exactly what the caller read (KEYS: ledger, deadlines,
+# retention, leases, pending, counters; ARGV: uuid, expected entry, next entry ("" =
+# remove), its deadline ("" = none), what its lease is for ("" = no lease: it waits for
+# its result), lease end, retention expiry, then counter field / increment pairs).
+_SETTLE_LUA = """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+local id = ARGV[1]
+if ARGV[3] == '' then
+  redis.call('HDEL', KEYS[1], id)
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('ZREM', KEYS[4], id)
+  redis.call('HDEL', KEYS[5], id)
+else
+  redis.call('HSET', KEYS[1], id, ARGV[3])
+  redis.call('ZADD', KEYS[3], ARGV[7], id)
+  if ARGV[5] == '' then
+    redis.call('ZREM', KEYS[4], id)
+    redis.call('HDEL', KEYS[5], id)
+    if ARGV[4] == '' then
+      redis.call('ZREM', KEYS[2], id)
+    else
+      redis.call('ZADD', KEYS[2], ARGV[4], id)
+    end
+  else
+    redis.call('ZREM', KEYS[2], id)
+    redis.call('ZADD', KEYS[4], ARGV[6], id)
+    redis.call('HSET', KEYS[5], id, ARGV[5])
+  end
+end
+for i = 8, #ARGV, 2 do redis.call('HINCRBY', KEYS[6], ARGV[i], ARGV[i + 1]) end
+return 1
 """
 
 # Record entries (KEYS: ledger, deadlines, retention, counters; ARGV: uuids joined, their
@@ -327,7 +546,7 @@ return tostring(wait)
 """
 
 
-class RedisHubState:
+class RedisHubState(RedisIntake):
     """Hub state on Redis (distributed mode): every hub process shares it."""
 
     def __init__(self, url: str, *, prefix: str = "crawlhub:",
@@ -339,6 +558,7 @@ class RedisHubState:
         self._prefix = prefix
         self._record = self._redis.register_script(_RECORD_LUA)
         self._claim = self._redis.register_script(_CLAIM_LUA)
+        self._settle = self._redis.register_script(_SETTLE_LUA)
         self._resolve = self._redis.register_script(_RESOLVE_LUA)
         self._tokens = self._redis.register_script(_TOKENS_LUA)
 
@@ -372,9 +592,57 @@ class RedisHubState:
         raw = await self._resolve(keys=self._ledger_keys, args=[task_uuid])
         return _loads(raw) if raw else None
 
-    async def claim_expired(self, now: float, limit: int = 500) -> list[LedgerEntry]:
-        raws = await self._claim(keys=self._ledger_keys, args=[now, limit])
-        return [_loads(raw) for raw in raws]
+    async def claim_expired(self, now: float, limit: int = 500, *,
+                            lease: float = CLAIM_LEASE) -> list[LedgerEntry]:
+        k = self._keys
+        out = await self._claim(keys=[*self._ledger_keys, k["leases"], k["pending"]],
+                                args=[repr(now), limit, repr(now + lease)])
+        return [_loads(out[i + 1], out[i]) for i in range(0, len(out), 2)]
+
+    async def settle(self, current: LedgerEntry, after: LedgerEntry | None,
+                     counters: Sequence[tuple[str, str, int]] = (), *,
+                     lease_until: float = 0.0) -> bool:
+        if current.raw is None:
+            raise ValueError("settle needs an entry read from the ledger (get/claim_expired)")
+        raw: str | bytes = "" if after is None else after.raw or _dumps(after)
+        args: list[str | bytes | int] = [
+            str(current.task["task_uuid"]), current.raw, raw,
+            "" if after is None or after.deadline is None else repr(after.deadline),
+            "" if after is None else after.pending or "",
+            repr(lease_until), repr(time.time() + self.retention),
+        ]
+        for outbound, name, n in counters:
+            args += [f"{outbound}\x1f{name}", n]
+        k = self._keys
+        done = await self._settle(
+            keys=[*self._ledger_keys, k["leases"], k["pending"], k["counters"]], args=args)
+        if not done:
+            return False
+        if after is not None:
+            after.raw = raw
+        return True
+
+    async def note_dispatched(self, counts: Sequence[tuple[str, int, int]]) -> None:
+        if not counts:
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for outbound, second, n in counts:
+                key = f"{self._keys['rate']}{second}"
+                pipe.hincrby(key, outbound, n)
+                pipe.expire(key, RATE_KEEP)
+            await pipe.execute()
+
+    async def dispatched_in(self, first: int, last: int) -> dict[str, int]:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for s in range(max(first, last - RATE_KEEP), last + 1):
+                pipe.hgetall(f"{self._keys['rate']}{s}")
+            buckets = await pipe.execute()
+        total: dict[str, int] = {}
+        for bucket in buckets:
+            for key, value in bucket.items():
+                name = key.decode() if isinstance(key, bytes) else str(key)
+                total[name] = total.get(name, 0) + int(value)
+        return total
 
     async def incr(self, outbound: str, field: str, n: int = 1) -> None:
         await self._redis.hincrby(self._keys["counters"], f"{outbound}\x1f{field}", n)

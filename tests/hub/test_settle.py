@@ -1,0 +1,145 @@
+"""Settling results and leasing lost tasks in the hub state, on SQLite and real Redis: a
+settle is one atomic compare-and-replace of a ledger entry with its counters; a claimed
+entry stays in the ledger under a lease until it is settled."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from crawlhub.hub.state import HubState, LedgerEntry, RedisHubState, SqliteHubState
+from tests.hub.conftest import delete_prefix
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+async def pair(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str
+               ) -> AsyncIterator[tuple[HubState, HubState]]:
+    """Two state handles on one backend, as two hub processes would hold them."""
+    states: tuple[HubState, HubState]
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/hub.db"
+        states = (SqliteHubState(url), SqliteHubState(url))
+    else:
+        url = request.getfixturevalue("redis_url")
+        states = (RedisHubState(url, prefix=f"{unique_name}:"),
+                  RedisHubState(url, prefix=f"{unique_name}:"))
+    yield states
+    for st in states:
+        await st.close()
+    if request.param == "redis":
+        await delete_prefix(request.getfixturevalue("redis_url"), f"{unique_name}:")
+
+
+def entry(uuid: str, deadline: float | None = None, outbound: str = "o",
+          routed: int = 1) -> LedgerEntry:
+    return LedgerEntry({"task_uuid": uuid, "routed_count": routed}, outbound, deadline)
+
+
+async def read(state: HubState, uuid: str) -> LedgerEntry:
+    got = await state.get(uuid)
+    assert got is not None
+    return got
+
+
+async def test_settle_replaces_the_entry_and_moves_counters_in_one_step(
+        pair: tuple[HubState, HubState]) -> None:
+    state, _ = pair
+    await state.record([entry("a")])
+    current = await read(state, "a")
+    nxt = LedgerEntry({"task_uuid": "a", "routed_count": 2}, "b", None, pending="push")
+    assert await state.settle(current, nxt, [("o", "retried", 1), ("b", "total", 1)],
+                              lease_until=time.time() + 60)
+    stored = await read(state, "a")
+    assert stored.task["routed_count"] == 2 and stored.outbound == "b"
+    assert (await state.counters()) == {"o": {"retried": 1}, "b": {"total": 1}}
+
+
+async def test_settle_of_an_entry_that_changed_meanwhile_does_nothing(
+        pair: tuple[HubState, HubState]) -> None:
+    first, second = pair
+    await first.record([entry("a")])
+    seen_by_first = await read(first, "a")
+    seen_by_second = await read(second, "a")
+    assert await second.settle(seen_by_second, None, [("o", "success", 1)])
+    assert not await first.settle(seen_by_first, None, [("o", "success", 1)])
+    assert await first.get("a") is None
+    assert (await first.counters()) == {"o": {"success": 1}}
+
+
+async def test_two_processes_settling_one_result_at_once_settle_it_once(
+        pair: tuple[HubState, HubState]) -> None:
+    first, second = pair
+    await first.record([entry(f"t{i}") for i in range(20)])
+    seen = [(await read(first, f"t{i}"), await read(second, f"t{i}")) for i in range(20)]
+    outcomes = await asyncio.gather(*(
+        st.settle(e, None, [("o", "success", 1)])
+        for a, b in seen for st, e in ((first, a), (second, b))))
+    assert sum(outcomes) == 20
+    assert (await first.counters())["o"]["success"] == 20
+
+
+async def test_a_claimed_lost_entry_stays_in_the_ledger_under_a_lease(
+        pair: tuple[HubState, HubState]) -> None:
+    state, _ = pair
+    now = time.time()
+    await state.record([entry("lost", now - 1)])
+    [claimed] = await state.claim_expired(now, lease=30)
+    assert claimed.pending == "timeout"
+    assert await state.get("lost") is not None  # not deleted before it is handled
+    assert await state.pending() == 1
+    assert await state.claim_expired(now + 29, lease=30) == []
+    # Its claimer died before settling it: once the lease ends, the next sweep has it.
+    [again] = await state.claim_expired(now + 31, lease=30)
+    assert again.task["task_uuid"] == "lost" and again.pending == "timeout"
+    assert await state.settle(again, None, [("o", "timeout", 1)])
+    assert await state.claim_expired(now + 3600) == [] and await state.pending() == 0
+
+
+async def test_two_processes_sweeping_at_once_claim_each_lost_entry_once(
+        pair: tuple[HubState, HubState]) -> None:
+    first, second = pair
+    now = time.time()
+    await first.record([entry(f"t{i}", now - 1) for i in range(50)])
+    one, two = await asyncio.gather(first.claim_expired(now, limit=30),
+                                    second.claim_expired(now, limit=30))
+    more = await first.claim_expired(now) + await second.claim_expired(now)
+    uuids = [e.task["task_uuid"] for e in one + two + more]
+    assert sorted(uuids) == sorted(f"t{i}" for i in range(50))
+
+
+async def test_a_follow_up_left_unfinished_is_claimed_with_what_is_left_to_do(
+        pair: tuple[HubState, HubState]) -> None:
+    state, other = pair
+    now = time.time()
+    await state.record([entry("r"), entry("f")])
+    push = LedgerEntry({"task_uuid": "r", "routed_count": 2}, "o", now + 600, pending="push")
+    fail = LedgerEntry({"task_uuid": "f", "routed_count": 1}, "o", None, pending="fail",
+                       failure={"task_result": 500, "reason": "no retries left"})
+    assert await state.settle(await read(state, "r"), push, lease_until=now + 30)
+    assert await state.settle(await read(state, "f"), fail, lease_until=now + 30)
+    # The settling process is killed here; another one's sweep finds both after the lease.
+    assert await other.claim_expired(now + 10) == []
+    found = {e.task["task_uuid"]: e for e in await other.claim_expired(now + 31)}
+    assert found["r"].pending == "push" and found["r"].task["routed_count"] == 2
+    assert found["f"].pending == "fail" and found["f"].failure == {
+        "task_result": 500, "reason": "no retries left"}
+    # Released after the push: it waits for its result (and its deadline) again.
+    waiting = LedgerEntry(found["r"].task, "o", found["r"].deadline, raw=found["r"].raw)
+    assert await other.settle(found["r"], waiting)
+    assert await other.settle(found["f"], None)
+    assert await other.claim_expired(now + 100) == []
+    [late] = await other.claim_expired(now + 601)
+    assert late.task["task_uuid"] == "r" and late.pending == "timeout"
+
+
+async def test_dispatch_counts_are_shared_per_second(
+        pair: tuple[HubState, HubState]) -> None:
+    first, second = pair
+    await first.note_dispatched([("o", 100, 3), ("p", 100, 1)])
+    await second.note_dispatched([("o", 101, 2), ("o", 90, 7)])
+    assert await first.dispatched_in(91, 101) == {"o": 5, "p": 1}
+    assert await second.dispatched_in(101, 101) == {"o": 2}
