@@ -12,6 +12,7 @@ names the input, the place and, where there is one, the fix::
     ├── ConvertError         an inbound's converter failed on a message
     ├── BackpressureError    an outbound is over its max_lag: try again later
     ├── BackendUnavailable   a storage backend (Redis, PostgreSQL, SQLite file) is out of reach
+    ├── MissingExtraError    an optional extra (redis, postgres, kafka, curl) is not installed
     ├── FrontierError        seed store / dedup failures
     ├── FetchError           a request failed after its retries
     ├── SinkError            a sink could not write a batch
@@ -106,6 +107,23 @@ class BackendUnavailable(CrawlhubError):
     def __init__(self, message: str, *, backend: str = "", retry_after: float = 1.0) -> None:
         self.backend = backend
         self.retry_after = retry_after
+        super().__init__(message)
+
+
+class MissingExtraError(CrawlhubError):
+    """A client library of an optional extra is not installed; the message is one line
+    with the fix, e.g. ``pip install 'crawlhub[redis]'``. Raised by
+    :func:`crawlhub.extras.require`."""
+
+    def __init__(self, module: str, extra: str, *, needed_by: str | None = None) -> None:
+        self.module = module
+        self.extra = extra
+        package = module.split(".", 1)[0]
+        fix = f"pip install 'crawlhub[{extra}]'"
+        if needed_by:
+            message = f"{needed_by} needs the Python package {package!r}, which is not installed: {fix}"
+        else:
+            message = f"the Python package {package!r} is not installed: {fix}"
         super().__init__(message)
 
 
