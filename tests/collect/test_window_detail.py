@@ -145,7 +145,9 @@ async def test_detail_mode_counts_ok_failed_and_skipped(store: SqlMetadataStore)
     assert result.requests_ok == 4  # the total + 3 list batches
 
 
-async def test_detail_ids_not_reached_after_a_stop_are_skipped(store: SqlMetadataStore) -> None:
+async def test_detail_ids_not_reached_after_a_stop_are_fetched_by_the_next_run(
+    store: SqlMetadataStore,
+) -> None:
     sink = ListSink()
     items = make_items(20, newest=datetime.now().replace(microsecond=0))
     async with ApiServer(items=items) as api:
@@ -161,6 +163,19 @@ async def test_detail_ids_not_reached_after_a_stop_are_skipped(store: SqlMetadat
             await api.wait_for_requests(len(api.log) + 1)
         run.token.cancel("manual stop")
         result = await task
-    assert result.status is Status.CANCELLED
-    assert result.detail_ok + result.detail_skipped == 20
-    assert result.detail_skipped >= 1
+        assert result.status is Status.CANCELLED
+        assert result.detail_ok + result.detail_pending == 20
+        assert result.detail_pending >= 1 and result.detail_skipped == 0
+        pending = await store.detail_ids("deals")
+        assert len(pending) == result.detail_pending and 15 in pending
+        done_before = {r.path for r in api.log if r.path.startswith("/items/")} - {"/items/15"}
+
+        api.clear_faults()
+        api.log.clear()
+        again = await new_run(job, store=store, sink=sink, retry=FAST_RETRY).run()
+        fetched = [r.path for r in api.log if r.path.startswith("/items/")]
+    assert again.status is Status.SUCCEEDED
+    assert sorted(fetched) == sorted(f"/items/{i}" for i in pending)  # only those left
+    assert not set(fetched) & done_before
+    assert await store.detail_ids("deals") == []
+    assert all(row.get("detail") for row in sink.rows.values())  # every id has its detail

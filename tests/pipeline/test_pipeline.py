@@ -388,7 +388,7 @@ async def test_the_run_result_reports_counts_times_and_errors(
     assert data["requests"] == {"ok": 5, "failed": 0, "retried": 1}
     assert data["records"] == {"processed": 25, "failed": 0, "written": 25, "skipped": 0,
                                "write_failed": 0}
-    assert data["detail"] == {"ok": 0, "failed": 0, "skipped": 0}
+    assert data["detail"] == {"ok": 0, "failed": 0, "skipped": 0, "pending": 0}
     for stage in ("total", "list", "request", "rate_wait", "process", "write"):
         assert stage in data["timings"]
     assert "report: SUCCEEDED; requests 5 ok / 0 failed" in result.summary()

@@ -114,7 +114,8 @@ class JobRun:
         self.result: RunResult = self.pipeline.result
         self.requests_total: int | None = None
         self.offset: int | None = None
-        self.ids: list[Any] = []
+        self.ids: list[Any] = []  # detail ids this run's list stage delivered
+        self.detail_total: int | None = None  # ids the detail stage works through
         self._failure: str | None = None
         self._progress: Progress = Progress(job=job.name)
         self._loaded = False  # _progress holds what the store had (safe to save back)
@@ -150,7 +151,7 @@ class JobRun:
             finally:
                 self.result.add_time("list", time.monotonic() - began)
             if self.job.detail.enabled and self._can_go_on():
-                await self.pipeline.run([], details=self._detail_mode())
+                await self.pipeline.run([], details=await self._detail_mode())
         except Exception as exc:  # a bug or a store outage: the run is FAILED, not lost
             self._fail(f"{type(exc).__name__}: {exc}")
         finally:
@@ -363,9 +364,10 @@ class JobRun:
         await self.store.save_progress(self._progress)
         for seg_from, seg_to in segments:
             name = f"{seg_from.isoformat()}..{seg_to.isoformat()}"
+            units: list[_Unit] = []
             try:
                 async with self.pipeline.segment(name) as segment:
-                    await self._fetch_segment((seg_from, seg_to))
+                    await self._fetch_segment((seg_from, seg_to), units)
             except _Stop:
                 self.log.warning(
                     "segment not committed, cursor stays", segment=name, cursor=start.isoformat()
@@ -374,6 +376,7 @@ class JobRun:
             if not segment.written:
                 self._fail(f"segment {name} was not written; the cursor stays before it")
                 return
+            await self._keep_detail_ids([i for unit in units for i in unit.ids])
             start = seg_to
             await self.store.set_cursor(self.job.name, WINDOW_CURSOR, seg_to.isoformat())
             self._progress.state = {
@@ -381,8 +384,9 @@ class JobRun:
             }
             await self.store.save_progress(self._progress)
 
-    async def _fetch_segment(self, window: tuple[datetime, datetime]) -> None:
-        """Submit every page of one segment; ``_Stop`` (segment dropped) when one fails."""
+    async def _fetch_segment(self, window: tuple[datetime, datetime], units: list[_Unit]) -> None:
+        """Submit every page of one segment (each page's ``_Unit`` appended to ``units``);
+        ``_Stop`` (segment dropped) when one fails."""
         source = self.job.source
         if source.pagination.type == "window":
             pages: Any = [None]
@@ -409,6 +413,9 @@ class JobRun:
             except (FetchError, ValueError) as exc:
                 self._fail(f"segment {window[0].isoformat()} failed: {exc}")
                 raise _Stop from None
+            unit = _Unit()
+            response.request.meta["unit"] = unit
+            units.append(unit)
             await self.pipeline.submit(response)
             if page is None or forward_done(page, len(parsed.items), parsed.total):
                 return
@@ -432,8 +439,15 @@ class JobRun:
         written = await self.pipeline.flush()
         unit.written_ok = written and unit.parsed
         if unit.written_ok:
-            self.ids.extend(unit.ids)
+            await self._keep_detail_ids(unit.ids)
         return unit
+
+    async def _keep_detail_ids(self, ids: list[Any]) -> None:
+        """Save the ids of written records for the detail stage, before progress moves
+        past them: a stop or a kill before their details are fetched loses none."""
+        if self.job.detail.enabled and ids:
+            await self.store.add_detail_ids(self.job.name, ids)
+            self.ids.extend(ids)
 
     def _process(self, response: Response) -> list[dict[str, Any]]:
         """The processing pool's work on one list answer: read it, keep fresh items."""
@@ -453,14 +467,27 @@ class JobRun:
         source = self.job.source
         return [dict(i) for i in page.items if is_fresh(item_date(source, i), now, days)]
 
-    def _detail_mode(self) -> DetailMode:
+    async def _detail_mode(self) -> DetailMode:
+        """Details of every pending id (this run's and those earlier runs left); each id
+        leaves the store once its detail is written or failed for good."""
         detail = self.job.detail
+        ids = await self.store.detail_ids(self.job.name)
+        self.detail_total = len(ids)
+        earlier = len(ids) - len(set(map(repr, self.ids)) & set(map(repr, ids)))
+        if earlier:
+            self.log.info("detail ids left by earlier runs are fetched too", ids=earlier)
+
+        async def done(settled: list[Any]) -> None:
+            await self.store.remove_detail_ids(self.job.name, settled)
+
         return DetailMode(
             request=lambda ident: detail_request(self.job.source, detail, ident),
             item_path=detail.item_path,
             sink=self.detail_sink,
             id_field=self.job.source.id_field,
-            ids=list(self.ids),
+            ids=ids,
+            done=done,
+            checkpoint_every=self.config.batch_size,
         )
 
     # ---- state --------------------------------------------------------------------------------
@@ -486,7 +513,9 @@ class JobRun:
         if snap.get("stage") in ("list", "idle"):
             snap["requests_total"] = self.requests_total
         elif self.job.detail.enabled:
-            snap["requests_total"] = (self.requests_total or 0) + len(self.ids)
+            snap["requests_total"] = (self.requests_total or 0) + (
+                self.detail_total if self.detail_total is not None else len(self.ids)
+            )
         return snap
 
 

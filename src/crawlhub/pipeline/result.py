@@ -28,7 +28,9 @@ class RunResult:
     """Counts of a run. Requests count after retries; records count what went through.
 
     - ``requests_ok/failed``: list-stage requests; ``detail_ok/failed/skipped``: detail ids
-      (skipped = empty or repeated ids, and ids not reached after a cancel or failure);
+      (skipped = empty or repeated ids, and ids not reached after a cancel or failure when
+      nobody keeps them); ``detail_pending``: ids kept for the next run (not reached after
+      a stop, or their batch was not written);
     - ``records_processed``: records the processing pool produced; ``records_failed``:
       items whose processing raised (or produced a non-dict record);
     - ``records_written``: inserted + updated by the sink; ``records_skipped``: unchanged
@@ -56,6 +58,7 @@ class RunResult:
     detail_ok: int = 0
     detail_failed: int = 0
     detail_skipped: int = 0
+    detail_pending: int = 0
     backpressure_waits: int = 0
     started_at: float | None = None
     finished_at: float | None = None
@@ -100,7 +103,7 @@ class RunResult:
             },
             "batches": {"written": self.batches_written, "failed": self.batches_failed},
             "detail": {"ok": self.detail_ok, "failed": self.detail_failed,
-                       "skipped": self.detail_skipped},
+                       "skipped": self.detail_skipped, "pending": self.detail_pending},
             "backpressure_waits": self.backpressure_waits,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
@@ -117,9 +120,11 @@ class RunResult:
             f"{self.records_failed} failed, {self.records_written} written / "
             f"{self.records_write_failed} failed / {self.records_skipped} unchanged"
         )
-        if self.detail_ok or self.detail_failed or self.detail_skipped:
+        if self.detail_ok or self.detail_failed or self.detail_skipped or self.detail_pending:
             text += (f"; detail {self.detail_ok} ok / {self.detail_failed} failed / "
                      f"{self.detail_skipped} skipped")
+            if self.detail_pending:
+                text += f" / {self.detail_pending} pending"
         if "total" in self.timings:
             text += f"; {self.timings['total']:.2f}s"
         if self.reason:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +37,11 @@ class DetailMode:
     - records go to ``sink`` (default: the list's sink).
 
     A failing id is logged with its error and skipped; empty and repeated ids are skipped.
+
+    ``done(ids)``, when given, is awaited with ids that are settled (their records written,
+    or failed / skipped for good), every ``checkpoint_every`` ids and at the end: the
+    caller keeps the other ids for a later run. Ids not reached after a stop are then
+    counted as ``detail_pending``, not skipped.
     """
 
     request: Callable[[Any], Request]
@@ -45,6 +50,8 @@ class DetailMode:
     sink: Sink | None = None
     id_field: str = "id"
     ids: Iterable[Any] | None = None
+    done: Callable[[list[Any]], Awaitable[None]] | None = None
+    checkpoint_every: int = 100
 
     def default_process(self, response: Response) -> list[dict[str, Any]]:
         body: Any = response.json()
@@ -377,16 +384,36 @@ class Pipeline:
         seen: set[Any] = set()
         began = time.monotonic()
         drained = False
+        keep = details.done is not None  # ids not settled stay the caller's (pending)
+        chunk: list[Any] = []  # settled ids since the last checkpoint
+        failed_before = self.result.batches_failed
+
+        async def checkpoint(written: bool) -> None:
+            nonlocal failed_before
+            if chunk and details.done is not None:
+                if written and self.result.batches_failed == failed_before:
+                    await details.done(list(chunk))
+                else:  # a batch was rolled back: these ids stay pending
+                    self.result.detail_pending += len(chunk)
+                    self.log.warning("detail batch not written, ids kept for the next run",
+                                     ids=len(chunk))
+            chunk.clear()
+            failed_before = self.result.batches_failed
+
         try:
             for n, item_id in enumerate(ids):
                 if not self._can_go_on():
-                    self.result.detail_skipped += len(ids) - n
-                    self.log.warning("detail stage stopped", skipped=len(ids) - n,
+                    if keep:
+                        self.result.detail_pending += len(ids) - n
+                    else:
+                        self.result.detail_skipped += len(ids) - n
+                    self.log.warning("detail stage stopped", left=len(ids) - n, kept=keep,
                                      reason=self.token.reason or self._failure)
                     break
                 key = repr(item_id)
                 if item_id is None or item_id == "" or key in seen:
                     self.result.detail_skipped += 1
+                    chunk.append(item_id)
                     continue
                 seen.add(key)
                 req = details.request(item_id)
@@ -394,18 +421,29 @@ class Pipeline:
                 try:
                     response = await fetcher.fetch(req, stage="detail")
                 except CancelledError:
-                    self.result.detail_skipped += len(ids) - n
+                    if keep:
+                        self.result.detail_pending += len(ids) - n
+                    else:
+                        self.result.detail_skipped += len(ids) - n
                     break
                 except TooManyFailures as exc:
                     self.fail(str(exc))
-                    self.result.detail_skipped += len(ids) - n - 1
+                    if keep:
+                        self.result.detail_pending += len(ids) - n
+                    else:
+                        self.result.detail_skipped += len(ids) - n - 1
                     break
                 except FetchError as exc:
                     self.log.error("detail failed, skipped", id=item_id, error=str(exc))
+                    chunk.append(item_id)
                     continue
                 await self.submit(response)
+                chunk.append(item_id)
+                if keep and len(chunk) >= max(1, details.checkpoint_every):
+                    await checkpoint(await self.flush())
             await self._drain()
             drained = True
+            await checkpoint(True)
         finally:
             self.result.add_time("detail", time.monotonic() - began)
             if opened:
