@@ -21,6 +21,7 @@ def queue_keys(prefix: str, name: str) -> dict[str, str]:
         "attempts": f"{base}:attempts",
         "stats": f"{base}:stats",
         "seq": f"{base}:seq",
+        "reasons": f"{base}:reasons",
     }
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from crawlhub.errors import QueueError
 from crawlhub.queues import Message, QueueBackend, ReliableQueue
+from crawlhub.queues.common import DEFAULT_MAX_ATTEMPTS
 
 from .conftest import FakeClock, Store
 
@@ -314,6 +315,7 @@ async def test_stats_counters_after_a_scripted_sequence(
         "failed": 1,
         "retried": 4,
         "dead": 1,
+        "max_attempts": DEFAULT_MAX_ATTEMPTS,
     }
     assert await q.ack([m.receipt for m in b]) == 0
 
@@ -402,7 +404,7 @@ async def test_purge_drops_messages_and_counters(backend: QueueBackend, unique_n
 
     assert (await q.stats()).as_dict() == {"name": unique_name} | dict.fromkeys(
         ("total", "left", "ready", "leased", "success", "failed", "retried", "dead"), 0
-    )
+    ) | {"max_attempts": DEFAULT_MAX_ATTEMPTS}
     assert await q.dead_letters() == []
     assert await q.ack([leased[1].id]) == 0
     assert unique_name not in await backend.names()

@@ -1,7 +1,8 @@
 """Random operation sequences on each backend agree with a plain-Python model of the queue.
 
 Hypothesis drives push/lease/ack/nack/extend/expiry on a fake clock and compares every
-answer and every counter with :class:`Model`.
+answer and every counter with :class:`Model`. The queue's delivery limit is small
+(:data:`MAX_ATTEMPTS`), so runs reach it: dead letters by expiry and by nack are modelled.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from crawlhub.queues import QueueBackend, ReliableQueue
+from crawlhub.queues.common import spent_reason
 
 from .conftest import BACKENDS, FakeClock, Store, delete_prefix, make_store
 
 READY, LEASED, DEAD = "ready", "leased", "dead"
+MAX_ATTEMPTS = 2
 
 
 @dataclass
@@ -31,6 +34,7 @@ class Entry:
     state: str = READY
     attempts: int = 0
     until: float = 0.0
+    reason: str | None = None
 
 
 @dataclass
@@ -45,11 +49,25 @@ class Model:
     retried: int = 0
 
     def requeue(self, now: float) -> int:
-        expired = [e for e in self.entries.values() if e.state == LEASED and e.until <= now]
-        for e in expired:
-            e.state = READY
-        self.retried += len(expired)
+        # Both backends end expired leases by deadline, then id.
+        expired = sorted(
+            (i for i, e in self.entries.items() if e.state == LEASED and e.until <= now),
+            key=lambda i: (self.entries[i].until, i),
+        )
+        for i in expired:
+            e = self.entries[i]
+            if e.attempts >= MAX_ATTEMPTS:
+                self.kill(i, spent_reason(e.attempts))
+            else:
+                e.state = READY
+                self.retried += 1
         return len(expired)
+
+    def kill(self, i: int, reason: str) -> None:
+        e = self.entries[i]
+        e.state, e.reason = DEAD, reason
+        self.dead_order.append(i)
+        self.failed += 1
 
     def lease(self, n: int, until: float) -> list[int]:
         ready = sorted(
@@ -83,7 +101,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.clock = FakeClock()
         store = Store(self.kind, self.url, self.prefix)
         self.backend: QueueBackend = store.open(clock=self.clock)
-        self.queue: ReliableQueue = self.backend.queue("m" + uuid.uuid4().hex[:10])
+        self.queue: ReliableQueue = self.backend.queue("m" + uuid.uuid4().hex[:10],
+                                                       max_attempts=MAX_ATTEMPTS)
         self.model = Model()
 
     def run(self, coro: Any) -> Any:
@@ -139,21 +158,23 @@ class QueueMachine(RuleBasedStateMachine):
         assert done == expected
 
     @precondition(lambda self: self.model.entries)
-    @rule(data=st.data(), dead=st.booleans())
-    def nack(self, data: st.DataObject, dead: bool) -> None:
+    @rule(data=st.data(), dead=st.booleans(), reason=st.sampled_from([None, "bad page"]))
+    def nack(self, data: st.DataObject, dead: bool, reason: str | None) -> None:
         refs = self.refs(data)
-        done = self.run(self.queue.nack(refs, dead=dead))
+        done = self.run(self.queue.nack(refs, dead=dead, reason=reason))
         expected = 0
         for ref in refs:
             if (num := self.model.holds(ref)) is not None:
-                self.model.entries[num].state = DEAD if dead else READY
+                e = self.model.entries[num]
                 if dead:
-                    self.model.dead_order.append(num)
+                    self.model.kill(num, reason or "nacked to the dead letter")
+                elif e.attempts >= MAX_ATTEMPTS:
+                    last = f"; last nack: {reason}" if reason else ""
+                    self.model.kill(num, spent_reason(e.attempts) + last)
+                else:
+                    e.state = READY
+                    self.model.retried += 1
                 expected += 1
-        if dead:
-            self.model.failed += expected
-        else:
-            self.model.retried += expected
         assert done == expected
 
     @precondition(lambda self: self.model.entries)
@@ -169,6 +190,12 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(seconds=st.sampled_from([0.5, 1, 2, 5]))
     def advance_clock(self, seconds: float) -> None:
         self.clock.advance(seconds)
+
+    @rule(n=st.integers(1, 4))
+    def worker_dies_holding_leases(self, n: int) -> None:
+        """Lease, then the leases run out unacked: how messages reach their delivery limit."""
+        self.lease(n, 1)
+        self.advance_clock(1)
 
     @rule()
     def requeue_expired(self) -> None:
@@ -190,6 +217,7 @@ class QueueMachine(RuleBasedStateMachine):
             "failed": m.failed,
             "retried": m.retried,
             "dead": dead,
+            "max_attempts": MAX_ATTEMPTS,
         }
         assert self.run(self.queue.length()) == ready + leased
 
@@ -198,7 +226,8 @@ class QueueMachine(RuleBasedStateMachine):
         dead = self.run(self.queue.dead_letters(1000))
         assert [int(d.id) for d in dead] == self.model.dead_order
         for d in dead:
-            assert d.attempts == self.model.entries[int(d.id)].attempts
+            e = self.model.entries[int(d.id)]
+            assert (d.attempts, d.reason, d.payload) == (e.attempts, e.reason, e.payload)
 
 
 @pytest.mark.parametrize("kind", BACKENDS)

@@ -37,7 +37,8 @@ async def test_every_key_lives_under_the_prefix_and_purge_keeps_only_the_id_coun
         layout = queue_keys(backend.prefix, "jobs")
         assert keys == {
             layout[k]
-            for k in ("ready", "leased", "dead", "payloads", "priorities", "attempts", "stats")
+            for k in ("ready", "leased", "dead", "payloads", "priorities", "attempts", "stats",
+                      "reasons")
         } | {layout["seq"], queue_registry(backend.prefix)}
 
         await q.purge()

@@ -3,6 +3,12 @@
 Callers: the hub's ``queue`` outbound pushes; workers (agents, CLI ``lease``/``ack``)
 lease, ack and nack. A leased message is invisible until its visibility timeout ends,
 then returns to ready by itself: a worker killed while holding leases loses nothing.
+
+Nothing wedges a queue: a message delivered ``max_attempts`` times without an ack (its
+lease expired or it was nacked back each time) goes to the dead letter instead of back to
+ready, and a message whose payload cannot be handed out (not JSON, nested deeper than
+:data:`crawlhub.jsoncodec.MAX_STORED_DEPTH`) is dead-lettered by the lease that finds it
+while the rest of the batch is delivered. Every dead letter carries its ``reason``.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ class Message:
     this message has had, including the current one. ``receipt`` names this very lease:
     ack/nack/extend given a receipt act only while this lease is the current one, so a
     worker whose lease expired and was handed to another worker cannot finish it.
+    ``reason`` is set on dead letters only: why the message died, e.g. ``"delivered 10
+    times without ack"``.
     """
 
     id: str
@@ -27,6 +35,7 @@ class Message:
     priority: int
     attempts: int
     lease_until: float
+    reason: str | None = None
 
     @property
     def receipt(self) -> str:
@@ -40,8 +49,9 @@ class QueueStats:
 
     total: messages ever pushed; left: ready + leased (not yet acked or dead);
     ready: waiting to be leased; leased: currently leased; success: acked;
-    failed: nacked to the dead letter; retried: nacked back to ready or expired leases
-    returned; dead: messages currently in the dead letter.
+    failed: moved to the dead letter (nacked there, over ``max_attempts``, or a payload
+    that cannot be delivered); retried: nacked back to ready or expired leases returned;
+    dead: messages currently in the dead letter; max_attempts: the delivery limit in force.
     """
 
     name: str
@@ -53,6 +63,7 @@ class QueueStats:
     failed: int = 0
     retried: int = 0
     dead: int = 0
+    max_attempts: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -66,14 +77,22 @@ class QueueStats:
             "failed": self.failed,
             "retried": self.retried,
             "dead": self.dead,
+            "max_attempts": self.max_attempts,
         }
 
 
 @runtime_checkable
 class ReliableQueue(Protocol):
-    """One named queue. Higher ``priority`` is leased first; FIFO within a priority."""
+    """One named queue. Higher ``priority`` is leased first; FIFO within a priority.
+
+    ``max_attempts`` is the delivery limit this queue object was opened with (``None``:
+    the limit stored with the queue, else :data:`~crawlhub.queues.common.DEFAULT_MAX_ATTEMPTS`).
+    Every push stores a configured limit with the queue, so every process leasing from it
+    (HTTP, CLI, agents) applies the outbound's limit.
+    """
 
     name: str
+    max_attempts: int | None
 
     async def push(self, payload: dict[str, Any], priority: int = 0) -> str:
         """Store one message; returns its id."""
@@ -84,7 +103,11 @@ class ReliableQueue(Protocol):
         ...
 
     async def lease(self, n: int = 1, visibility_timeout: float = 60.0) -> list[Message]:
-        """Lease up to ``n`` ready messages for ``visibility_timeout`` seconds."""
+        """Lease up to ``n`` ready messages for ``visibility_timeout`` seconds.
+
+        A message whose payload cannot be delivered is dead-lettered with the reason and
+        left out; the others are returned. Never fails because of one message.
+        """
         ...
 
     async def ack(self, ids: Sequence[str]) -> int:
@@ -96,8 +119,11 @@ class ReliableQueue(Protocol):
         """
         ...
 
-    async def nack(self, ids: Sequence[str], *, dead: bool = False) -> int:
-        """Return leased messages to ready (``dead=False``) or to the dead letter."""
+    async def nack(self, ids: Sequence[str], *, dead: bool = False,
+                   reason: str | None = None) -> int:
+        """Return leased messages to ready (``dead=False``) or to the dead letter, with
+        ``reason`` if given. A message nacked back after its ``max_attempts``-th delivery
+        goes to the dead letter instead (reason ``"delivered N times without ack"``)."""
         ...
 
     async def extend(self, ids: Sequence[str], visibility_timeout: float) -> int:
@@ -105,7 +131,8 @@ class ReliableQueue(Protocol):
         ...
 
     async def requeue_expired(self) -> int:
-        """Return expired leases to ready now (also done lazily by ``lease``)."""
+        """End expired leases now (also done lazily by ``lease`` and ``stats``): back to
+        ready, or to the dead letter after ``max_attempts`` deliveries. Returns how many."""
         ...
 
     async def length(self) -> int:
@@ -115,7 +142,10 @@ class ReliableQueue(Protocol):
     async def stats(self) -> QueueStats: ...
 
     async def dead_letters(self, n: int = 100) -> list[Message]:
-        """Peek at up to ``n`` dead messages (oldest first)."""
+        """Peek at up to ``n`` dead messages (oldest first), each with its ``reason``.
+
+        A payload that cannot be read is shown as ``{"unreadable_payload": "<text>"}``.
+        """
         ...
 
     async def purge(self) -> int:
@@ -129,7 +159,10 @@ class QueueBackend(Protocol):
 
     url: str
 
-    def queue(self, name: str) -> ReliableQueue: ...
+    def queue(self, name: str, *, max_attempts: int | None = None) -> ReliableQueue:
+        """The queue ``name`` (one object per name); ``max_attempts`` sets its delivery
+        limit (``None`` keeps the one it has)."""
+        ...
 
     async def push_multi(
         self, groups: Mapping[str, Sequence[tuple[dict[str, Any], int]]]

@@ -6,6 +6,8 @@ only stores and moves already-validated rows in its ``_underscored`` methods.
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import re
 from abc import ABC, abstractmethod
@@ -13,13 +15,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from crawlhub import jsoncodec
-from crawlhub.errors import QueueError
+from crawlhub.errors import CrawlhubError, QueueError
 from crawlhub.queues.base import Message, QueueStats
+
+log = logging.getLogger("crawlhub.queues")
 
 #: Priorities are 32-bit signed ints: both backends store them exactly.
 PRIORITY_MIN = -(2**31)
 PRIORITY_MAX = 2**31 - 1
+
+#: Deliveries without an ack before a message goes to the dead letter, unless the queue's
+#: outbound sets ``init.max_attempts``.
+DEFAULT_MAX_ATTEMPTS = 10
+#: Dead-letter reasons are cut to this many characters.
+REASON_MAX = 500
 
 _NAME = re.compile(r"[^\s{}#]{1,200}")
 #: An id or receipt: ASCII digits that fit a 64-bit integer (``"17"``, ``"17#2"``).
@@ -45,6 +57,23 @@ class Counters:
     ready: int = 0
     leased: int = 0
     dead: int = 0
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+
+
+@dataclass(slots=True)
+class Row:
+    """A stored message as a backend reads it; :class:`BaseQueue` decodes the payload."""
+
+    num: int
+    data: str | bytes
+    priority: int
+    attempts: int
+    until: float = 0.0
+    reason: str | None = None
+
+
+class UndeliverableError(ValueError):
+    """A stored payload that cannot be handed out; the message says why."""
 
 
 def check_name(name: str) -> str:
@@ -71,6 +100,32 @@ def check_timeout(seconds: float, place: str) -> float:
     return float(seconds)
 
 
+def check_max_attempts(value: Any, place: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise QueueError(f"{place}: max_attempts must be an int >= 1 (deliveries without an"
+                         f" ack before the dead letter), got {value!r}")
+    return value
+
+
+def spent_reason(attempts: int) -> str:
+    """The dead-letter reason of a message over its delivery limit."""
+    return f"delivered {attempts} times without ack"
+
+
+def clip_reason(reason: str) -> str:
+    reason = str(reason)
+    return reason if len(reason) <= REASON_MAX else reason[: REASON_MAX - 3] + "..."
+
+
+def _brackets(data: str | bytes) -> int:
+    """Opening brackets in JSON text: an upper bound of its depth, found at C speed."""
+    if isinstance(data, bytes):
+        return data.count(b"{") + data.count(b"[")
+    return data.count("{") + data.count("[")
+
+
 def encode_item(item: tuple[dict[str, Any], int], index: int, queue: str) -> tuple[str, int]:
     """``(payload, priority)`` -> ``(payload JSON, priority)``, or a QueueError naming the item."""
     try:
@@ -95,21 +150,48 @@ def encode_item(item: tuple[dict[str, Any], int], index: int, queue: str) -> tup
         )
     try:
         data = jsoncodec.dumps_strict(payload)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise QueueError(
             f"queue {queue!r}: item {index} payload is not JSON-serialisable ({exc}); "
             "convert it to plain dicts, lists, strings and numbers first"
         ) from None
+    limit = jsoncodec.MAX_STORED_DEPTH
+    if _brackets(data) > limit and jsoncodec.too_deep(payload, limit):
+        # A lease could not hand it out again: refuse it now, not at every lease.
+        raise QueueError(f"queue {queue!r}: item {index} payload is nested more than {limit}"
+                         " levels deep; flatten it")
     return data, priority
 
 
 def decode_payload(data: str | bytes) -> dict[str, Any]:
-    payload: dict[str, Any] = jsoncodec.loads(data)
+    """A stored payload as a dict, or :class:`UndeliverableError` saying why it cannot be
+    handed out (a worker, an HTTP answer or a log line could not carry it)."""
+    try:
+        payload = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        try:
+            # orjson refuses integers beyond 64 bits; the standard library reads them, and
+            # also lone surrogates, which no answer can encode: check those are absent.
+            payload = json.loads(data)
+            json.dumps(payload, ensure_ascii=False).encode()
+        except (ValueError, RecursionError) as exc:
+            raise UndeliverableError(f"payload is not JSON that can be sent ({exc})"[:300]
+                                     ) from None
+    if not isinstance(payload, dict):
+        raise UndeliverableError(f"payload is a JSON {type(payload).__name__}, not an object")
+    limit = jsoncodec.MAX_STORED_DEPTH
+    if _brackets(data) > limit and jsoncodec.too_deep(payload, limit):
+        raise UndeliverableError(f"payload is nested more than {limit} levels deep")
     return payload
 
 
-def message(num: int, data: str | bytes, priority: int, attempts: int, until: float) -> Message:
-    return Message(str(num), decode_payload(data), int(priority), int(attempts), float(until))
+def peek_payload(data: str | bytes) -> dict[str, Any]:
+    """A dead letter's payload for display: decoded, or its raw text when unreadable."""
+    try:
+        return decode_payload(data)
+    except UndeliverableError:
+        text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+        return {"unreadable_payload": text[:1000]}
 
 
 def parse_refs(ids: Sequence[str] | str) -> list[Ref]:
@@ -151,6 +233,7 @@ def build_stats(name: str, c: Counters) -> QueueStats:
         failed=c.failed,
         retried=c.retried,
         dead=c.dead,
+        max_attempts=c.max_attempts,
     )
 
 
@@ -170,8 +253,19 @@ def encode_groups(
 class BaseQueue(ABC):
     """The public queue methods, once: check arguments, encode, then call the backend."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, max_attempts: int | None = None) -> None:
         self.name = check_name(name)
+        self.max_attempts = check_max_attempts(max_attempts, f"queue {name!r}")
+
+    def configure(self, max_attempts: int | None) -> None:
+        """Set the delivery limit (``None`` keeps the current one)."""
+        if max_attempts is not None:
+            self.max_attempts = check_max_attempts(max_attempts, f"queue {self.name!r}")
+
+    @property
+    def limit(self) -> int:
+        """The limit a backend script is given: 0 means the stored one, else the default."""
+        return self.max_attempts or 0
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
@@ -188,15 +282,39 @@ class BaseQueue(ABC):
     async def lease(self, n: int = 1, visibility_timeout: float = 60.0) -> list[Message]:
         place = f"queue {self.name!r} lease"
         check_count(n, "n", place)
-        return await self._lease(n, check_timeout(visibility_timeout, place))
+        rows = await self._lease(n, check_timeout(visibility_timeout, place))
+        messages = []
+        for row in rows:
+            try:
+                payload = decode_payload(row.data)
+            except UndeliverableError as exc:
+                await self._set_aside(row, f"undeliverable: {exc}")
+                continue
+            messages.append(Message(str(row.num), payload, row.priority, row.attempts, row.until))
+        return messages
+
+    async def _set_aside(self, row: Row, reason: str) -> None:
+        """Dead-letter one message of a lease so the rest of the batch is delivered."""
+        log.warning("queue %r: message %d goes to the dead letter: %s", self.name, row.num,
+                    reason)
+        try:
+            await self._nack([Ref(row.num, row.attempts)], True, clip_reason(reason))
+        except CrawlhubError:
+            # Its lease expires and a later lease sets it aside again.
+            log.exception("queue %r: could not dead-letter message %d", self.name, row.num)
 
     async def ack(self, ids: Sequence[str]) -> int:
         refs = parse_refs(ids)
         return await self._ack(refs) if refs else 0
 
-    async def nack(self, ids: Sequence[str], *, dead: bool = False) -> int:
+    async def nack(self, ids: Sequence[str], *, dead: bool = False,
+                   reason: str | None = None) -> int:
         refs = parse_refs(ids)
-        return await self._nack(refs, bool(dead)) if refs else 0
+        if not refs:
+            return 0
+        if reason is None and dead:
+            reason = "nacked to the dead letter"
+        return await self._nack(refs, bool(dead), clip_reason(reason) if reason else None)
 
     async def extend(self, ids: Sequence[str], visibility_timeout: float) -> int:
         timeout = check_timeout(visibility_timeout, f"queue {self.name!r} extend")
@@ -214,26 +332,33 @@ class BaseQueue(ABC):
 
     async def dead_letters(self, n: int = 100) -> list[Message]:
         check_count(n, "n", f"queue {self.name!r} dead_letters")
-        return await self._dead_letters(n)
+        return [
+            Message(str(r.num), peek_payload(r.data), r.priority, r.attempts, 0.0, r.reason)
+            for r in await self._dead_letters(n)
+        ]
 
     async def purge(self) -> int:
         return await self._purge()
 
     # The backend's part: rows are valid, refs deduplicated and non-empty.
 
+    # Every method that ends leases honours the delivery limit (:attr:`limit`): a lease
+    # ending after the limit's delivery, by expiry or a nack to ready, dead-letters the
+    # message with :func:`spent_reason`. A configured limit is stored by ``_push``.
+
     @abstractmethod
     async def _push(self, rows: list[tuple[str, int]]) -> list[int]:
         """Store ``(payload JSON, priority)`` rows in one atomic step; return their numbers."""
 
     @abstractmethod
-    async def _lease(self, n: int, timeout: float) -> list[Message]:
-        """Requeue expired leases, then lease up to ``n`` by (priority desc, number asc)."""
+    async def _lease(self, n: int, timeout: float) -> list[Row]:
+        """End expired leases, then lease up to ``n`` by (priority desc, number asc)."""
 
     @abstractmethod
     async def _ack(self, refs: list[Ref]) -> int: ...
 
     @abstractmethod
-    async def _nack(self, refs: list[Ref], dead: bool) -> int: ...
+    async def _nack(self, refs: list[Ref], dead: bool, reason: str | None) -> int: ...
 
     @abstractmethod
     async def _extend(self, refs: list[Ref], timeout: float) -> int: ...
@@ -248,7 +373,7 @@ class BaseQueue(ABC):
     async def _counters(self) -> Counters: ...
 
     @abstractmethod
-    async def _dead_letters(self, n: int) -> list[Message]: ...
+    async def _dead_letters(self, n: int) -> list[Row]: ...
 
     @abstractmethod
     async def _purge(self) -> int: ...

@@ -10,9 +10,10 @@ Layout (key names from :func:`crawlhub.keys.queue_keys`, one hash slot per queue
   small integers and ids never enter a float: ordering is exact for every priority in
   [-2^31, 2^31 - 1] and every id below 2^53.
 - ``leased``: sorted set, score the lease deadline in integer milliseconds.
-- ``dead``: list of ids in the order they died.
+- ``dead``: list of ids in the order they died; ``reasons``: hash id -> why it died.
 - ``payloads`` / ``priorities`` / ``attempts``: hashes keyed by id.
-- ``stats``: hash of the persistent counters ``total success failed retried``.
+- ``stats``: hash of the persistent counters ``total success failed retried`` and the
+  configured delivery limit ``max_attempts``.
 - ``seq``: the id counter; kept by ``purge`` so an id is never reused.
 """
 
@@ -26,21 +27,22 @@ from redis.exceptions import NoScriptError, RedisError
 
 from crawlhub.errors import QueueError
 from crawlhub.keys import DEFAULT_PREFIX, queue_keys, queue_registry
-from crawlhub.queues.base import Message
 from crawlhub.queues.common import (
+    DEFAULT_MAX_ATTEMPTS,
     BaseQueue,
     Counters,
     Ref,
+    Row,
     check_name,
     encode_groups,
-    message,
 )
 from crawlhub.storage.redact import redact_url
 from crawlhub.storage.redis import redis_client
 
 T = TypeVar("T")
 
-_KEY_ORDER = ("ready", "leased", "dead", "payloads", "priorities", "attempts", "stats", "seq")
+_KEY_ORDER = ("ready", "leased", "dead", "payloads", "priorities", "attempts", "stats", "seq",
+              "reasons")
 
 # Shared head of every script: key names, the clock, lease checks and the expiry sweep.
 # Numbers handed to redis.call become strings with 14 significant digits, which is why
@@ -50,7 +52,9 @@ _KEY_ORDER = ("ready", "leased", "dead", "payloads", "priorities", "attempts", "
 _PRELUDE = """
 local ready, leased, dead, payloads = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local priorities, attempts, stats, seq = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local reasons = KEYS[9]
 local CHUNK = 1000  -- ids per multi-argument call, well below Lua's unpack() limit
+local DEFAULT_MAX_ATTEMPTS = @DEFAULT_MAX_ATTEMPTS@
 
 local function now_ms(given)
   local now = tonumber(given)
@@ -76,12 +80,41 @@ local function to_ready(id)
   redis.call('ZADD', ready, -tonumber(redis.call('HGET', priorities, id)), id)
 end
 
-local function requeue(now)
+-- the delivery limit in force; a configured one (given > 0) is stored for every process
+local function limit(given)
+  local n = tonumber(given)
+  if n > 0 then
+    redis.call('HSET', stats, 'max_attempts', n)
+    return n
+  end
+  return tonumber(redis.call('HGET', stats, 'max_attempts') or DEFAULT_MAX_ATTEMPTS)
+end
+
+local function kill(id, reason)
+  redis.call('RPUSH', dead, id)
+  redis.call('HSET', reasons, id, reason)
+end
+
+local function spent(a)
+  return 'delivered ' .. a .. ' times without ack'
+end
+
+-- expired leases back to ready, or to the dead letter once delivered `max` times
+local function requeue(now, max)
   local expired = redis.call('ZRANGEBYSCORE', leased, '-inf', now)
   if #expired == 0 then return 0 end
-  for _, id in ipairs(expired) do to_ready(id) end
+  local back, died = 0, 0
+  for _, id in ipairs(expired) do
+    local a = tonumber(redis.call('HGET', attempts, id) or '0')
+    if a >= max then
+      kill(id, spent(a)); died = died + 1
+    else
+      to_ready(id); back = back + 1
+    end
+  end
   redis.call('ZREMRANGEBYSCORE', leased, '-inf', now)
-  redis.call('HINCRBY', stats, 'retried', #expired)
+  if back > 0 then redis.call('HINCRBY', stats, 'retried', back) end
+  if died > 0 then redis.call('HINCRBY', stats, 'failed', died) end
   return #expired
 end
 """
@@ -119,16 +152,18 @@ local function push_rows(ready, payloads, priorities, stats, seq, blob, lens_arg
 end
 """
 
-# ARGV: payloads concatenated, their byte lengths 'l1,l2,..', their priorities 'p1,p2,..'
+# ARGV: payloads concatenated, their byte lengths 'l1,l2,..', their priorities 'p1,p2,..',
+# the configured delivery limit (0: none)
 _PUSH = PUSH_ROWS_LUA + """
+if tonumber(ARGV[4]) > 0 then limit(ARGV[4]) end
 return push_rows(ready, payloads, priorities, stats, seq, ARGV[1], ARGV[2], ARGV[3])
 """
 
-# ARGV: now, visibility timeout ms, n -> {deadline, id, priority, attempts, payload, ...}
+# ARGV: now, visibility timeout ms, n, limit -> {deadline, id, priority, attempts, payload, ...}
 _LEASE = """
 local now = now_ms(ARGV[1])
 local deadline = now + tonumber(ARGV[2])
-requeue(now)
+requeue(now, limit(ARGV[4]))
 local popped = redis.call('ZPOPMIN', ready, tonumber(ARGV[3]))
 local out = {deadline}
 for s = 1, #popped, 2 * CHUNK do
@@ -165,19 +200,33 @@ if k > 0 then redis.call('HINCRBY', stats, 'success', k) end
 return k
 """
 
-# ARGV: '1' for the dead letter else '0', refs
+# ARGV: '1' for the dead letter else '0', refs, reason, limit
 _NACK = """
 local dead_letter = ARGV[1] == '1'
-local k = 0
+local reason = ARGV[3]
+local max = 0
+if not dead_letter then max = limit(ARGV[4]) end
+local back, died = 0, 0
 for id, want in refs(ARGV[2]) do
   if holds(id, want) then
     redis.call('ZREM', leased, id)
-    if dead_letter then redis.call('RPUSH', dead, id) else to_ready(id) end
-    k = k + 1
+    if dead_letter then
+      kill(id, reason); died = died + 1
+    else
+      local a = tonumber(redis.call('HGET', attempts, id))
+      if a >= max then
+        local why = spent(a)
+        if reason ~= '' then why = why .. '; last nack: ' .. reason end
+        kill(id, why); died = died + 1
+      else
+        to_ready(id); back = back + 1
+      end
+    end
   end
 end
-if k > 0 then redis.call('HINCRBY', stats, dead_letter and 'failed' or 'retried', k) end
-return k
+if back > 0 then redis.call('HINCRBY', stats, 'retried', back) end
+if died > 0 then redis.call('HINCRBY', stats, 'failed', died) end
+return back + died
 """
 
 # ARGV: now, visibility timeout ms, refs
@@ -193,16 +242,20 @@ end
 return k
 """
 
+# ARGV: now, limit
 _REQUEUE = """
-return requeue(now_ms(ARGV[1]))
+return requeue(now_ms(ARGV[1]), limit(ARGV[2]))
 """
 
+# ARGV: now, limit
 _COUNTERS = """
-requeue(now_ms(ARGV[1]))
+local max = limit(ARGV[2])
+requeue(now_ms(ARGV[1]), max)
 local c = redis.call('HMGET', stats, 'total', 'success', 'failed', 'retried')
 c[5] = redis.call('ZCARD', ready)
 c[6] = redis.call('ZCARD', leased)
 c[7] = redis.call('LLEN', dead)
+c[8] = max
 return c
 """
 
@@ -214,13 +267,14 @@ for _, id in ipairs(ids) do
   out[#out + 1] = redis.call('HGET', priorities, id)
   out[#out + 1] = redis.call('HGET', attempts, id)
   out[#out + 1] = redis.call('HGET', payloads, id)
+  out[#out + 1] = redis.call('HGET', reasons, id) or ''
 end
 return out
 """
 
 _PURGE = """
 local k = redis.call('ZCARD', ready) + redis.call('ZCARD', leased) + redis.call('LLEN', dead)
-redis.call('DEL', ready, leased, dead, payloads, priorities, attempts, stats)
+redis.call('DEL', ready, leased, dead, payloads, priorities, attempts, stats, reasons)
 return k
 """
 
@@ -241,13 +295,15 @@ def _member(num: int) -> str:
     return f"{num:016d}"
 
 
-def _push_args(rows: list[tuple[str, int]]) -> list[bytes | str]:
-    """A push's arguments: every payload in one blob, their lengths, their priorities."""
+def _push_args(rows: list[tuple[str, int]], limit: int = 0) -> list[bytes | str]:
+    """A push's arguments: every payload in one blob, their lengths, their priorities,
+    the queue's configured delivery limit (0: none)."""
     blobs = [data.encode() for data, _ in rows]
     return [
         b"".join(blobs),
         ",".join(str(len(blob)) for blob in blobs),
         ",".join(str(priority) for _, priority in rows),
+        str(limit),
     ]
 
 
@@ -277,16 +333,19 @@ class RedisQueueBackend:
         self.prefix = prefix
         self.clock = clock
         self.redis = redis_client(url, name="queues")
-        self.scripts = {n: self.redis.register_script(_PRELUDE + s) for n, s in _SCRIPTS.items()}
+        prelude = _PRELUDE.replace("@DEFAULT_MAX_ATTEMPTS@", str(DEFAULT_MAX_ATTEMPTS))
+        self.scripts = {n: self.redis.register_script(prelude + s) for n, s in _SCRIPTS.items()}
         self._queues: dict[str, RedisQueue] = {}
 
     def __repr__(self) -> str:
         return f"<RedisQueueBackend {redact_url(self.url)} prefix={self.prefix!r}>"
 
-    def queue(self, name: str) -> RedisQueue:
+    def queue(self, name: str, *, max_attempts: int | None = None) -> RedisQueue:
         q = self._queues.get(name)
         if q is None:
-            q = self._queues[name] = RedisQueue(check_name(name), self)
+            q = self._queues[name] = RedisQueue(check_name(name), self, max_attempts)
+        else:
+            q.configure(max_attempts)
         return q
 
     async def push_multi(
@@ -308,7 +367,7 @@ class RedisQueueBackend:
             # holding Script objects would first ask SCRIPT EXISTS).
             async with self.redis.pipeline(transaction=False) as pipe:
                 for q, rows in zip(queues, encoded.values(), strict=True):
-                    args = _push_args(rows)
+                    args = _push_args(rows, q.limit)
                     pipe.evalsha(script.sha, len(q._keys), *q._keys, *args)
                 try:
                     firsts = await self.call("push to queues", pipe.execute())
@@ -347,8 +406,9 @@ class RedisQueueBackend:
 class RedisQueue(BaseQueue):
     """One named queue on a :class:`RedisQueueBackend`."""
 
-    def __init__(self, name: str, backend: RedisQueueBackend) -> None:
-        super().__init__(name)
+    def __init__(self, name: str, backend: RedisQueueBackend,
+                 max_attempts: int | None = None) -> None:
+        super().__init__(name, max_attempts)
         self.backend = backend
         keys = queue_keys(backend.prefix, name)
         self._keys = [keys[k] for k in _KEY_ORDER]
@@ -362,7 +422,7 @@ class RedisQueue(BaseQueue):
 
     async def _push(self, rows: list[tuple[str, int]]) -> list[int]:
         b = self.backend
-        args = _push_args(rows)
+        args = _push_args(rows, self.limit)
         if not self._registered:
             # Once per queue object: a pipeline holding a script costs redis-py an extra
             # SCRIPT EXISTS round trip, so later pushes run the script alone.
@@ -371,40 +431,44 @@ class RedisQueue(BaseQueue):
         first = await self._run("push", "push", args)
         return list(range(int(first), int(first) + len(rows)))
 
-    async def _lease(self, n: int, timeout: float) -> list[Message]:
-        out = await self._run("lease", "lease", [self.backend.now_arg(), _ms(timeout), n])
+    async def _lease(self, n: int, timeout: float) -> list[Row]:
+        args = [self.backend.now_arg(), _ms(timeout), n, self.limit]
+        out = await self._run("lease", "lease", args)
         until = int(out[0]) / 1000
         return [
-            message(int(out[i]), out[i + 3], int(out[i + 1]), int(out[i + 2]), until)
+            Row(int(out[i]), out[i + 3], int(out[i + 1]), int(out[i + 2]), until)
             for i in range(1, len(out), 4)
         ]
 
     async def _ack(self, refs: list[Ref]) -> int:
         return int(await self._run("ack", "ack", [_ref_arg(refs)]))
 
-    async def _nack(self, refs: list[Ref], dead: bool) -> int:
-        return int(await self._run("nack", "nack", ["1" if dead else "0", _ref_arg(refs)]))
+    async def _nack(self, refs: list[Ref], dead: bool, reason: str | None) -> int:
+        args = ["1" if dead else "0", _ref_arg(refs), reason or "", self.limit]
+        return int(await self._run("nack", "nack", args))
 
     async def _extend(self, refs: list[Ref], timeout: float) -> int:
         args = [self.backend.now_arg(), _ms(timeout), _ref_arg(refs)]
         return int(await self._run("extend", "extend", args))
 
     async def _requeue_expired(self) -> int:
-        return int(await self._run("requeue", "requeue expired leases", [self.backend.now_arg()]))
+        args = [self.backend.now_arg(), self.limit]
+        return int(await self._run("requeue", "requeue expired leases", args))
 
     async def _length(self) -> int:
         c = await self._counters()
         return c.ready + c.leased
 
     async def _counters(self) -> Counters:
-        raw = await self._run("counters", "stats", [self.backend.now_arg()])
+        raw = await self._run("counters", "stats", [self.backend.now_arg(), self.limit])
         return Counters(*(int(v or 0) for v in raw))
 
-    async def _dead_letters(self, n: int) -> list[Message]:
+    async def _dead_letters(self, n: int) -> list[Row]:
         out = await self._run("dead_letters", "dead_letters", [n])
         return [
-            message(int(out[i]), out[i + 3], int(out[i + 1]), int(out[i + 2]), 0.0)
-            for i in range(0, len(out), 4)
+            Row(int(out[i]), out[i + 3], int(out[i + 1]), int(out[i + 2]), 0.0,
+                (out[i + 4].decode() if isinstance(out[i + 4], bytes) else out[i + 4]) or None)
+            for i in range(0, len(out), 5)
         ]
 
     async def _purge(self) -> int:

@@ -12,14 +12,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from crawlhub.errors import QueueError
-from crawlhub.queues.base import Message
 from crawlhub.queues.common import (
+    DEFAULT_MAX_ATTEMPTS,
     BaseQueue,
     Counters,
     Ref,
+    Row,
     check_name,
     encode_groups,
-    message,
+    spent_reason,
 )
 from crawlhub.storage.sqlite import SqliteDB
 from crawlhub.storage.sqlite import immediate as _write
@@ -58,7 +59,18 @@ CREATE TABLE IF NOT EXISTS queue_counters (
     leased INTEGER NOT NULL DEFAULT 0,
     dead INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS queue_reasons (
+    id INTEGER PRIMARY KEY,
+    reason TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS queue_limits (
+    queue TEXT PRIMARY KEY,
+    max_attempts INTEGER NOT NULL
+);
 """
+# queue_reasons: why each dead letter died (by message id); queue_limits: the delivery
+# limit an outbound configured. Tables of their own, so files made before them just gain
+# them by CREATE IF NOT EXISTS.
 
 _COUNTER_NAMES = ("total", "success", "failed", "retried", "ready", "leased", "dead")
 
@@ -83,14 +95,59 @@ def _bump(conn: sqlite3.Connection, queue: str, **deltas: int) -> None:
     )
 
 
-def _requeue(conn: sqlite3.Connection, queue: str, now: float) -> int:
-    """Inside a write transaction: expired leases back to ready, counted as retried."""
+def _stored_limit(conn: sqlite3.Connection, queue: str) -> int | None:
+    row = conn.execute("SELECT max_attempts FROM queue_limits WHERE queue = ?", (queue,))
+    found = row.fetchone()
+    return int(found[0]) if found else None
+
+
+def _limit(conn: sqlite3.Connection, queue: str, given: int) -> int:
+    """Inside a write transaction: the delivery limit in force. A configured one
+    (``given`` > 0) is stored, so every process sharing the file applies it."""
+    stored = _stored_limit(conn, queue)
+    if given <= 0:
+        return stored or DEFAULT_MAX_ATTEMPTS
+    if stored != given:
+        conn.execute(
+            "INSERT INTO queue_limits (queue, max_attempts) VALUES (?, ?) "
+            "ON CONFLICT (queue) DO UPDATE SET max_attempts = excluded.max_attempts",
+            (queue, given),
+        )
+    return given
+
+
+def _kill(conn: sqlite3.Connection, queue: str, dying: list[tuple[int, str]]) -> int:
+    """Inside a write transaction: leased messages ``(id, reason)`` to the dead letter."""
+    if not dying:
+        return 0
+    row = conn.execute("SELECT failed FROM queue_counters WHERE queue = ?", (queue,))
+    seq = (row.fetchone() or (0,))[0]
+    # dead_seq orders dead letters by the time they died.
+    conn.executemany(
+        "UPDATE queue_messages SET state = 2, dead_seq = ? WHERE id = ?",
+        [(seq + i + 1, num) for i, (num, _) in enumerate(dying)],
+    )
+    conn.executemany("INSERT OR REPLACE INTO queue_reasons (id, reason) VALUES (?, ?)", dying)
+    k = len(dying)
+    _bump(conn, queue, leased=-k, dead=k, failed=k)
+    return k
+
+
+def _requeue(conn: sqlite3.Connection, queue: str, now: float, limit: int) -> int:
+    """Inside a write transaction: end expired leases - back to ready (counted as
+    retried), or to the dead letter once delivered ``limit`` times. Returns how many."""
+    spent = conn.execute(
+        "SELECT id, attempts FROM queue_messages WHERE queue = ? AND state = 1 "
+        "AND lease_until <= ? AND attempts >= ? ORDER BY id",
+        (queue, now, limit),
+    ).fetchall()
+    died = _kill(conn, queue, [(num, spent_reason(att)) for num, att in spent])
     k = conn.execute(
         "UPDATE queue_messages SET state = 0 WHERE queue = ? AND state = 1 AND lease_until <= ?",
         (queue, now),
     ).rowcount
     _bump(conn, queue, ready=k, leased=-k, retried=k)
-    return k
+    return k + died
 
 
 def _has_expired(conn: sqlite3.Connection, queue: str, now: float) -> bool:
@@ -130,10 +187,12 @@ class SqliteQueueBackend:
     def __repr__(self) -> str:
         return f"<SqliteQueueBackend {self.path}>"
 
-    def queue(self, name: str) -> SqliteQueue:
+    def queue(self, name: str, *, max_attempts: int | None = None) -> SqliteQueue:
         q = self._queues.get(name)
         if q is None:
-            q = self._queues[name] = SqliteQueue(check_name(name), self)
+            q = self._queues[name] = SqliteQueue(check_name(name), self, max_attempts)
+        else:
+            q.configure(max_attempts)
         return q
 
     async def names(self) -> list[str]:
@@ -165,16 +224,22 @@ class SqliteQueueBackend:
         encoded = encode_groups(groups)
         if not encoded:
             return {}
+        limits = {q: self._queues[q].limit for q in encoded if q in self._queues}
 
         def push(conn: sqlite3.Connection) -> dict[str, list[str]]:
             with _write(conn):
-                return {q: [str(n) for n in _insert(conn, q, rows)] for q, rows in encoded.items()}
+                return {q: [str(n) for n in _insert(conn, q, rows, limits.get(q, 0))]
+                        for q, rows in encoded.items()}
 
         return await self.run(f"push to queues {', '.join(map(repr, encoded))}", push)
 
 
-def _insert(conn: sqlite3.Connection, q: str, rows: list[tuple[str, int]]) -> list[int]:
-    """Insert encoded rows into queue ``q`` (inside a write transaction); their ids."""
+def _insert(conn: sqlite3.Connection, q: str, rows: list[tuple[str, int]], limit: int = 0
+            ) -> list[int]:
+    """Insert encoded rows into queue ``q`` (inside a write transaction); their ids.
+    A configured delivery ``limit`` (> 0) is stored with the queue."""
+    if limit > 0:
+        _limit(conn, q, limit)
     conn.executemany(
         "INSERT INTO queue_messages (queue, state, priority, payload) VALUES (?, 0, ?, ?)",
         [(q, priority, data) for data, priority in rows],
@@ -188,26 +253,27 @@ def _insert(conn: sqlite3.Connection, q: str, rows: list[tuple[str, int]]) -> li
 class SqliteQueue(BaseQueue):
     """One named queue inside a :class:`SqliteQueueBackend` file."""
 
-    def __init__(self, name: str, backend: SqliteQueueBackend) -> None:
-        super().__init__(name)
+    def __init__(self, name: str, backend: SqliteQueueBackend,
+                 max_attempts: int | None = None) -> None:
+        super().__init__(name, max_attempts)
         self.backend = backend
 
     async def _push(self, rows: list[tuple[str, int]]) -> list[int]:
-        q = self.name
+        q, limit = self.name, self.limit
 
         def push(conn: sqlite3.Connection) -> list[int]:
             with _write(conn):
-                return _insert(conn, q, rows)
+                return _insert(conn, q, rows, limit)
 
         return await self.backend.run(f"push to queue {q!r}", push)
 
-    async def _lease(self, n: int, timeout: float) -> list[Message]:
-        q, clock = self.name, self.backend.clock
+    async def _lease(self, n: int, timeout: float) -> list[Row]:
+        q, clock, given = self.name, self.backend.clock, self.limit
 
-        def lease(conn: sqlite3.Connection) -> list[Message]:
+        def lease(conn: sqlite3.Connection) -> list[Row]:
             with _write(conn):
                 now = clock()
-                _requeue(conn, q, now)
+                _requeue(conn, q, now, _limit(conn, q, given))
                 rows = conn.execute(
                     "SELECT id, payload, priority, attempts FROM queue_messages "
                     "WHERE queue = ? AND state = 0 ORDER BY priority DESC, id LIMIT ?",
@@ -222,7 +288,7 @@ class SqliteQueue(BaseQueue):
                     [(until, r[0]) for r in rows],
                 )
                 _bump(conn, q, ready=-len(rows), leased=len(rows))
-            return [message(num, data, prio, att + 1, until) for num, data, prio, att in rows]
+            return [Row(num, data, prio, att + 1, until) for num, data, prio, att in rows]
 
         return await self.backend.run(f"lease from queue {q!r}", lease)
 
@@ -239,34 +305,30 @@ class SqliteQueue(BaseQueue):
 
         return await self.backend.run(f"ack on queue {q!r}", ack)
 
-    async def _nack(self, refs: list[Ref], dead: bool) -> int:
-        q = self.name
+    async def _nack(self, refs: list[Ref], dead: bool, reason: str | None) -> int:
+        q, given = self.name, self.limit
 
-        def nack_ready(conn: sqlite3.Connection) -> int:
+        def nack(conn: sqlite3.Connection) -> int:
             with _write(conn):
-                k = conn.executemany(
-                    f"UPDATE queue_messages SET state = 0 WHERE {_MATCH_LEASED}", _params(q, refs)
-                ).rowcount
-                _bump(conn, q, leased=-k, ready=k, retried=k)
-            return k
-
-        def nack_dead(conn: sqlite3.Connection) -> int:
-            with _write(conn):
-                row = conn.execute("SELECT failed FROM queue_counters WHERE queue = ?", (q,))
-                seq = (row.fetchone() or (0,))[0]
-                k = 0
+                held: list[tuple[int, int]] = []
                 for params in _params(q, refs):
-                    # dead_seq orders dead letters by the time they died.
-                    params["seq"] = seq + k + 1
-                    k += conn.execute(
-                        "UPDATE queue_messages SET state = 2, dead_seq = :seq "
-                        f"WHERE {_MATCH_LEASED}",
-                        params,
-                    ).rowcount
-                _bump(conn, q, leased=-k, dead=k, failed=k)
-            return k
+                    row = conn.execute(
+                        f"SELECT id, attempts FROM queue_messages WHERE {_MATCH_LEASED}", params
+                    ).fetchone()
+                    if row is not None:
+                        held.append((row[0], row[1]))
+                if dead:
+                    return _kill(conn, q, [(num, reason or "") for num, _ in held])
+                limit = _limit(conn, q, given)
+                last = f"; last nack: {reason}" if reason else ""
+                died = _kill(conn, q, [(num, spent_reason(att) + last)
+                                       for num, att in held if att >= limit])
+                back = [(num,) for num, att in held if att < limit]
+                conn.executemany("UPDATE queue_messages SET state = 0 WHERE id = ?", back)
+                _bump(conn, q, leased=-len(back), ready=len(back), retried=len(back))
+            return died + len(back)
 
-        return await self.backend.run(f"nack on queue {q!r}", nack_dead if dead else nack_ready)
+        return await self.backend.run(f"nack on queue {q!r}", nack)
 
     async def _extend(self, refs: list[Ref], timeout: float) -> int:
         q, clock = self.name, self.backend.clock
@@ -288,7 +350,8 @@ class SqliteQueue(BaseQueue):
         if not _has_expired(conn, self.name, self.backend.clock()):
             return 0
         with _write(conn):
-            return _requeue(conn, self.name, self.backend.clock())
+            limit = _limit(conn, self.name, self.limit)
+            return _requeue(conn, self.name, self.backend.clock(), limit)
 
     async def _requeue_expired(self) -> int:
         return await self.backend.run(
@@ -307,20 +370,24 @@ class SqliteQueue(BaseQueue):
             row = conn.execute(
                 f"SELECT {', '.join(_COUNTER_NAMES)} FROM queue_counters WHERE queue = ?", (q,)
             ).fetchone()
-            return Counters(*row) if row else Counters()
+            c = Counters(*row) if row else Counters()
+            c.max_attempts = self.limit or _stored_limit(conn, q) or DEFAULT_MAX_ATTEMPTS
+            return c
 
         return await self.backend.run(f"stats of queue {q!r}", counters)
 
-    async def _dead_letters(self, n: int) -> list[Message]:
+    async def _dead_letters(self, n: int) -> list[Row]:
         q = self.name
 
-        def dead_letters(conn: sqlite3.Connection) -> list[Message]:
+        def dead_letters(conn: sqlite3.Connection) -> list[Row]:
             rows = conn.execute(
-                "SELECT id, payload, priority, attempts FROM queue_messages "
-                "WHERE queue = ? AND state = 2 ORDER BY dead_seq LIMIT ?",
+                "SELECT m.id, m.payload, m.priority, m.attempts, r.reason FROM queue_messages m "
+                "LEFT JOIN queue_reasons r ON r.id = m.id "
+                "WHERE m.queue = ? AND m.state = 2 ORDER BY m.dead_seq LIMIT ?",
                 (q, n),
             ).fetchall()
-            return [message(num, data, prio, att, 0.0) for num, data, prio, att in rows]
+            return [Row(num, data, prio, att, 0.0, why or None)
+                    for num, data, prio, att, why in rows]
 
         return await self.backend.run(f"dead_letters of queue {q!r}", dead_letters)
 
@@ -329,8 +396,13 @@ class SqliteQueue(BaseQueue):
 
         def purge(conn: sqlite3.Connection) -> int:
             with _write(conn):
+                conn.execute(
+                    "DELETE FROM queue_reasons WHERE id IN "
+                    "(SELECT id FROM queue_messages WHERE queue = ? AND state = 2)", (q,)
+                )
                 k = conn.execute("DELETE FROM queue_messages WHERE queue = ?", (q,)).rowcount
                 conn.execute("DELETE FROM queue_counters WHERE queue = ?", (q,))
+                conn.execute("DELETE FROM queue_limits WHERE queue = ?", (q,))
             return int(k)
 
         return await self.backend.run(f"purge of queue {q!r}", purge)

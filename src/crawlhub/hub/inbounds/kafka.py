@@ -12,6 +12,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from crawlhub import jsoncodec
 from crawlhub.config.kafka import aiokafka_kwargs
 from crawlhub.errors import ConfigError
 from crawlhub.hub.inbounds.base import Deliver
@@ -126,7 +127,7 @@ class KafkaInbound:
         where = f"{partition.topic}[{partition.partition}]@{message.offset}"
         try:
             task = json.loads(message.value) if message.value is not None else None
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             log.warning("inbound %s: skipping non-JSON message %s: %s", self.name, where, exc)
             return None
         if not isinstance(task, dict):
@@ -136,6 +137,11 @@ class KafkaInbound:
                 where,
                 type(task).__name__,
             )
+            return None
+        if jsoncodec.too_deep(task):
+            # The hub would refuse it on every redelivery: skip it like junk.
+            log.warning("inbound %s: skipping message %s: %s", self.name, where,
+                        jsoncodec.TooDeepError("it"))
             return None
         return task
 
