@@ -696,3 +696,19 @@ def test_valid_selectors_never_raise_and_agree_with_reference(task: dict[str, An
 def test_selector_set_type_is_public() -> None:
     assert isinstance(compile_selectors([]), SelectorSet)
     assert selectors_module.__all__
+
+
+@pytest.mark.parametrize("texts", [42, {"task_src": 3}, 3.5, True])
+def test_a_selector_list_that_is_not_a_list_is_a_selector_error(texts: Any) -> None:
+    with pytest.raises(SelectorError) as info:
+        compile_selectors(texts)
+    assert info.value.key == "selector"
+    assert "must be a list of expressions" in str(info.value)
+
+
+@pytest.mark.parametrize("item", [42, True, None, ["a == 1"]])
+def test_a_selector_that_is_not_a_string_is_a_selector_error_at_its_index(item: Any) -> None:
+    with pytest.raises(SelectorError) as info:
+        compile_selectors(["a == 1", item])
+    assert info.value.key == "selector[1]"
+    assert "not a string" in str(info.value)

@@ -337,6 +337,11 @@ def compile_selectors(texts: Sequence[str] | str | None) -> SelectorSet:
         texts = []
     elif isinstance(texts, str):
         texts = [texts]
+    elif not isinstance(texts, list | tuple):
+        raise SelectorError(
+            f"selector must be a list of expressions (strings), got {texts!r}; write e.g."
+            ' selector: ["task_src == 3"]', key="selector"
+        )
     selectors = []
     for index, text in enumerate(texts):
         try:

@@ -245,3 +245,90 @@ def test_all_errors_are_collected_across_entries_and_files(write: WriteFiles) ->
     lines = str(info.value).splitlines()
     assert lines[0] == "config has 6 errors:"
     assert lines[1:] == [f"  {e}" for e in errors]
+
+
+@pytest.mark.parametrize("value", ["[42]", "[true]", "['ok == 1', 3.5]", "[{task_src: 3}]"])
+def test_a_selector_that_is_not_a_string_is_an_error(write: WriteFiles, value: str) -> None:
+    err = only_error(write, {"main.yaml": f"outbound:\n  - name: o\n    selector: {value}\n"})
+    assert where(err) == ("main.yaml", "outbound[0] 'o'", "selector")
+    assert "not a string: a selector is a Python expression in quotes" in str(err)
+
+
+def test_a_selector_that_is_a_number_on_an_inbound_is_an_error(write: WriteFiles) -> None:
+    err = only_error(write, {"main.yaml": "inbound:\n  - {name: i, class: http, selector: 42}\n"})
+    assert where(err) == ("main.yaml", "inbound[0] 'i'", "selector")
+    assert "expected a list of selector expressions (strings), got 42" in str(err)
+
+
+def test_an_empty_token_is_an_error_not_auth_off(write: WriteFiles) -> None:
+    err = only_error(write, {"main.yaml": "server:\n  token: ''\n"})
+    assert where(err) == ("main.yaml", "server", "token")
+    assert "the token is empty" in str(err) and "token: null" in str(err)
+
+
+def test_a_token_placeholder_that_resolves_empty_is_an_error(write: WriteFiles) -> None:
+    main = write({"main.yaml": "server:\n  token: '{hub_token}'\n"})
+    for env in ({"HUB_TOKEN": ""}, {"HUB_TOKEN": "   "}):
+        with pytest.raises(ConfigError) as info:
+            load_config(main, env=env)
+        assert where(info.value) == ("main.yaml", "server", "token")
+        assert "the token is empty" in str(info.value)
+
+
+def test_no_token_at_all_still_means_no_auth(write: WriteFiles) -> None:
+    for text in ("server: {port: 8000}\n", "server:\n  token: null\n"):
+        assert load_config(write({"main.yaml": text}), env={}).server.token is None
+
+
+def test_a_failback_cycle_without_a_route_limit_names_both_outbounds(write: WriteFiles) -> None:
+    err = only_error(
+        write,
+        {
+            "main.yaml": "include: [more.yaml]\noutbound:\n  - {name: b, failback: a}\n",
+            "more.yaml": "outbound:\n  - {name: a, failback: b}\n",
+        },
+    )
+    assert where(err) == ("more.yaml", "outbound[0] 'a'", "failback")
+    assert "failback cycle 'a' -> 'b' -> 'a'" in str(err)
+    assert "outbound[0] 'b' in main.yaml" in str(err)
+    assert "routing.limits" in str(err)
+
+
+def test_a_longer_failback_cycle_is_found_from_any_entry(write: WriteFiles) -> None:
+    err = only_error(
+        write,
+        {
+            "main.yaml": """
+                outbound:
+                  - {name: start, failback: x}
+                  - {name: x, failback: y}
+                  - {name: y, failback: z}
+                  - {name: z, failback: x}
+                """
+        },
+    )
+    assert where(err) == ("main.yaml", "outbound[1] 'x'", "failback")
+    assert "failback cycle 'x' -> 'y' -> 'z' -> 'x'" in str(err)
+
+
+@pytest.mark.parametrize("limits", [0, 1, 10])
+def test_a_finite_route_limit_covers_a_failback_cycle(write: WriteFiles, limits: int) -> None:
+    main = write(
+        {
+            "main.yaml": f"""
+                routing: {{limits: {limits}}}
+                outbound:
+                  - {{name: a, failback: b}}
+                  - {{name: b, failback: a}}
+                """
+        }
+    )
+    assert [o.failback for o in load_config(main, env={}).outbound] == ["b", "a"]
+
+
+def test_a_failback_chain_that_ends_is_fine(write: WriteFiles) -> None:
+    main = write(
+        {"main.yaml": "outbound:\n  - {name: a, failback: b}\n  - {name: b, failback: c}\n"
+                      "  - {name: c}\n"}
+    )
+    assert load_config(main, env={}).routing.limits == -1

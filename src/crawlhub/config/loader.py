@@ -37,6 +37,7 @@ from crawlhub.config.schema import (
     split_static_params,
 )
 from crawlhub.config.settings import DEFAULT_DATA_DIR, Settings, load_settings, where_to_set
+from crawlhub.config.yamlread import YAMLProblem, read_yaml
 from crawlhub.errors import ConfigError, ConfigErrors, SelectorError
 from crawlhub.selectors import compile_selectors, with_location
 from crawlhub.storage.redact import is_secret_key, redact_url
@@ -215,7 +216,10 @@ class _Reader:
             self.errors.append(ConfigError(f"cannot read the file: {exc}", file=shown))
             return None
         try:
-            data = yaml.safe_load(text)
+            data = read_yaml(text)
+        except YAMLProblem as exc:
+            self.errors.append(ConfigError(str(exc), file=shown, entry=exc.entry, key=exc.key))
+            return None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -360,6 +364,7 @@ class _Builder:
         self._check_unique_names(inbounds)
         self._check_unique_names(outbounds)
         self._check_failbacks(outbounds)
+        self._check_failback_cycles(outbounds, cfg.routing.limits if cfg is not None else -1)
         self._check_selectors()
         if self.errors or cfg is None:
             raise _combine(self.errors)
@@ -508,6 +513,43 @@ class _Builder:
                 ConfigError(
                     f"failback '{target}' is not a defined outbound{hint} "
                     f"(outbounds: {', '.join(names) or 'none'})",
+                    file=raw.file,
+                    entry=raw.label,
+                    key="failback",
+                )
+            )
+
+    def _check_failback_cycles(self, outbounds: list[tuple[Any, RawEntry]], limits: int) -> None:
+        """A failback chain that comes back (a -> b -> a) bounces a failing task forever
+        unless ``routing.limits`` caps the routes per task."""
+        if limits >= 0:
+            return
+        by_name = {model.name: (model, raw) for model, raw in outbounds}
+        order = {model.name: position for position, (model, _) in enumerate(outbounds)}
+        done: set[str] = set()
+        for model, _ in outbounds:
+            chain: list[str] = []
+            name: str | None = model.name
+            while name is not None and name in by_name and name not in done and name not in chain:
+                chain.append(name)
+                name = by_name[name][0].failback
+            done.update(chain)
+            if name is None or name not in chain:
+                continue
+            cycle = [*chain[chain.index(name):], name]
+            first = min(cycle[:-1], key=order.__getitem__)
+            cycle = [*cycle[cycle.index(first):-1], *cycle[:cycle.index(first)], first]
+            others = ", ".join(
+                f"{by_name[n][1].label} in {by_name[n][1].file}" for n in cycle[:-1] if n != first
+            )
+            shown = " -> ".join(f"'{n}'" for n in cycle)
+            raw = by_name[first][1]
+            self.errors.append(
+                ConfigError(
+                    f"failback cycle {shown} (with {others}) while routing.limits is -1 (no"
+                    " cap): a task that keeps failing bounces between these outbounds"
+                    " forever; set routing.limits to a finite number of routes per task, or"
+                    " remove failback from one of them",
                     file=raw.file,
                     entry=raw.label,
                     key="failback",

@@ -46,6 +46,23 @@ def _as_list(value: Any) -> Any:
     return value
 
 
+def _selector_list(value: Any) -> Any:
+    """Selectors are expressions in quotes: ``[42]`` or ``[true]`` is a mistake, not ``"42"``."""
+    value = [] if value is None else [value] if isinstance(value, str) else value
+    if not isinstance(value, list):
+        raise ValueError(
+            f"expected a list of selector expressions (strings), got {value!r}; write e.g."
+            " selector: [\"task_src == 3\"]"
+        )
+    for index, item in enumerate(value):
+        if not isinstance(item, str):
+            raise ValueError(
+                f"selector[{index}] is {item!r} ({type(item).__name__}), not a string: a"
+                " selector is a Python expression in quotes, e.g. \"task_src == 3\""
+            )
+    return value
+
+
 def _as_dict(value: Any) -> Any:
     return {} if value is None else value
 
@@ -115,6 +132,17 @@ class ServerConfig(_Section):
     #: with 408 so a client trickling bytes cannot hold a worker.
     body_timeout: Duration = Field(default=30.0, gt=0)
 
+    @field_validator("token")
+    @classmethod
+    def _token_not_empty(cls, token: SecretStr | None) -> SecretStr | None:
+        # An empty token would turn auth off without a word: refuse it, say how to.
+        if token is not None and not token.get_secret_value().strip():
+            raise ValueError(
+                "the token is empty (a placeholder that resolved to '' counts): set a"
+                " non-empty token, or write 'token: null' (or remove it) to run without auth"
+            )
+        return token
+
     @field_serializer("token", when_used="json")
     def _mask_token(self, token: SecretStr | None) -> str | None:
         return None if token is None else "***"
@@ -171,7 +199,7 @@ class _Entry(_Section):
 
     name: str = Field(min_length=1)
     disable: bool = False
-    selector: StrList = Field(default_factory=list)
+    selector: Annotated[list[str], BeforeValidator(_selector_list)] = Field(default_factory=list)
     init: FreeMapping = Field(default_factory=dict)
 
     _source_file: str | None = PrivateAttr(default=None)
