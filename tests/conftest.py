@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests import servers
+from tests.helpers import FakeClock
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +33,9 @@ def kafka_bootstrap() -> Iterator[str]:
 def unique_name() -> str:
     """A name no other test uses: key prefixes, queue names, table names."""
     return "t" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """The suite's fake clock (tests.helpers.FakeClock): time moves only when told."""
+    return FakeClock()

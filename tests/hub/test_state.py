@@ -3,24 +3,25 @@ and on real Redis."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from crawlhub.hub.state import HubState, LedgerEntry, RedisHubState, SqliteHubState
+from tests.helpers import FakeClock
 from tests.hub.conftest import delete_prefix
 
 
 @pytest.fixture(params=["sqlite", "redis"])
-async def state(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str
-                ) -> AsyncIterator[HubState]:
+async def state(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str,
+                clock: FakeClock) -> AsyncIterator[HubState]:
     st: HubState
     if request.param == "sqlite":
-        st = SqliteHubState(f"sqlite:///{tmp_path}/hub.db")
+        st = SqliteHubState(f"sqlite:///{tmp_path}/hub.db", clock=clock)
     else:
-        st = RedisHubState(request.getfixturevalue("redis_url"), prefix=f"{unique_name}:")
+        st = RedisHubState(request.getfixturevalue("redis_url"), prefix=f"{unique_name}:",
+                           clock=clock)
     yield st
     await st.close()
     if request.param == "redis":
@@ -47,8 +48,9 @@ async def test_unknown_uuid_resolves_to_none(state: HubState) -> None:
     assert await state.resolve("nope") is None
 
 
-async def test_claim_expired_takes_only_past_deadlines_once(state: HubState) -> None:
-    now = time.time()
+async def test_claim_expired_takes_only_past_deadlines_once(state: HubState, clock: FakeClock
+                                                             ) -> None:
+    now = clock()
     await state.record([entry("late", now - 1), entry("soon", now + 3600), entry("never")])
     claimed = await state.claim_expired(now)
     assert [e.task["task_uuid"] for e in claimed] == ["late"]
@@ -66,10 +68,17 @@ async def test_counters_add_up_per_outbound(state: HubState) -> None:
     assert counters["b"] == {"failed": 4}
 
 
-async def test_token_bucket_grants_burst_then_asks_to_wait(state: HubState) -> None:
+async def test_token_bucket_grants_burst_then_asks_to_wait(state: HubState, clock: FakeClock
+                                                            ) -> None:
     assert await state.take_tokens("scope", 2.0, 2, 2.0) == 0
-    wait = await state.take_tokens("scope", 2.0, 1, 2.0)
-    assert 0 < wait <= 0.5 + 0.05
+    assert await state.take_tokens("scope", 2.0, 1, 2.0) == pytest.approx(0.5)
+    clock.advance(0.25)
+    assert await state.take_tokens("scope", 2.0, 1, 2.0) == pytest.approx(0.25)
+    clock.advance(0.25)
+    assert await state.take_tokens("scope", 2.0, 1, 2.0) == 0
+    clock.advance(3600)  # a long pause refills the bucket only up to its burst
+    assert await state.take_tokens("scope", 2.0, 2, 2.0) == 0
+    assert await state.take_tokens("scope", 2.0, 1, 2.0) > 0
 
 
 async def test_token_buckets_are_separate_per_scope(state: HubState) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -225,15 +225,18 @@ CREATE TABLE IF NOT EXISTS rates (
 class SqliteHubState(SqliteIntake):
     """Hub state in one SQLite file (embedded mode)."""
 
-    def __init__(self, url: str, *, retention: float = DEFAULT_RETENTION) -> None:
+    def __init__(self, url: str, *, retention: float = DEFAULT_RETENTION,
+                 clock: Callable[[], float] = time.time) -> None:
         self.url = url
         self.retention = retention
+        #: Epoch seconds for retention and token buckets; tests pass a fake one.
+        self.clock = clock
         self._db = SqliteDB(url, schema=_SCHEMA)
         self._last_purge = 0.0
 
     async def record(self, entries: Sequence[LedgerEntry],
                      counters: Sequence[tuple[str, str, int]] = ()) -> None:
-        now = time.time()
+        now = self.clock()
         rows = [
             (e.task["task_uuid"], _dumps(e), e.deadline, now + self.retention) for e in entries
         ]
@@ -311,7 +314,7 @@ class SqliteHubState(SqliteIntake):
         uuid = str(current.task["task_uuid"])
         expected = _text(current.raw)
         raw = None if after is None else _text(after.raw) or _dumps(after)
-        expires = time.time() + self.retention
+        expires = self.clock() + self.retention
 
         def _settle(conn: sqlite3.Connection) -> bool:
             row = conn.execute("SELECT entry FROM ledger WHERE task_uuid = ?",
@@ -379,7 +382,7 @@ class SqliteHubState(SqliteIntake):
         return result
 
     async def take_tokens(self, scope: str, rate: float, n: int, burst: float) -> float:
-        now = time.time()
+        now = self.clock()
 
         def _take(conn: sqlite3.Connection) -> float:
             row = conn.execute("SELECT tokens, stamp FROM tokens WHERE scope = ?",
@@ -527,11 +530,14 @@ end
 return raw
 """
 
-# Token bucket shared by every hub process (KEYS: bucket hash; ARGV: rate, n, burst).
-# Uses the server's clock so hubs on different machines agree.
+# Token bucket shared by every hub process (KEYS: bucket hash; ARGV: rate, n, burst, and
+# a clock reading or ""). Uses the server's clock so hubs on different machines agree.
 _TOKENS_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local now = tonumber(ARGV[4])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
 local rate = tonumber(ARGV[1])
 local n = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
@@ -550,9 +556,13 @@ class RedisHubState(RedisIntake):
     """Hub state on Redis (distributed mode): every hub process shares it."""
 
     def __init__(self, url: str, *, prefix: str = "crawlhub:",
-                 retention: float = DEFAULT_RETENTION) -> None:
+                 retention: float = DEFAULT_RETENTION,
+                 clock: Callable[[], float] | None = None) -> None:
         self.url = url
         self.retention = retention
+        #: Replaces the local clock (retention) and the server's (token buckets); tests
+        #: pass a fake one.
+        self.clock = clock
         self._redis = redis_client(url, name="hub state")
         self._keys = hub_keys(prefix)
         self._prefix = prefix
@@ -578,7 +588,7 @@ class RedisHubState(RedisIntake):
             b"".join(ids), ",".join(str(len(i)) for i in ids),
             b"".join(blobs), ",".join(str(len(b)) for b in blobs),
             ",".join("" if e.deadline is None else repr(e.deadline) for e in entries),
-            repr(time.time() + self.retention),
+            repr((self.clock or time.time)() + self.retention),
         ]
         for outbound, field, n in counters:
             args += [f"{outbound}\x1f{field}", n]
@@ -609,7 +619,7 @@ class RedisHubState(RedisIntake):
             str(current.task["task_uuid"]), current.raw, raw,
             "" if after is None or after.deadline is None else repr(after.deadline),
             "" if after is None else after.pending or "",
-            repr(lease_until), repr(time.time() + self.retention),
+            repr(lease_until), repr((self.clock or time.time)() + self.retention),
         ]
         for outbound, name, n in counters:
             args += [f"{outbound}\x1f{name}", n]
@@ -665,8 +675,9 @@ class RedisHubState(RedisIntake):
         return result
 
     async def take_tokens(self, scope: str, rate: float, n: int, burst: float) -> float:
+        now = "" if self.clock is None else repr(self.clock())
         wait = await self._tokens(keys=[f"{self._keys['tokens']}:{scope}"],
-                                  args=[rate, n, burst])
+                                  args=[rate, n, burst, now])
         return float(wait)
 
     async def pending(self) -> int:
