@@ -1,7 +1,8 @@
 """``crawlhub collect NAME``: run one collection job in the foreground with a progress bar.
 
 Prints the RunResult; Ctrl-C cancels gracefully (what was processed is written and
-progress saved), a second Ctrl-C aborts. Exit code 0 succeeded, 1 failed, 130 cancelled.
+progress saved), a second Ctrl-C aborts. Exit code 0 succeeded, 1 failed, 2 bad input,
+3 the job is already running elsewhere (its lease names pid and host), 130 cancelled.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from crawlhub.collect.build import new_run
+from crawlhub.collect.lease import DEFAULT_LEASE_TTL, JobRunning
 from crawlhub.collect.service import metadata_url_for
 from crawlhub.collect.store import open_store
 from crawlhub.config.pipeline import cli_overrides
@@ -55,6 +57,15 @@ def collect_command(
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Show a progress bar on stderr.")
     ] = True,
+    lease_ttl: Annotated[
+        float,
+        typer.Option(
+            "--lease-ttl",
+            min=0.1,
+            help="Seconds the run's lease outlives a missed heartbeat (renewed every third "
+            "of it); a stop requested over the API arrives within a third of it.",
+        ),
+    ] = DEFAULT_LEASE_TTL,
 ) -> None:
     """Run one collection job now, in the foreground, and print its RunResult."""
     from crawlhub.cli import get_config
@@ -70,8 +81,12 @@ def collect_command(
     try:
         with ctrl_c_cancels(token):
             result = asyncio.run(
-                _collect(cfg, job.name, metadata or metadata_url_for(cfg), token, cli, progress)
+                _collect(cfg, job.name, metadata or metadata_url_for(cfg), token, cli, progress,
+                         lease_ttl)
             )
+    except JobRunning as exc:
+        err.print(f"[bold red]error[/] {exc}", highlight=False)
+        raise typer.Exit(3) from None
     except KeyboardInterrupt:
         err.print(
             "aborted (second Ctrl-C): the run's progress was saved up to the last delivered batch"
@@ -91,12 +106,19 @@ def collect_command(
 
 
 async def _collect(
-    cfg: Any, name: str, url: str, token: CancellationToken, cli: dict[str, Any], progress: bool
+    cfg: Any,
+    name: str,
+    url: str,
+    token: CancellationToken,
+    cli: dict[str, Any],
+    progress: bool,
+    lease_ttl: float = DEFAULT_LEASE_TTL,
 ) -> RunResult:
     job = next(j for j in cfg.jobs if j.name == name)
     store = await open_store(url)
     try:
-        run = new_run(job, store=store, config=cfg, token=token, cli=cli)
+        run = new_run(job, store=store, config=cfg, token=token, cli=cli, lease_ttl=lease_ttl)
+        await run.lease.acquire()  # before the progress bar: a conflict is one clear line
         if not progress:
             return await run.run()
         return await show_progress(lambda: [run.progress()], run.run(), console=err)

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from crawlhub.collect.lease import DEFAULT_LEASE_TTL
 from crawlhub.collect.runner import JobRun, _now
 from crawlhub.collect.store.base import MetadataStore
 from crawlhub.config.jobs import JobConfig
@@ -99,6 +100,7 @@ def new_run(
     log: JobLog | None = None,
     now: Callable[[], datetime] = _now,
     run_id: str | None = None,
+    lease_ttl: float = DEFAULT_LEASE_TTL,
 ) -> JobRun:
     """A ready ``JobRun`` for ``job``; ``config`` is the CrawlhubConfig (or app settings)."""
     if section is None and config is not None:
@@ -140,6 +142,7 @@ def new_run(
         now=now,
         run_id=run_id,
         closers=closers,
+        lease_ttl=lease_ttl,
     )
 
 

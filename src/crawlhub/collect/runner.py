@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from crawlhub.collect.lease import DEFAULT_LEASE_TTL, RunLease
+from crawlhub.collect.logship import DEFAULT_LOG_KEEP, StoredLog
 from crawlhub.collect.plan import (
     IncrementalState,
     Sweep,
@@ -89,6 +91,8 @@ class JobRun:
         now: Callable[[], datetime] = _now,
         run_id: str | None = None,
         closers: list[Callable[[], Awaitable[None]]] | None = None,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
+        log_keep: int = DEFAULT_LOG_KEEP,
     ) -> None:
         self.job = job
         self.store = store
@@ -101,6 +105,8 @@ class JobRun:
         self.now = now
         self.run_id = run_id or uuid.uuid4().hex[:16]
         self.closers = list(closers or [])
+        self.lease = RunLease(store, job.name, self.run_id, ttl=lease_ttl, log=self.log)
+        self.log_keep = log_keep
         self.pipeline = Pipeline(
             self._process,
             sink,
@@ -122,10 +128,27 @@ class JobRun:
 
     # ---- the run ------------------------------------------------------------------------
     async def run(self) -> RunResult:
-        """Collect once; never raises for source or sink trouble (see the RunResult)."""
+        """Collect once; never raises for source or sink trouble (see the RunResult).
+
+        Raises :class:`JobRunning` when the job runs elsewhere (its lease is taken).
+        """
         if self.token.is_cancelled:  # nothing sent, nothing opened, progress untouched
             await self._close()
             return await self.pipeline.finish()
+        if not self.lease.held:
+            try:
+                await self.lease.acquire()
+            except BaseException:
+                await self._close()
+                raise
+        try:
+            async with StoredLog(self.store, self.log, keep=self.log_keep):
+                async with self.lease.keep(self.token):
+                    return await self._run()
+        finally:
+            await self.lease.release()
+
+    async def _run(self) -> RunResult:
         record = RunRecord(
             run_id=self.run_id,
             job=self.job.name,
@@ -171,6 +194,7 @@ class JobRun:
         return result
 
     async def _close(self) -> None:
+        """Close what the run owns (its HTTP client); safe to call twice."""
         while self.closers:
             await self.closers.pop()()
 

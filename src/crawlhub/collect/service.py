@@ -1,34 +1,37 @@
 """The job service: starts, stops and reports the collection jobs of one crawlhub process.
 
 ``JobManager`` runs each job as an asyncio task with its own cancellation token; jobs
-with ``enabled`` and ``auto_start`` start with the server; progress lives in the store.
+with ``enabled`` and ``auto_start`` start with the server. Progress, the run lease (who
+runs a job, in any process) and recent log lines live in the metadata store, so status
+and stop work for runs started elsewhere (another server, ``crawlhub collect``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from crawlhub.collect.build import job_pipeline_config, new_run, scheduler_for
+from crawlhub.collect.lease import DEFAULT_LEASE_TTL, JobConflict, JobRunning, is_live
 from crawlhub.collect.runner import JobRun
-from crawlhub.collect.store import SqlMetadataStore, open_store
+from crawlhub.collect.store import Lease, SqlMetadataStore, open_store
 from crawlhub.config.jobs import JobConfig
 from crawlhub.errors import CrawlhubError
 from crawlhub.fetch.cancel import CancellationToken
-from crawlhub.fetch.joblog import format_line, job_log
+from crawlhub.fetch.joblog import format_line
 from crawlhub.fetch.scheduler import RequestScheduler
 from crawlhub.pipeline.result import RunResult
+
+__all__ = ["JobConflict", "JobManager", "JobNotFound", "JobRunning", "metadata_url_for"]
 
 
 class JobNotFound(CrawlhubError):
     """No job of that name in the config (the API answers 404)."""
-
-
-class JobConflict(CrawlhubError):
-    """The job cannot start now: already running, or disabled (the API answers 409)."""
 
 
 @dataclass
@@ -61,8 +64,10 @@ class JobManager:
         table_prefix: str = "crawlhub_collect_",
         env: Any = None,
         cli: dict[str, Any] | None = None,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
     ) -> None:
         self.config = config
+        self.lease_ttl = lease_ttl
         self.jobs: dict[str, JobConfig] = {job.name: job for job in config.jobs}
         self.metadata_url = metadata_url or metadata_url_for(config)
         self.table_prefix = table_prefix
@@ -116,11 +121,11 @@ class JobManager:
             raise JobConflict(
                 f"job {name!r} is disabled (enabled: false); enable it in the config to start it"
             )
-        if name in self._active:
-            raise JobConflict(
-                f"job {name!r} is already running (run "
-                f"{self._active[name].run.run_id}); stop it first"
-            )
+        active = self._active.get(name)
+        if active is not None and active.run.lease.current is not None:
+            raise JobRunning(active.run.lease.current)
+        if active is not None:
+            raise JobConflict(f"job {name!r} is already running (run {active.run.run_id})")
         store = await self.store()
         run = new_run(
             job,
@@ -130,7 +135,13 @@ class JobManager:
             token=CancellationToken(),
             env=self.env,
             cli=self.cli,
+            lease_ttl=self.lease_ttl,
         )
+        try:
+            await run.lease.acquire()  # here, so a run elsewhere is a 409 now, not later
+        except BaseException:
+            await run._close()
+            raise
         task = asyncio.create_task(self._run(run), name=f"job:{name}")
         self._active[name] = _Active(run=run, task=task, started_at=time.time())
         return run.run_id
@@ -146,12 +157,20 @@ class JobManager:
     async def stop(self, name: str, *, wait: bool = True) -> bool:
         """Cancel the job's token (manual stop); False when it was not running.
 
-        The run ends CANCELLED with everything processed written and progress saved.
+        The run ends CANCELLED with everything processed written and progress saved. A run
+        in another process gets the request through its lease and stops at its next
+        heartbeat (within a third of the lease ttl); that one is not waited for.
         """
         self.job(name)
         active = self._active.get(name)
         if active is None:
-            return False
+            elsewhere = await self.elsewhere(name)
+            if elsewhere is None:
+                return False
+            await (await self.store()).request_stop(
+                name, f"stopped by request (from pid {os.getpid()} on {socket.gethostname()})"
+            )
+            return True
         active.run.token.cancel("stopped by request")
         if wait:
             with contextlib.suppress(BaseException):
@@ -167,7 +186,17 @@ class JobManager:
         return await asyncio.shield(active.task)
 
     def running(self, name: str) -> bool:
+        """Whether this process runs ``name`` now (``elsewhere`` checks other processes)."""
         return name in self._active
+
+    async def elsewhere(self, name: str) -> Lease | None:
+        """The live lease of a run of ``name`` in another process (or another manager)."""
+        if name in self._active:
+            return None
+        lease = await (await self.store()).lease(name)
+        if lease is None or not is_live(lease, time.time()):
+            return None
+        return lease
 
     # ---- status -----------------------------------------------------------------------
     async def status(self, name: str, *, log_lines: int = 200) -> dict[str, Any]:
@@ -175,44 +204,58 @@ class JobManager:
         job = self.job(name)
         store = await self.store()
         active = self._active.get(name)
+        elsewhere = await self.elsewhere(name)
         saved = await store.load_progress(name)
-        runs = await store.runs(name, limit=1) if active is None else []
+        runs = await store.runs(name, limit=2) if active is None else []
+        runs = [r for r in runs if r.result is not None]
         last: dict[str, Any] | None = None
         if name in self._last:
             last = self._last[name].to_dict()
-        elif runs and runs[0].result is not None:
+        elif runs:
             last = runs[0].result
-        log = job_log(name).lines(log_lines)
-        lines = [format_line(line) for line in log]
+        # The log of the job's runs in any process, from the metadata store.
+        lines = [format_line(line) for line in await store.log_lines(name, log_lines)]
         if not lines and runs:
-            lines = runs[0].log[-log_lines:]
+            lines = runs[0].log[-log_lines:] if log_lines > 0 else []
+        run_id = active.run.run_id if active else elsewhere.run_id if elsewhere else None
         return {
             "name": name,
             "enabled": job.enabled,
             "auto_start": job.auto_start,
             "strategy": job.strategy.type,
-            "state": "running" if active else "idle",
-            "run_id": active.run.run_id if active else None,
+            "state": "running" if active or elsewhere else "idle",
+            "run_id": run_id,
+            "runner": _runner(active.run.lease.current if active else elsewhere),
             "progress": active.run.progress() if active else None,
             "saved": saved.to_dict() if saved else None,
+            "pending_details": await store.count_detail_ids(name) if job.detail.enabled else 0,
             "last_result": last,
             "log": lines,
         }
+
+    async def log(self, name: str, lines: int = 200) -> list[str]:
+        """The newest ``lines`` log lines of ``name``, whichever process ran it."""
+        self.job(name)
+        store = await self.store()
+        return [format_line(line) for line in await store.log_lines(name, lines)]
 
     async def list(self) -> list[dict[str, Any]]:
         """One short line per job: name, flags, state, run id, last status."""
         out = []
         for name, job in self.jobs.items():
             active = self._active.get(name)
+            elsewhere = await self.elsewhere(name)
             last = self._last.get(name)
+            run_id = active.run.run_id if active else elsewhere.run_id if elsewhere else None
             out.append(
                 {
                     "name": name,
                     "enabled": job.enabled,
                     "auto_start": job.auto_start,
                     "strategy": job.strategy.type,
-                    "state": "running" if active else "idle",
-                    "run_id": active.run.run_id if active else None,
+                    "state": "running" if active or elsewhere else "idle",
+                    "run_id": run_id,
+                    "runner": _runner(active.run.lease.current if active else elsewhere),
                     "last_status": last.status.value if last else None,
                 }
             )
@@ -238,3 +281,10 @@ class JobManager:
         if scheduler is None:
             scheduler = self._schedulers[key] = scheduler_for(pipeline)
         return scheduler
+
+
+def _runner(lease: Lease | None) -> dict[str, Any] | None:
+    """Where a running job runs: pid, host, since (None when idle)."""
+    if lease is None:
+        return None
+    return {"pid": lease.pid, "host": lease.host, "since": lease.since, "run_id": lease.run_id}

@@ -1,7 +1,9 @@
 """Per-job logs: every line is a structured dict carrying the job code, kept in a ring buffer.
 
-A job's lines stay together in its own buffer (readable per job by the API, CLI and web
-page) and are also passed to the standard ``logging`` tree, prefixed with the job code.
+A job's lines stay together in its own buffer (readable per job by code in this process)
+and are also passed to the standard ``logging`` tree, prefixed with the job code, and to
+subscribers (``subscribe``): collection runs ship them to the metadata store, where the
+API reads them whichever process ran the job (``crawlhub.collect.logship``).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 _std = logging.getLogger("crawlhub.job")
@@ -30,6 +33,7 @@ class JobLog:
         self._lines: deque[dict[str, Any]] = deque(maxlen=maxlen)
         self._lock = threading.Lock()
         self._logger = logger or _std
+        self._subscribers: tuple[Callable[[dict[str, Any]], None], ...] = ()
         self.dropped = 0  # lines pushed out of the ring buffer
 
     def log(self, level: str, event: str, **fields: Any) -> dict[str, Any]:
@@ -39,12 +43,27 @@ class JobLog:
             if self._lines.maxlen is not None and len(self._lines) == self._lines.maxlen:
                 self.dropped += 1
             self._lines.append(line)
+            subscribers = self._subscribers
+        for subscriber in subscribers:
+            subscriber(line)
         std_level = _LEVELS.get(level, logging.INFO)
         if self._logger.isEnabledFor(std_level):
             # The logging handler adds time and level: the message is "[job] event k=v".
             self._logger.log(std_level, "%s", format_line(line, stamp=False),
                              extra={"job": self.job_code})
         return line
+
+    def subscribe(self, callback: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        """Call ``callback(line)`` for every new line (from the logging thread: it must be
+        quick and thread-safe); returns the function that unsubscribes it."""
+        with self._lock:
+            self._subscribers = (*self._subscribers, callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._subscribers = tuple(s for s in self._subscribers if s is not callback)
+
+        return unsubscribe
 
     def debug(self, event: str, **fields: Any) -> dict[str, Any]:
         return self.log("debug", event, **fields)
