@@ -15,13 +15,14 @@ from crawlhub.fetch import (
     Fetcher,
     HttpClient,
     JobLog,
-    ManualClock,
     MonotonicClock,
     Request,
     RequestScheduler,
+    Response,
     RetryPolicy,
     TooManyFailures,
 )
+from tests.helpers import FakeClock, wait_for
 from tests.httpapi import ApiServer, Fault
 
 
@@ -34,7 +35,7 @@ async def client() -> AsyncIterator[HttpClient]:
 def make_fetcher(
     client: HttpClient,
     *,
-    clock: ManualClock | MonotonicClock | None = None,
+    clock: FakeClock | MonotonicClock | None = None,
     retry: RetryPolicy | None = None,
     token: CancellationToken | None = None,
     rate: tuple[float, float] = (0.0, 0.0),
@@ -42,7 +43,7 @@ def make_fetcher(
     **kw: object,
 ) -> Fetcher:
     scheduler = RequestScheduler(rate_min=rate[0], rate_max=rate[1],
-                                 clock=clock or ManualClock(), rng=random.Random(1))
+                                 clock=clock or FakeClock(), rng=random.Random(1))
     return Fetcher(client, scheduler, retry or RetryPolicy.api_codes(), job_code=job,
                    token=token, logger=JobLog(job), **kw)  # type: ignore[arg-type]
 
@@ -55,7 +56,7 @@ async def test_a_5xx_is_retried_with_exponential_backoff_and_jitter(
     api_server: ApiServer, client: HttpClient
 ) -> None:
     api_server.inject(Fault.http(503), times=2)
-    clock = ManualClock()
+    clock = FakeClock()
     fetcher = make_fetcher(client, clock=clock,
                            retry=RetryPolicy(backoff_base=1.0, backoff_factor=2.0, jitter=0.5))
     response = await fetcher.fetch(items(api_server))
@@ -167,11 +168,8 @@ async def test_cancel_abandons_the_response_wait_and_sends_nothing_after(
         await asyncio.wait_for(pending, 5)
     with pytest.raises(CancelledError):
         await fetcher.fetch(items(api_server))
-    for _ in range(250):  # the server notices the closed connection on its own schedule
-        if api_server.log[0].abandoned:
-            break
-        await asyncio.sleep(0.02)
-    assert api_server.log[0].abandoned
+    # the server notices the closed connection on its own schedule
+    await wait_for(lambda: api_server.log[0].abandoned, "the server to see the request abandoned")
     assert len(api_server.log) == 1
     assert fetcher.stats["list"].cancelled == 1
     assert fetcher.stats["list"].failed == 0
@@ -182,8 +180,7 @@ async def test_cancel_interrupts_the_rate_limit_wait(api_server: ApiServer, clie
     fetcher = make_fetcher(client, token=token, clock=MonotonicClock(), rate=(60.0, 60.0))
     await fetcher.fetch(items(api_server))
     second = asyncio.create_task(fetcher.fetch(items(api_server, 5)))
-    while fetcher.scheduler.waiting == 0:
-        await asyncio.sleep(0)
+    await wait_for(lambda: fetcher.scheduler.waiting, "the second request to wait its turn")
     token.cancel("stop during the gap")
     with pytest.raises(CancelledError):
         await asyncio.wait_for(second, 5)
@@ -199,27 +196,39 @@ async def test_a_pre_cancelled_token_sends_nothing(api_server: ApiServer, client
     assert api_server.log == []
 
 
-async def test_serial_rate_in_real_time_keeps_the_gap_after_each_response(
-    api_server: ApiServer, client: HttpClient
+class SlowOnTheClock:
+    """A client whose every response takes ``seconds`` of the fake clock."""
+
+    def __init__(self, client: HttpClient, clock: FakeClock, seconds: float) -> None:
+        self.client, self.clock, self.seconds = client, clock, seconds
+
+    async def request(self, req: Request, timeout: float | None = None) -> Response:
+        response = await self.client.request(req, timeout)
+        self.clock.advance(self.seconds)
+        return response
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+async def test_serial_rate_keeps_the_gap_after_each_response_not_after_each_start(
+    api_server: ApiServer, client: HttpClient, clock: FakeClock
 ) -> None:
-    fetcher = make_fetcher(client, clock=MonotonicClock(), rate=(0.05, 0.1))
-    loop = asyncio.get_running_loop()
-    began = loop.time()
+    # Each response takes 1 s: a gap counted from the request's start would already have
+    # passed, so every sleep would be skipped.
+    slow = SlowOnTheClock(client, clock, 1.0)
+    fetcher = make_fetcher(slow, clock=clock, rate=(0.05, 0.1))  # type: ignore[arg-type]
     for offset in range(0, 25, 5):
         await fetcher.fetch(items(api_server, offset))
-    elapsed = loop.time() - began
-    log = api_server.log
-    assert len(log) == 5
-    for before, after in zip(log, log[1:], strict=False):
-        assert before.finished_at is not None
-        assert after.received_at - before.finished_at >= 0.045  # generous: the gap is >= 0.05
-    assert elapsed < 10  # 4 gaps of at most 0.1 s; generous bound for a loaded machine
+    assert [r.query["offset"] for r in api_server.log] == ["0", "5", "10", "15", "20"]
+    assert len(clock.sleeps) == 4
+    assert all(0.05 <= gap <= 0.1 for gap in clock.sleeps)
 
 
 async def test_two_jobs_sharing_the_scheduler_keep_one_request_in_flight_in_order(
     api_server: ApiServer, client: HttpClient
 ) -> None:
-    scheduler = RequestScheduler(rate_min=0, rate_max=0, clock=ManualClock())
+    scheduler = RequestScheduler(rate_min=0, rate_max=0, clock=FakeClock())
     first = Fetcher(client, scheduler, job_code="first", logger=JobLog("first"))
     second = Fetcher(client, scheduler, job_code="second", logger=JobLog("second"))
 
@@ -234,7 +243,7 @@ async def test_two_jobs_sharing_the_scheduler_keep_one_request_in_flight_in_orde
 
 async def test_the_curl_cffi_client_fetches_the_same_api(api_server: ApiServer) -> None:
     async with CurlCffiClient(timeout=10) as curl:
-        scheduler = RequestScheduler(rate_min=0, rate_max=0, clock=ManualClock())
+        scheduler = RequestScheduler(rate_min=0, rate_max=0, clock=FakeClock())
         fetcher = Fetcher(curl, scheduler, RetryPolicy.api_codes(), job_code="curl",
                           logger=JobLog("curl"))
         api_server.inject(Fault.http(503))
