@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -11,6 +10,7 @@ import redis.asyncio as aioredis
 from crawlhub.errors import QueueError
 from crawlhub.keys import queue_keys, queue_registry
 from crawlhub.queues.redis import RedisQueueBackend
+from crawlhub.storage.errors import is_unavailable
 
 from .conftest import delete_prefix
 
@@ -52,10 +52,11 @@ async def test_deadlines_follow_the_server_clock(backend: RedisQueueBackend) -> 
     q = backend.queue("jobs")
     await q.push({"n": 1})
 
+    before, _ = await backend.redis.time()
     (m,) = await q.lease(1, visibility_timeout=3600)
-    server_seconds, _ = await backend.redis.time()
+    after, micros = await backend.redis.time()
 
-    assert abs(m.lease_until - (server_seconds + 3600)) < 60
+    assert before + 3600 <= m.lease_until <= after + micros / 1e6 + 3600
 
 
 async def test_valkey_scheme_is_accepted(redis_url: str, unique_name: str) -> None:
@@ -69,11 +70,10 @@ async def test_valkey_scheme_is_accepted(redis_url: str, unique_name: str) -> No
 
 async def test_unreachable_server_is_a_queue_error_without_the_password() -> None:
     b = RedisQueueBackend("redis://:s3cret@127.0.0.1:1/0")
-    started = time.monotonic()
     try:
         with pytest.raises(QueueError, match=r"Redis queue at redis://:\*\*\*@127.0.0.1:1/0") as e:
             await b.queue("jobs").lease(1)
     finally:
         await b.close()
     assert "s3cret" not in str(e.value)
-    assert time.monotonic() - started < 60
+    assert is_unavailable(e.value)  # an outage: the API answers 503, a caller retries later
