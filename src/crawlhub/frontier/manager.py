@@ -224,6 +224,40 @@ class Frontier:
         flags = iter(await self._admit(present, dispatched=True))
         return [None if s is None else next(flags) for s in seeds]
 
+    def task_entries(self, tasks: Sequence[Mapping[str, Any]], now: float
+                     ) -> list[Entry | None]:
+        """The store entries of hub tasks (None: no URL, not gated), resolved without
+        I/O, so the hub can record which (segment, key) a task holds before it admits.
+        An unusable URL raises FrontierError."""
+        seeds = [self.seed_of_task(t) for t in tasks]
+        found = iter(self.entries([s for s in seeds if s is not None], now, dispatched=True))
+        out = [None if s is None else next(found) for s in seeds]
+        for e in out:
+            if e is not None and not e.key:
+                raise FrontierError(f"seed {e.seed.url!r} resolved to an empty key: fix"
+                                    f" key.function of frontier {self.name!r}")
+        return out
+
+    def gated_entry(self, task: Mapping[str, Any], segment: int, key: str) -> Entry | None:
+        """The entry of a hub task in the segment and under the key it was gated with."""
+        seed = self.seed_of_task(task)
+        if seed is None:
+            return None
+        return Entry(seed, segment, key, stable_hash(key), self.segments.start_of(segment),
+                     True)
+
+    async def admit_entries(self, entries: Sequence[Entry]) -> list[bool]:
+        """Admit ``task_entries`` (recorded as dispatched: the hub routes them); True =
+        admitted, False = a duplicate in its segment."""
+        await self._ensure_open()
+        now = self.clock()
+        flags: list[bool] = []
+        for start in range(0, len(entries), ADMIT_BATCH):
+            chunk = list(entries[start : start + ADMIT_BATCH])
+            flags += self._admitted(chunk, now, await self.store.admit(
+                chunk, now, exact=self.config.exact), True)
+        return flags
+
     # ------------------------------------------------------------------ dispatch
     async def lease(self, n: int = 1, visibility_timeout: float | None = None) -> list[Seed]:
         """Lease up to ``n`` ready seeds for ``visibility_timeout`` seconds (default

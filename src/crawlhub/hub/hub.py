@@ -25,9 +25,20 @@ from crawlhub.errors import (
     CrawlhubError,
     FrontierError,
 )
+from crawlhub.frontier.store import Entry
 from crawlhub.hub.converters import Converter, build_converter
 from crawlhub.hub.failures import FailureLog
 from crawlhub.hub.inbounds.base import InboundSource
+from crawlhub.hub.intake import (
+    ALREADY_ROUTED,
+    GATE_HELD,
+    NEW,
+    RECORDED_AGAIN,
+    Intake,
+    QueueGroup,
+    gate_of,
+    parse_gate,
+)
 from crawlhub.hub.metrics import HubMetrics
 from crawlhub.hub.outbounds import OutboundTransport, QueueOutbound, build_transport
 from crawlhub.hub.routing import (
@@ -39,10 +50,12 @@ from crawlhub.hub.routing import (
     status_key,
 )
 from crawlhub.hub.state import CLAIM_LEASE, HubState, LedgerEntry
+from crawlhub.keys import queue_keys, queue_registry
 from crawlhub.loading import import_object
 from crawlhub.queues.base import QueueBackend
+from crawlhub.queues.common import encode_item
 from crawlhub.selectors import SelectorSet, compile_selectors
-from crawlhub.storage.errors import is_unavailable
+from crawlhub.storage.errors import is_unavailable, unavailable
 from crawlhub.storage.redact import redact_url
 from crawlhub.task import BUILTIN_KEY_SET, RESULT_KEY, Task
 
@@ -62,9 +75,13 @@ SETTLE_TRIES = 3
 RATE_WINDOW = 10
 #: Longest a dispatch count waits in one process before going to the shared counts.
 RATE_FLUSH = 0.2
-#: Tasks per frontier call: under the frontier's own admit batch (1000), which it checks
-#: whole before storing.
-ADMIT_CHUNK = 500
+#: Seconds a task may stay recorded and not marked pushed before its push counts as
+#: abandoned (its process died): a retry of it, or of its URL, then pushes it, and so
+#: does recovery (every RECOVER_EVERY seconds in every hub process, and at start).
+INTAKE_GRACE = 10.0
+RECOVER_EVERY = 5.0
+#: Seconds an inbound source waits before sending tasks whose push failed again.
+OUTAGE_PAUSE = 1.0
 
 
 @dataclass(slots=True)
@@ -73,7 +90,13 @@ class SubmitResult:
 
     task_uuid: str | None = None
     outbound: str | None = None
-    status: str = "routed"  # routed | duplicate | rejected | deferred
+    #: routed: pushed to ``outbound``. already_routed: a task with this task_uuid was
+    #: routed and has no result yet (not pushed again). duplicate: its URL was already
+    #: admitted by a frontier in this segment. rejected: no outbound takes it, or its
+    #: URL is unusable. deferred: its token scope is exhausted, retry later.
+    #: unavailable / failed: its push failed (a backend outage / another error); nothing
+    #: of it was kept, so a retry of it is safe.
+    status: str = "routed"
     reason: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -118,6 +141,30 @@ class Inbound:
         return data
 
 
+@dataclass(slots=True)
+class _Todo:
+    """A task on its way through intake: its index in the answer, the task stamped for
+    its outbound, the outbound, its ledger record."""
+
+    index: int
+    task: Task
+    rule: OutboundRule
+    intake: Intake
+
+
+def _same_redis(a: str, b: str) -> bool:
+    """Whether two Redis URLs name the same server and database."""
+    from urllib.parse import urlsplit
+
+    def norm(url: str) -> tuple[str, str | None, int | None, str]:
+        parts = urlsplit(url.replace("valkey://", "redis://", 1)
+                         .replace("valkeys://", "rediss://", 1))
+        host = "127.0.0.1" if parts.hostname in ("localhost", None) else parts.hostname
+        return (parts.scheme, host, parts.port or 6379, parts.path.strip("/") or "0")
+
+    return bool(a) and bool(b) and not a.startswith("sqlite") and norm(a) == norm(b)
+
+
 HTTP_NAMES = frozenset({"http", "http.HttpInbound", "HttpInbound"})
 REDIS_NAMES = frozenset({"redis", "redis_list", "redis_stream", "redis.RedisInbound",
                          "RedisInbound"})
@@ -150,13 +197,15 @@ class Hub:
         self.metrics = metrics or HubMetrics()
         self.sources = dict(sources or {})
         self._lag_cache: dict[str, tuple[float, int]] = {}
+        self._fused_cache: dict[str, bool] = {}
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         # Dispatch counts not yet added to the shared rate counts (see _note_dispatch).
         self._rate_unsent: dict[tuple[str, int], int] = {}
         self._rate_flush: asyncio.Task[None] | None = None
         self._rate_lock = asyncio.Lock()
-        #: The clock the outbound rate is read with (tests inject one).
+        #: The clock of result handling (deadlines of next dispatches, leases, sweeps)
+        #: and of the outbound rate; tests inject one.
         self.clock: Callable[[], float] = time.time
         #: Seconds a claimed lost task, or a settled result's follow-up (push, failure
         #: line), stays leased to this process before any process's sweep takes it over.
@@ -226,6 +275,7 @@ class Hub:
         # Always: besides lost tasks, the sweep finishes what a process that died left
         # leased after settling a result (a push, a failure line).
         self._tasks.append(asyncio.create_task(self._sweep_forever(), name="hub:sweeper"))
+        self._tasks.append(asyncio.create_task(self._recover_forever(), name="hub:intake"))
 
     async def stop(self) -> None:
         self._stop.set()
@@ -273,9 +323,12 @@ class Hub:
     # ------------------------------------------------------------------ intake
     async def submit(self, tasks: Sequence[Mapping[str, Any]], *, wait: bool = False,
                      frontier: str | None = None) -> list[SubmitResult]:
-        """Route new tasks. Without ``wait``, an outbound over ``max_lag`` raises
-        :class:`BackpressureError` before anything is written, and tasks whose token
-        scope is exhausted come back ``deferred``; with ``wait`` both are waited out."""
+        """Route new tasks (see "Intake" in the module docstring). Without ``wait``, an
+        outbound over ``max_lag`` raises :class:`BackpressureError` before anything is
+        written, tasks whose token scope is exhausted come back ``deferred``, and tasks
+        whose push failed come back ``unavailable`` (when no task at all was pushed, the
+        first such error is raised instead: :class:`BackendUnavailable` for an outage).
+        With ``wait`` (inbound sources) all three are waited out."""
         results: list[SubmitResult] = [SubmitResult() for _ in tasks]
         plans: list[tuple[int, Task, OutboundRule]] = []
         for i, raw in enumerate(tasks):
@@ -290,54 +343,330 @@ class Hub:
             plans.append((i, task, decision.outbound))
         # Backpressure first: a task refused here must not have been admitted already.
         await self._check_lag(plans, wait=wait)
-        await self._admit(plans, results, frontier)
-        plans = [p for p in plans if results[p[0]].status == "routed"]
-        # An admitted task cannot come back 'deferred' (its resubmission would read as a
-        # duplicate), so frontier-gated tasks wait for their tokens.
-        gated = wait or bool(frontier) or any(rule.frontier for _, _, rule in plans)
-        deferred = await self._dispatch([(t, rule) for _, t, rule in plans], wait=gated)
-        for i, task, rule in plans:
-            if task.task_uuid in deferred:
-                results[i].status = "deferred"
-                results[i].reason = deferred[task.task_uuid]
-            else:
-                results[i].outbound = rule.name
+        while True:
+            failed = await self._intake(plans, results, frontier, wait=wait)
+            if not failed:
+                return results
+            if not wait:
+                break
+            # An inbound source waits the outage out and sends the same tasks again: the
+            # uuids make it safe (what got pushed meanwhile is not pushed twice).
+            log.warning("intake: %d tasks not pushed (%s); trying again in %s s",
+                        len(failed), next(iter(failed.values())), OUTAGE_PAUSE)
+            await asyncio.sleep(OUTAGE_PAUSE)
+            plans = [p for p in plans if p[0] in failed]
+            for i, task, _ in plans:
+                results[i] = SubmitResult(task_uuid=task.task_uuid)
+                task["routed_count"] = task.routed_count - 1  # stamped again on the way
+        if not any(results[i].status in ("routed", "already_routed") for i, _, _ in plans):
+            error = next(iter(failed.values()))
+            raise unavailable(error) if is_unavailable(error) else error
         return results
 
-    async def _admit(self, plans: list[tuple[int, Task, OutboundRule]],
-                     results: list[SubmitResult], inbound_frontier: str | None) -> None:
-        """Frontier admission: a URL already admitted in its segment is a duplicate."""
+    async def _intake(self, plans: Sequence[tuple[int, Task, OutboundRule]],
+                      results: list[SubmitResult], inbound_frontier: str | None, *,
+                      wait: bool) -> dict[int, BaseException]:
+        """Gate, take tokens, record, admit, push, mark pushed. Fills ``results``;
+        returns the errors of the tasks whose push failed (by index)."""
+        now = time.time()
+        gates = self._gates(plans, results, inbound_frontier, now)
+        groups: dict[str, list[tuple[int, Task]]] = defaultdict(list)
+        rules: dict[str, OutboundRule] = {}
+        for i, task, rule in plans:
+            if results[i].status == "routed":
+                groups[rule.name].append((i, task))
+                rules[rule.name] = rule
+        todo: list[_Todo] = []
+        for name, members in groups.items():
+            rule = rules[name]
+            if name not in self.transports:
+                raise CrawlhubError(f"outbound {name!r} is disabled or has no transport")
+            allowed = await self._take_tokens(rule, len(members), wait=wait)
+            for i, _ in members[allowed:]:
+                results[i].status = "deferred"
+                results[i].reason = (f"token scope {rule.token_scope!r} allows"
+                                     f" {rule.token_per_second}/s; retry later")
+            deadline = now + rule.result_timeout if rule.result_timeout else None
+            for i, task in members[:allowed]:
+                gate = gates.get(i)
+                todo.append(_Todo(i, rule.stamp(task), rule, Intake(
+                    task, name, deadline, gate_of(gate[0], gate[1].segment, gate[1].key)
+                    if gate else None)))
+        failed: dict[int, BaseException] = {}
+        # Ungated tasks for queues on the ledger's own Redis: record and push, one script.
+        fused = [t for t in todo if t.intake.gate is None and self._fused(t.rule.name)]
+        if fused:
+            try:
+                pushed = await self._push_fused("new", fused, now)
+            except Exception as exc:
+                pushed = [False] * len(fused)
+                for t in fused:
+                    self._unavailable(results[t.index], exc)
+                    failed[t.index] = exc
+            else:
+                for t, ok in zip(fused, pushed, strict=True):
+                    if ok:
+                        results[t.index].outbound = t.rule.name
+                    elif t.index not in failed:
+                        self._already_routed(results[t.index])
+        rest = [t for t in todo if not (t.intake.gate is None and self._fused(t.rule.name))]
+        if rest:
+            failed.update(await self._record_and_push(rest, gates, results, now))
+        return failed
+
+    def _gates(self, plans: Sequence[tuple[int, Task, OutboundRule]],
+               results: list[SubmitResult], inbound_frontier: str | None, now: float
+               ) -> dict[int, tuple[str, Entry]]:
+        """The frontier entry (segment, key) of every gated task, resolved without I/O;
+        a task whose URL the frontier cannot use is rejected alone."""
         by_frontier: dict[str, list[tuple[int, Task]]] = defaultdict(list)
         for i, task, rule in plans:
             name = inbound_frontier or rule.frontier
             if name:
                 by_frontier[name].append((i, task))
-        for name, every in by_frontier.items():
-            for start in range(0, len(every), ADMIT_CHUNK):
-                await self._admit_chunk(name, every[start:start + ADMIT_CHUNK], results)
+        gates: dict[int, tuple[str, Entry]] = {}
+        for name, members in by_frontier.items():
+            frontier = self.frontiers[name]
+            try:
+                entries = frontier.task_entries([t for _, t in members], now)
+            except FrontierError:
+                entries = []
+                for i, task in members:
+                    try:
+                        entries += frontier.task_entries([task], now)
+                    except FrontierError as exc:
+                        entries.append(None)
+                        results[i].status = "rejected"
+                        results[i].reason = f"frontier {name!r}: {exc}"
+            for (i, _), entry in zip(members, entries, strict=True):
+                if entry is not None:
+                    gates[i] = (name, entry)
+        return gates
 
-    async def _admit_chunk(self, name: str, gated: list[tuple[int, Task]],
-                           results: list[SubmitResult]) -> None:
-        """One frontier call. A chunk this small is checked whole before anything is
-        stored, so an unusable URL fails the call without admitting the others; then the
-        tasks are judged one by one and only that one is rejected."""
-        frontier = self.frontiers[name]
-        try:
-            admitted = await frontier.admit_tasks([t for _, t in gated])
-        except FrontierError:
-            admitted = []
-            for i, task in gated:
-                try:
-                    admitted.append(await frontier.admit_task(task))
-                except FrontierError as exc:
-                    admitted.append(None)
-                    results[i].status = "rejected"
-                    results[i].reason = f"frontier {name!r}: {exc}"
-        for (i, _), verdict in zip(gated, admitted, strict=True):
-            if verdict is False:
-                results[i].status = "duplicate"
-                results[i].reason = f"already admitted by frontier {name!r} in this segment"
+    async def _record_and_push(self, todo: list[_Todo], gates: Mapping[int, tuple[str, Entry]],
+                               results: list[SubmitResult], now: float
+                               ) -> dict[int, BaseException]:
+        """The general path: record unpushed (one round trip), admit the gated ones (one
+        per frontier), push (concurrently), mark pushed (one)."""
+        flags = await self.state.intake_begin([t.intake for t in todo], now,
+                                              now - INTAKE_GRACE)
+        go: list[_Todo] = []
+        admit: dict[str, list[tuple[_Todo, str]]] = defaultdict(list)
+        admitting: set[str] = set()
+        for t, flag in zip(todo, flags, strict=True):
+            if flag == ALREADY_ROUTED:
+                self._already_routed(results[t.index])
+            elif flag == GATE_HELD and t.intake.gate in admitting:
+                # a repeat of a URL this batch admits: the frontier counts it, after it
+                admit[gates[t.index][0]].append((t, flag))
+            elif flag == GATE_HELD:
+                name = gates[t.index][0]
+                results[t.index].status = "duplicate"
+                results[t.index].reason = (f"frontier {name!r}: another task with this URL"
+                                           " is being pushed in this segment")
                 self.metrics.duplicates.labels(name).inc()
+            elif t.intake.gate:
+                admit[gates[t.index][0]].append((t, flag))
+                if flag == NEW:
+                    admitting.add(t.intake.gate)
+            else:
+                go.append(t)
+        failed: dict[int, BaseException] = {}
+        for name, members in admit.items():
+            try:
+                verdicts = await self.frontiers[name].admit_entries(
+                    [gates[t.index][1] for t, _ in members])
+            except Exception as exc:
+                # Admitted or not is unknown: the gates stay, released, for a retry.
+                await self._abort([t for t, _ in members], release=True)
+                for t, _ in members:
+                    self._unavailable(results[t.index], exc)
+                    failed[t.index] = exc
+                continue
+            duplicates = []
+            for (t, flag), admitted in zip(members, verdicts, strict=True):
+                # A task recorded again holds a gate admitted before (its own, or one
+                # whose push failed or whose process died): it is pushed either way.
+                if flag != GATE_HELD and (admitted or flag == RECORDED_AGAIN):
+                    go.append(t)
+                else:
+                    if flag != GATE_HELD:  # (a repeat in the batch has no record to undo)
+                        duplicates.append(t)
+                    results[t.index].status = "duplicate"
+                    results[t.index].reason = (f"already admitted by frontier {name!r} in"
+                                               " this segment")
+                    self.metrics.duplicates.labels(name).inc()
+            if duplicates:
+                await self._abort(duplicates, release=False)
+        if go:
+            errors = await self._push_recorded(go, now)
+            for t, error in zip(go, errors, strict=True):
+                if error is None:
+                    results[t.index].outbound = t.rule.name
+                else:
+                    self._unavailable(results[t.index], error)
+                    failed[t.index] = error
+        return failed
+
+    async def _push_recorded(self, todo: Sequence[_Todo], now: float, *, undo: bool = True
+                             ) -> list[BaseException | None]:
+        """Push recorded tasks and mark them pushed; a failed push is undone (its gate
+        released) if ``undo``, else left recorded for recovery to try again. One error
+        (or None) per task."""
+        errors: list[BaseException | None] = [None] * len(todo)
+        fused = [k for k, t in enumerate(todo) if self._fused(t.rule.name)]
+        if fused:
+            try:
+                await self._push_fused("commit", [todo[k] for k in fused], now)
+            except Exception as exc:
+                if undo:
+                    await self._abort([todo[k] for k in fused], release=True)
+                for k in fused:
+                    errors[k] = exc
+        others: dict[str, list[int]] = defaultdict(list)
+        for k, t in enumerate(todo):
+            if not self._fused(t.rule.name):
+                others[t.rule.name].append(k)
+        if not others:
+            return errors
+        ready = [(todo[ks[0]].rule, self.transports[name], [todo[k].task for k in ks])
+                 for name, ks in others.items()]
+        sent = await self._send(ready)
+        pushed: list[_Todo] = []
+        lost: list[_Todo] = []
+        for ks, error in zip(others.values(), sent, strict=True):
+            for k in ks:
+                errors[k] = error
+                (lost if error is not None else pushed).append(todo[k])
+        if pushed:
+            counts: dict[str, int] = defaultdict(int)
+            for t in pushed:
+                counts[t.rule.name] += 1
+            await self.state.intake_commit([t.intake for t in pushed],
+                                           [(name, "total", n) for name, n in counts.items()])
+            for name, n in counts.items():
+                self._dispatched(name, n, now)
+        if lost and undo:
+            await self._abort(lost, release=True)
+        return errors
+
+    async def _push_fused(self, mode: str, todo: Sequence[_Todo], now: float) -> list[bool]:
+        """Record (``new``) or mark pushed (``commit``) and push, in one script on the
+        Redis that holds both the ledger and the queues."""
+        index: dict[str, int] = {}
+        groups: list[QueueGroup] = []
+        items: list[tuple[Intake, int, str, int]] = []
+        registry = ""
+        for t in todo:
+            transport = self.transports[t.rule.name]
+            assert isinstance(transport, QueueOutbound)
+            queue, backend = transport.queue, transport.backend
+            prefix = getattr(backend, "prefix", "crawlhub:")
+            registry = queue_registry(prefix)
+            g = index.get(t.rule.name)
+            if g is None:
+                keys = queue_keys(prefix, queue.name)
+                g = index[t.rule.name] = len(groups)
+                groups.append(QueueGroup([keys[k] for k in ("ready", "payloads", "priorities",
+                                                            "stats", "seq")],
+                                         queue.name, t.rule.name))
+            payload, priority = encode_item((t.rule.params(t.task), _int(t.task.get("priority"))),
+                                            len(items), queue.name)
+            items.append((t.intake, g, payload, priority))
+        state: Any = self.state
+        pushed: list[bool] = await state.intake_push(mode, items, groups, registry, now,
+                                                     now - INTAKE_GRACE)
+        counts: dict[str, int] = defaultdict(int)
+        for t, ok in zip(todo, pushed, strict=True):
+            if ok:
+                counts[t.rule.name] += 1
+        for name, n in counts.items():
+            self._dispatched(name, n, now)
+        return pushed
+
+    def _fused(self, outbound: str) -> bool:
+        """True when ``outbound`` is a queue on the Redis server (and db) of the ledger."""
+        fused = self._fused_cache.get(outbound)
+        if fused is None:
+            transport = self.transports.get(outbound)
+            backend = getattr(transport, "backend", None)
+            fused = (isinstance(transport, QueueOutbound)
+                     and hasattr(self.state, "intake_push")
+                     and hasattr(backend, "redis")
+                     and _same_redis(getattr(backend, "url", ""),
+                                     getattr(self.state, "url", "")))
+            self._fused_cache[outbound] = fused
+        return fused
+
+    async def _abort(self, todo: Sequence[_Todo], *, release: bool) -> None:
+        """Forget the records of tasks that were not pushed (logged if that fails too:
+        they stay recorded unpushed and recovery pushes them after the grace)."""
+        try:
+            await self.state.intake_abort([t.intake for t in todo], release=release)
+        except Exception as exc:
+            log.warning("intake: could not undo the records of %d tasks (%s); recovery"
+                        " pushes them after %s s", len(todo), exc, INTAKE_GRACE)
+
+    def _dispatched(self, name: str, n: int, now: float) -> None:
+        self.metrics.dispatched.labels(name).inc(n)
+        self._note_dispatch(name, n, now)
+        cached = self._lag_cache.get(name)
+        if cached:
+            self._lag_cache[name] = (cached[0], cached[1] + n)
+
+    @staticmethod
+    def _already_routed(result: SubmitResult) -> None:
+        result.status = "already_routed"
+        result.reason = ("a task with this task_uuid was routed and has no result yet;"
+                         " not pushed again")
+
+    @staticmethod
+    def _unavailable(result: SubmitResult, error: BaseException) -> None:
+        result.status = "unavailable" if is_unavailable(error) else "failed"
+        result.reason = (f"not pushed: {redact_url(f'{type(error).__name__}: {error}')};"
+                         " nothing of it was kept, retry it")
+
+    async def recover_intake(self, now: float | None = None) -> int:
+        """Push the tasks a process recorded and did not mark pushed within
+        :data:`INTAKE_GRACE` (it died in between): gated ones are admitted again first.
+        Returns how many were pushed."""
+        now = time.time() if now is None else now
+        claimed = await self.state.intake_claim(now, now - INTAKE_GRACE)
+        todo: list[_Todo] = []
+        for intake in claimed:
+            rule = self.router.by_name.get(intake.outbound)
+            if rule is None or intake.outbound not in self.transports:
+                log.warning("intake: task %s was recorded for outbound %r, which is gone;"
+                            " dropped", intake.uuid, intake.outbound)
+                await self.state.intake_abort([intake], release=True)
+                continue
+            todo.append(_Todo(-1, Task(intake.task), rule, intake))
+        gated: dict[str, list[Entry]] = defaultdict(list)
+        for t in todo:
+            if t.intake.gate:
+                name, segment, key = parse_gate(t.intake.gate)
+                frontier = self.frontiers.get(name)
+                entry = frontier.gated_entry(t.task, segment, key) if frontier else None
+                if entry is not None:
+                    gated[name].append(entry)
+        for name, entries in gated.items():
+            await self.frontiers[name].admit_entries(entries)  # admitted or its own
+        if not todo:
+            return 0
+        log.warning("intake: pushing %d tasks a stopped process recorded but did not push",
+                    len(todo))
+        errors = await self._push_recorded(todo, now, undo=False)
+        return sum(1 for e in errors if e is None)
+
+    async def _recover_forever(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await self.recover_intake()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("intake recovery failed; trying again in %s s", RECOVER_EVERY)
+            await asyncio.sleep(RECOVER_EVERY)
 
     async def _check_lag(self, plans: Sequence[tuple[int, Task, OutboundRule]], *,
                          wait: bool) -> None:
@@ -357,66 +686,6 @@ class Hub:
                         f" {rules[name].max_lag}; retry later", retry_after=1.0)
                 await asyncio.sleep(0.5)
                 self._lag_cache.pop(name, None)
-
-    async def _dispatch(self, items: Sequence[tuple[Task, OutboundRule]], *,
-                        wait: bool = True) -> dict[str, str]:
-        """Ledger then push, grouped by outbound. Returns uuid -> reason of deferred tasks.
-
-        A batch costs three backend round trips whatever the number of outbounds: one
-        ledger write, the pushes (concurrently), one counter update.
-        """
-        groups: dict[str, list[Task]] = defaultdict(list)
-        rules: dict[str, OutboundRule] = {}
-        for task, rule in items:
-            groups[rule.name].append(rule.stamp(task))
-            rules[rule.name] = rule
-        deferred: dict[str, str] = {}
-        ready: list[tuple[OutboundRule, OutboundTransport, list[Task]]] = []
-        for name, group in groups.items():
-            rule = rules[name]
-            allowed = await self._take_tokens(rule, len(group), wait=wait)
-            for task in group[allowed:]:
-                deferred[task.task_uuid] = (
-                    f"token scope {rule.token_scope!r} allows {rule.token_per_second}/s;"
-                    " retry later"
-                )
-            transport = self.transports.get(name)
-            if transport is None:
-                raise CrawlhubError(f"outbound {name!r} is disabled or has no transport")
-            if allowed:
-                ready.append((rule, transport, group[:allowed]))
-        if not ready:
-            return deferred
-        now = time.time()
-        await self.state.record(
-            [LedgerEntry(t, rule.name,
-                         now + rule.result_timeout if rule.result_timeout else None)
-             for rule, _, group in ready for t in group],
-            counters=[(rule.name, "total", len(group)) for rule, _, group in ready],
-        )
-        errors = await self._send(ready)
-        failed = [(rule, group, error) for (rule, _, group), error in zip(ready, errors,
-                                                                         strict=True)
-                  if error is not None]
-        if failed:
-            # Those tasks reached no queue: forget them so no timeout resurrects a task
-            # the caller was told was not accepted, and take back their count.
-            for _, group, _ in failed:
-                for task in group:
-                    await self.state.resolve(task.task_uuid)
-            await self.state.incr_many([(rule.name, "total", -len(group))
-                                        for rule, group, _ in failed])
-        done = [(rule, group) for (rule, _, group), error in zip(ready, errors, strict=True)
-                if error is None]
-        for rule, group in done:
-            self.metrics.dispatched.labels(rule.name).inc(len(group))
-            self._note_dispatch(rule.name, len(group), now)
-            cached = self._lag_cache.get(rule.name)
-            if cached:
-                self._lag_cache[rule.name] = (cached[0], cached[1] + len(group))
-        if failed:
-            raise failed[0][2]
-        return deferred
 
     async def _send(self, ready: Sequence[tuple[OutboundRule, OutboundTransport, list[Task]]]
                     ) -> list[BaseException | None]:
@@ -632,11 +901,12 @@ class Hub:
             target = decision.target
             await self._take_tokens(target, 1, wait=True)
             task = target.stamp(decision.task)
-            deadline = time.time() + target.result_timeout if target.result_timeout else None
+            now = self.clock()
+            deadline = now + target.result_timeout if target.result_timeout else None
             after = LedgerEntry(dict(task), target.name, deadline, pending="push")
             counters.append((target.name, "total", 1))
         if not await self.state.settle(entry, after, counters,
-                                       lease_until=time.time() + self.lease):
+                                       lease_until=self.clock() + self.lease):
             return None
         self.metrics.results.labels(name, decision.outcome.value).inc()
         if after is not None:
@@ -669,7 +939,7 @@ class Hub:
         if error is not None:
             raise error
         self.metrics.dispatched.labels(rule.name).inc()
-        self._note_dispatch(rule.name, 1, time.time())
+        self._note_dispatch(rule.name, 1, self.clock())
         await self.state.settle(entry, replace(entry, pending=None))
 
     async def sweep_lost(self, now: float | None = None) -> int:
@@ -679,7 +949,7 @@ class Hub:
         two processes sweeping at once handle each one once, and an entry whose handling
         fails or is killed comes back when its lease ends. Returns how many were claimed.
         """
-        claimed = await self.state.claim_expired(now if now is not None else time.time(),
+        claimed = await self.state.claim_expired(now if now is not None else self.clock(),
                                                  lease=self.lease)
         for entry in claimed:
             uuid = entry.task.get("task_uuid")

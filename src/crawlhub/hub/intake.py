@@ -1,0 +1,486 @@
+"""The intake half of the hub ledger: a new task is recorded before it is pushed and
+marked pushed after, so neither a failed push nor a killed process loses it or doubles it.
+
+Ledger rows of tasks in flight (``unpushed``: uuid -> when their push began) and the
+frontier gates they hold (``gates``: ``frontier, segment, key`` -> uuid; ``''`` = a gate
+whose push failed, free to take over) live beside the ledger, in the same SQLite file or
+Redis server, so every hub process sees them. Mixed into the state classes of
+:mod:`crawlhub.hub.state`; :class:`crawlhub.hub.hub.Hub` drives them (see its ``_intake``).
+
+``intake_begin`` answers per task: ``N`` new (recorded, unpushed), ``R`` recorded again
+to be pushed (its own earlier record, or the gate it needs, was unpushed for longer than
+the grace: its process died), ``A`` already routed (a task with this uuid is recorded and
+pushed or being pushed: do not push again), ``D`` its gate is held by another task being
+pushed right now (a duplicate URL).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from crawlhub import jsoncodec
+
+NEW, RECORDED_AGAIN, ALREADY_ROUTED, GATE_HELD = "N", "R", "A", "D"
+
+
+@dataclass(slots=True)
+class Intake:
+    """One task on its way in: its ledger entry, and the frontier gate it holds (if any)."""
+
+    task: dict[str, Any]
+    outbound: str
+    deadline: float | None
+    gate: str | None = None
+
+    @property
+    def uuid(self) -> str:
+        return str(self.task["task_uuid"])
+
+    def dumps(self) -> str:
+        """The ledger entry (the layout of hub/state.py, plus ``g``: the gate)."""
+        data: dict[str, Any] = {"t": self.task, "o": self.outbound, "d": self.deadline}
+        if self.gate:
+            data["g"] = self.gate
+        return jsoncodec.dumps(data)
+
+    @classmethod
+    def loads(cls, raw: str | bytes) -> Intake:
+        data = jsoncodec.loads(raw)
+        return cls(task=data["t"], outbound=data["o"], deadline=data.get("d"),
+                   gate=data.get("g"))
+
+
+def gate_of(frontier: str, segment: int, key: str) -> str:
+    return f"{frontier}\x1f{segment}\x1f{key}"
+
+
+def parse_gate(gate: str) -> tuple[str, int, str]:
+    frontier, segment, key = gate.split("\x1f", 2)
+    return frontier, int(segment), key
+
+
+# ------------------------------------------------------------------ SQLite
+INTAKE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS unpushed (task_uuid TEXT PRIMARY KEY, since REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS unpushed_since ON unpushed(since);
+CREATE TABLE IF NOT EXISTS gates (gate TEXT PRIMARY KEY, task_uuid TEXT NOT NULL);
+"""
+_IN = 500  # uuids per "IN (...)" lookup
+
+
+class SqliteIntake:
+    """Intake ledger on the hub's SQLite file (mixed into ``SqliteHubState``)."""
+
+    _db: Any
+    retention: float
+    _intake_ready: bool = False
+
+    async def _intake(self, fn: Any) -> Any:
+        if not self._intake_ready:
+            await self._db.run(lambda conn: conn.executescript(INTAKE_SCHEMA))
+            self._intake_ready = True
+        return await self._db.transaction(fn)
+
+    async def intake_begin(self, items: Sequence[Intake], now: float,
+                           stale_before: float) -> list[str]:
+        """Record ``items`` unpushed where their uuid is new (see the module docstring
+        for the answers), in one transaction."""
+        rows = [(i.uuid, i.dumps(), i.gate) for i in items]
+        expires = now + self.retention
+
+        def begin(conn: sqlite3.Connection) -> list[str]:
+            uuids = list({u for u, _, _ in rows})
+            known: set[str] = set()
+            for start in range(0, len(uuids), _IN):
+                chunk = uuids[start:start + _IN]
+                marks = ",".join("?" * len(chunk))
+                known.update(u for (u,) in conn.execute(
+                    f"SELECT task_uuid FROM ledger WHERE task_uuid IN ({marks})", chunk))
+
+            def stale(uuid: str) -> bool:
+                row = conn.execute("SELECT since FROM unpushed WHERE task_uuid = ?",
+                                   (uuid,)).fetchone()
+                return row is not None and row[0] <= stale_before
+
+            out: list[str] = []
+            seen: set[str] = set()
+            fresh: list[tuple[str, str]] = []
+            taken: set[str] = set()  # recorded by this call (not in "unpushed" yet)
+            for uuid, raw, gate in rows:
+                if uuid in seen:
+                    out.append(ALREADY_ROUTED)
+                    continue
+                seen.add(uuid)
+                if uuid in known:
+                    flag = RECORDED_AGAIN if stale(uuid) else ALREADY_ROUTED
+                else:
+                    flag = NEW
+                    if gate:
+                        held = conn.execute("SELECT task_uuid FROM gates WHERE gate = ?",
+                                            (gate,)).fetchone()
+                        if held is not None and (held[0] == "" or stale(held[0])):
+                            # released, or its holder's process died: this task takes
+                            # the gate over and its unpushed holder goes
+                            conn.execute("DELETE FROM ledger WHERE task_uuid = ?", (held[0],))
+                            conn.execute("DELETE FROM unpushed WHERE task_uuid = ?", (held[0],))
+                            flag = RECORDED_AGAIN
+                        elif held is not None and (held[0] in taken or conn.execute(
+                                "SELECT 1 FROM unpushed WHERE task_uuid = ?",
+                                (held[0],)).fetchone()):
+                            flag = GATE_HELD
+                out.append(flag)
+                if flag == ALREADY_ROUTED or flag == GATE_HELD:
+                    continue
+                fresh.append((uuid, raw))
+                taken.add(uuid)
+                if gate:
+                    conn.execute("INSERT OR REPLACE INTO gates(gate, task_uuid) VALUES (?, ?)",
+                                 (gate, uuid))
+            conn.executemany(
+                "INSERT OR REPLACE INTO ledger(task_uuid, entry, deadline, expires)"
+                " VALUES (?, ?, NULL, ?)", [(u, raw, expires) for u, raw in fresh])
+            conn.executemany("INSERT OR REPLACE INTO unpushed(task_uuid, since) VALUES (?, ?)",
+                             [(u, now) for u, _ in fresh])
+            return out
+
+        return await self._intake(begin)  # type: ignore[no-any-return]
+
+    async def intake_commit(self, items: Sequence[Intake],
+                            counters: Sequence[tuple[str, str, int]] = ()) -> None:
+        """``items`` are pushed: they wait for their results (and deadlines) now; their
+        gates are free; the counters are added."""
+        rows = [(i.uuid, i.deadline, i.gate or "") for i in items]
+
+        def commit(conn: sqlite3.Connection) -> None:
+            conn.executemany("DELETE FROM unpushed WHERE task_uuid = ?", [(u,) for u, _, _ in rows])
+            conn.executemany("UPDATE ledger SET deadline = ? WHERE task_uuid = ?",
+                             [(d, u) for u, d, _ in rows if d is not None])
+            conn.executemany("DELETE FROM gates WHERE gate = ? AND task_uuid = ?",
+                             [(g, u) for u, _, g in rows if g])
+            if counters:
+                conn.executemany(
+                    "INSERT INTO counters(outbound, field, value) VALUES (?, ?, ?)"
+                    " ON CONFLICT(outbound, field) DO UPDATE SET value = value + excluded.value",
+                    list(counters))
+
+        await self._intake(commit)
+
+    async def intake_abort(self, items: Sequence[Intake], *, release: bool) -> None:
+        """``items`` were not pushed: forget their records. ``release``: their gates were
+        (or may have been) admitted by the frontier, so the next task for the same URL
+        takes the gate over and is pushed; else the gates go."""
+
+        def abort(conn: sqlite3.Connection) -> None:
+            for item in items:
+                if conn.execute("DELETE FROM unpushed WHERE task_uuid = ?",
+                                (item.uuid,)).rowcount:
+                    conn.execute("DELETE FROM ledger WHERE task_uuid = ?", (item.uuid,))
+                if item.gate:
+                    if release:
+                        conn.execute("UPDATE gates SET task_uuid = '' WHERE gate = ?"
+                                     " AND task_uuid = ?", (item.gate, item.uuid))
+                    else:
+                        conn.execute("DELETE FROM gates WHERE gate = ? AND task_uuid = ?",
+                                     (item.gate, item.uuid))
+
+        await self._intake(abort)
+
+    async def intake_claim(self, now: float, stale_before: float, limit: int = 500
+                           ) -> list[Intake]:
+        """Unpushed records older than ``stale_before`` (their process died), claimed for
+        ``now``: another claimer skips them until they are stale again."""
+
+        def claim(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(
+                "SELECT u.task_uuid, l.entry FROM unpushed AS u LEFT JOIN ledger AS l"
+                " ON l.task_uuid = u.task_uuid WHERE u.since <= ? ORDER BY u.since LIMIT ?",
+                (stale_before, limit)).fetchall()
+            conn.executemany("DELETE FROM unpushed WHERE task_uuid = ?",
+                             [(u,) for u, raw in rows if raw is None])
+            conn.executemany("UPDATE unpushed SET since = ? WHERE task_uuid = ?",
+                             [(now, u) for u, raw in rows if raw is not None])
+            return [raw for _, raw in rows if raw is not None]
+
+        return [Intake.loads(raw) for raw in await self._intake(claim)]
+
+
+# ------------------------------------------------------------------ Redis
+_SPLIT = """
+local function split(blob, lengths)
+  local out, pos = {}, 1
+  for len in string.gmatch(lengths, '[^,]+') do
+    local n = tonumber(len)
+    out[#out + 1] = string.sub(blob, pos, pos + n - 1)
+    pos = pos + n
+  end
+  return out
+end
+local function csv(text)
+  local out = {}
+  for v in string.gmatch(text, '([^,]*),?') do out[#out + 1] = v end
+  return out
+end
+"""
+
+# KEYS: ledger retention unpushed gates   ARGV: now stale_before expiry, ids, their lengths,
+# entries, their lengths, gates, their lengths. Returns one flag per task (N R A D).
+_BEGIN = _SPLIT + """
+local ledger, retention, unpushed, gates = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local now, stale, expiry = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local ids, entries, gts = split(ARGV[4], ARGV[5]), split(ARGV[6], ARGV[7]), split(ARGV[8], ARGV[9])
+local function unpushed_since(id)
+  local since = redis.call('ZSCORE', unpushed, id)
+  return since and tonumber(since)
+end
+local out = {}
+for i, id in ipairs(ids) do
+  local gate, flag = gts[i], 'N'
+  if redis.call('HEXISTS', ledger, id) == 1 then
+    local since = unpushed_since(id)
+    if since and since <= stale then flag = 'R' else flag = 'A' end
+  elseif gate ~= '' then
+    local held = redis.call('HGET', gates, gate)
+    if held then
+      local since = held ~= '' and unpushed_since(held)
+      if held == '' or (since and since <= stale) then
+        if held ~= '' then
+          redis.call('HDEL', ledger, held)
+          redis.call('ZREM', unpushed, held)
+          redis.call('ZREM', retention, held)
+        end
+        flag = 'R'
+      elseif since then
+        flag = 'D'
+      end
+    end
+  end
+  if flag == 'N' or flag == 'R' then
+    redis.call('HSET', ledger, id, entries[i])
+    redis.call('ZADD', retention, expiry, id)
+    redis.call('ZADD', unpushed, now, id)
+    if gate ~= '' then redis.call('HSET', gates, gate, id) end
+  end
+  out[i] = flag
+end
+return table.concat(out)
+"""
+
+# KEYS: ledger deadlines unpushed gates counters   ARGV: ids, lengths, deadlines ('' none),
+# gates, lengths, then counter field / increment pairs
+_COMMIT = _SPLIT + """
+local ledger, deadlines, unpushed, gates = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local ids, dls, gts = split(ARGV[1], ARGV[2]), csv(ARGV[3]), split(ARGV[4], ARGV[5])
+for i, id in ipairs(ids) do
+  if redis.call('ZREM', unpushed, id) == 1 and dls[i] ~= ''
+      and redis.call('HEXISTS', ledger, id) == 1 then
+    redis.call('ZADD', deadlines, dls[i], id)
+  end
+  if gts[i] ~= '' and redis.call('HGET', gates, gts[i]) == id then
+    redis.call('HDEL', gates, gts[i])
+  end
+end
+for i = 6, #ARGV, 2 do redis.call('HINCRBY', KEYS[5], ARGV[i], ARGV[i + 1]) end
+return #ids
+"""
+
+# KEYS: ledger retention unpushed gates   ARGV: ids, lengths, gates, lengths, release '1'/'0'
+_ABORT = _SPLIT + """
+local ledger, retention, unpushed, gates = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local ids, gts = split(ARGV[1], ARGV[2]), split(ARGV[3], ARGV[4])
+for i, id in ipairs(ids) do
+  if redis.call('ZREM', unpushed, id) == 1 then
+    redis.call('HDEL', ledger, id)
+    redis.call('ZREM', retention, id)
+  end
+  if gts[i] ~= '' and redis.call('HGET', gates, gts[i]) == id then
+    if ARGV[5] == '1' then redis.call('HSET', gates, gts[i], '') else redis.call('HDEL', gates, gts[i]) end
+  end
+end
+return #ids
+"""
+
+# KEYS: ledger unpushed   ARGV: now stale_before limit
+_CLAIM = """
+local out = {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[2], 'LIMIT', 0, ARGV[3])) do
+  local raw = redis.call('HGET', KEYS[1], id)
+  if raw then
+    redis.call('ZADD', KEYS[2], ARGV[1], id)
+    out[#out + 1] = raw
+  else
+    redis.call('ZREM', KEYS[2], id)
+  end
+end
+return out
+"""
+
+
+def _push_script() -> str:
+    from crawlhub.queues.redis import PUSH_ROWS_LUA
+
+    # KEYS: ledger deadlines retention unpushed gates counters registry, then per group
+    # (queue, outbound) the queue's ready payloads priorities stats seq.
+    # ARGV: mode ('new' | 'commit') now stale_before expiry, ids, lengths, entries,
+    # lengths, deadlines, group per task (1-based), payloads, lengths, priorities, gates,
+    # lengths, then per group its queue name and outbound name.
+    # 'new': record each task whose uuid is new (or whose own record went stale) and
+    # push it; 'commit': push each task recorded by intake_begin that is still unpushed.
+    # Returns '1' per task pushed, '0' per task left alone.
+    return _SPLIT + PUSH_ROWS_LUA + """
+local ledger, deadlines, retention, unpushed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local gates, counters, registry = KEYS[5], KEYS[6], KEYS[7]
+local mode, stale, expiry = ARGV[1], tonumber(ARGV[3]), ARGV[4]
+local ids, entries = split(ARGV[5], ARGV[6]), split(ARGV[7], ARGV[8])
+local dls, grp = csv(ARGV[9]), csv(ARGV[10])
+local payloads, prios, gts = split(ARGV[11], ARGV[12]), csv(ARGV[13]), split(ARGV[14], ARGV[15])
+local rows, out = {}, {}
+for i, id in ipairs(ids) do
+  local go = false
+  if mode == 'new' then
+    if redis.call('HSETNX', ledger, id, entries[i]) == 1 then
+      go = true
+    else
+      local since = redis.call('ZSCORE', unpushed, id)
+      if since and tonumber(since) <= stale then
+        redis.call('HSET', ledger, id, entries[i])
+        redis.call('ZREM', unpushed, id)
+        go = true
+      end
+    end
+    if go then redis.call('ZADD', retention, expiry, id) end
+  else
+    go = redis.call('ZREM', unpushed, id) == 1 and redis.call('HEXISTS', ledger, id) == 1
+    if gts[i] ~= '' and redis.call('HGET', gates, gts[i]) == id then
+      redis.call('HDEL', gates, gts[i])
+    end
+  end
+  if go then
+    if dls[i] ~= '' then redis.call('ZADD', deadlines, dls[i], id) end
+    local g = tonumber(grp[i])
+    local r = rows[g]
+    if not r then r = {{}, {}, {}}; rows[g] = r end
+    local n = #r[1] + 1
+    r[1][n] = payloads[i]; r[2][n] = #payloads[i]; r[3][n] = prios[i]
+    out[i] = '1'
+  else
+    out[i] = '0'
+  end
+end
+local names = {}
+for g, r in pairs(rows) do
+  local k = 7 + (g - 1) * 5
+  push_rows(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5],
+            table.concat(r[1]), table.concat(r[2], ','), table.concat(r[3], ','))
+  names[#names + 1] = ARGV[14 + 2 * g]
+  redis.call('HINCRBY', counters, ARGV[15 + 2 * g] .. '\\31total', #r[1])
+end
+if #names > 0 then redis.call('SADD', registry, unpack(names)) end
+return table.concat(out)
+"""
+
+
+def _packed(parts: Sequence[str]) -> tuple[bytes, str]:
+    blobs = [p.encode() for p in parts]
+    return b"".join(blobs), ",".join(str(len(b)) for b in blobs) or ""
+
+
+@dataclass(slots=True)
+class QueueGroup:
+    """Tasks for one queue outbound on the ledger's Redis: its keys and names."""
+
+    keys: list[str]  # ready payloads priorities stats seq
+    queue: str
+    outbound: str
+
+
+class RedisIntake:
+    """Intake ledger on the hub's Redis (mixed into ``RedisHubState``); on a server that
+    also holds the outbound queues, :meth:`intake_push` records and pushes in one script."""
+
+    _redis: Any
+    _keys: dict[str, str]
+    retention: float
+    _intake_scripts: dict[str, Any] | None = None
+
+    def _script(self, name: str) -> Any:
+        if self._intake_scripts is None:
+            self._intake_scripts = {
+                n: self._redis.register_script(text) for n, text in
+                (("begin", _BEGIN), ("commit", _COMMIT), ("abort", _ABORT), ("claim", _CLAIM),
+                 ("push", _push_script()))}
+        return self._intake_scripts[name]
+
+    async def intake_begin(self, items: Sequence[Intake], now: float,
+                           stale_before: float) -> list[str]:
+        k = self._keys
+        ids, id_lens = _packed([i.uuid for i in items])
+        entries, entry_lens = _packed([i.dumps() for i in items])
+        gates, gate_lens = _packed([i.gate or "" for i in items])
+        flags = await self._script("begin")(
+            keys=[k["ledger"], k["retention"], k["unpushed"], k["gates"]],
+            args=[repr(now), repr(stale_before), repr(now + self.retention), ids, id_lens,
+                  entries, entry_lens, gates, gate_lens])
+        text = flags.decode() if isinstance(flags, bytes) else str(flags)
+        return list(text)
+
+    async def intake_commit(self, items: Sequence[Intake],
+                            counters: Sequence[tuple[str, str, int]] = ()) -> None:
+        k = self._keys
+        ids, id_lens = _packed([i.uuid for i in items])
+        gates, gate_lens = _packed([i.gate or "" for i in items])
+        deadlines = ",".join("" if i.deadline is None else repr(i.deadline) for i in items)
+        args: list[Any] = [ids, id_lens, deadlines, gates, gate_lens]
+        for outbound, field, n in counters:
+            args += [f"{outbound}\x1f{field}", n]
+        await self._script("commit")(
+            keys=[k["ledger"], k["deadlines"], k["unpushed"], k["gates"], k["counters"]],
+            args=args)
+
+    async def intake_abort(self, items: Sequence[Intake], *, release: bool) -> None:
+        k = self._keys
+        ids, id_lens = _packed([i.uuid for i in items])
+        gates, gate_lens = _packed([i.gate or "" for i in items])
+        await self._script("abort")(
+            keys=[k["ledger"], k["retention"], k["unpushed"], k["gates"]],
+            args=[ids, id_lens, gates, gate_lens, "1" if release else "0"])
+
+    async def intake_claim(self, now: float, stale_before: float, limit: int = 500
+                           ) -> list[Intake]:
+        k = self._keys
+        raws = await self._script("claim")(keys=[k["ledger"], k["unpushed"]],
+                                           args=[repr(now), repr(stale_before), limit])
+        return [Intake.loads(raw) for raw in raws]
+
+    async def intake_push(self, mode: str, items: Sequence[tuple[Intake, int, str, int]],
+                          groups: Sequence[QueueGroup], registry: str, now: float,
+                          stale_before: float) -> list[bool]:
+        """One script: ``mode='new'`` records each item whose uuid is new and pushes it;
+        ``mode='commit'`` pushes each item :meth:`intake_begin` recorded that is still
+        unpushed and marks it pushed. ``items``: (intake, group index, payload JSON,
+        priority). Returns per item whether it was pushed."""
+        k = self._keys
+        keys = [k["ledger"], k["deadlines"], k["retention"], k["unpushed"], k["gates"],
+                k["counters"], registry]
+        names: list[str] = []
+        for g in groups:
+            keys += g.keys
+            names += [g.queue, g.outbound]
+        intakes = [i for i, _, _, _ in items]
+        ids, id_lens = _packed([i.uuid for i in intakes])
+        entries, entry_lens = (_packed([i.dumps() for i in intakes]) if mode == "new"
+                               else (b"", ",".join("0" for _ in intakes)))
+        payloads, payload_lens = _packed([p for _, _, p, _ in items])
+        gates, gate_lens = _packed([i.gate or "" for i in intakes])
+        args: list[Any] = [
+            mode, repr(now), repr(stale_before), repr(now + self.retention), ids, id_lens,
+            entries, entry_lens,
+            ",".join("" if i.deadline is None else repr(i.deadline) for i in intakes),
+            ",".join(str(g + 1) for _, g, _, _ in items),
+            payloads, payload_lens, ",".join(str(p) for _, _, _, p in items),
+            gates, gate_lens, *names]
+        flags = await self._script("push")(keys=keys, args=args)
+        text = flags.decode() if isinstance(flags, bytes) else str(flags)
+        return [c == "1" for c in text]
