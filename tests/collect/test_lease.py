@@ -246,3 +246,44 @@ async def test_a_run_stops_when_the_store_is_out_of_reach_for_a_whole_ttl(
     clock.now += 20
     await lease.beat(token)
     assert token.is_cancelled and "unreachable" in str(token.reason)
+
+
+async def test_auto_start_leaves_a_job_running_elsewhere_to_that_run(
+    tmp_path: Path, api: ApiServer
+) -> None:
+    cfg = load(write_config(tmp_path, api.url))
+    cfg.jobs[0].auto_start = True
+    first, second = JobManager(cfg), JobManager(cfg)
+    hang_at(api, 250)
+    try:
+        assert len(await first.start_auto()) == 1
+        await api.wait_for_requests(3)
+        assert await second.start_auto() == []  # a second server starts cleanly
+        assert not second.running("news")
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_api_job_log_shows_the_lines_of_a_run_from_another_manager(
+    tmp_path: Path, api: ApiServer
+) -> None:
+    cfg = load(write_config(tmp_path, api.url))
+    runner, server = JobManager(cfg), JobManager(cfg)
+    app = FastAPI()
+    app.include_router(router)
+    app.state.services = SimpleNamespace(jobs=server)
+    try:
+        await runner.start("news")
+        await runner.wait("news")
+        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app),
+                                      base_url="http://test") as client:
+            resp = await client.get("/jobs/news/log", params={"lines": 3})
+            missing = await client.get("/jobs/nope/log")
+    finally:
+        await runner.close()
+        await server.close()
+    assert resp.status_code == 200
+    lines = resp.json()["lines"]
+    assert len(lines) == 3 and "run finished" in lines[-1]
+    assert missing.status_code == 404

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import time
@@ -26,6 +27,8 @@ from crawlhub.fetch.cancel import CancellationToken
 from crawlhub.fetch.joblog import format_line
 from crawlhub.fetch.scheduler import RequestScheduler
 from crawlhub.pipeline.result import RunResult
+
+_log = logging.getLogger("crawlhub.collect")
 
 __all__ = ["JobConflict", "JobManager", "JobNotFound", "JobRunning", "metadata_url_for"]
 
@@ -88,11 +91,18 @@ class JobManager:
             return self._store
 
     async def start_auto(self) -> list[str]:
-        """Start every job with ``enabled`` and ``auto_start``; returns their run ids."""
+        """Start every job with ``enabled`` and ``auto_start``; returns their run ids.
+
+        A job already running elsewhere (another server, the CLI) is left to that run:
+        logged, not an error, so a second server starts cleanly.
+        """
         started = []
         for job in self.jobs.values():
             if job.enabled and job.auto_start and job.name not in self._active:
-                started.append(await self.start(job.name))
+                try:
+                    started.append(await self.start(job.name))
+                except JobRunning as exc:
+                    _log.warning("auto_start skipped: %s", exc)
         return started
 
     async def close(self) -> None:
