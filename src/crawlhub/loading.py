@@ -66,11 +66,14 @@ def check_call(
     names the thing in messages, e.g. ``"outbound class 'my.mod:Out'"``.
     """
     if not callable(target):
-        raise ConfigError(f"{what} is a {type(target).__name__}, not a class or function",
+        raise ConfigError(f"{what} is {target!r} ({type(target).__name__}), not a class or function",
                           file=file, entry=entry, key=key)
-    # A factory function may build the instance: only a class can be checked for methods.
-    missing = [m for m in methods if not callable(getattr(target, m, None))] if inspect.isclass(
-        target) else []
+    # A factory function may build the instance: only a class can be checked for methods,
+    # and only its own classes count (every class object has a metaclass __call__).
+    missing = [
+        m for m in methods
+        if not any(callable(vars(k).get(m)) for k in inspect.getmro(target) if k is not object)
+    ] if inspect.isclass(target) else []
     if missing:
         raise ConfigError(f"{what} has no {', '.join(m + '()' for m in missing)}: it is not"
                           " the kind of class this key takes", file=file, entry=entry, key=key)

@@ -3,7 +3,11 @@ error with its file, entry and key (exit 2)."""
 
 from __future__ import annotations
 
+import json
+import sys
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -97,3 +101,118 @@ def test_an_error_quoting_brackets_prints_them_as_written(cli: Cli, tmp_path: Pa
     result = cli("check-config", str(main))
     assert result.exit_code == 2
     assert selector in result.stderr
+
+
+USER_CODE = '''
+import pathlib
+
+MARKER = pathlib.Path(__file__).with_name("constructed.txt")
+
+
+def _touch(what):
+    with MARKER.open("a") as fh:
+        fh.write(what + "\\n")
+
+
+class Outbound:
+    def __init__(self, name, init, queues):
+        _touch("outbound")
+
+    async def send(self, items): ...
+    async def lag(self): return 0
+    async def close(self): ...
+
+
+class Converter:
+    def __init__(self, field="x"):
+        _touch("converter")
+
+    def __call__(self, data):
+        return data
+
+
+class Source:
+    def __init__(self, name, init, *, threads=1):
+        _touch("inbound")
+
+    async def run(self, deliver, stop): ...
+
+
+class NoSend:
+    def __init__(self, name, init, queues): ...
+
+
+class FixedInit:
+    def __init__(self, name, queues): ...
+    async def send(self, items): ...
+    async def lag(self): return 0
+    async def close(self): ...
+
+
+NOT_A_CLASS = 42
+'''
+
+
+@pytest.fixture
+def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A module of user classes whose constructors leave a marker file; its name."""
+    name = f"userplug_{uuid.uuid4().hex}"
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / f"{name}.py").write_text(USER_CODE, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(folder))
+    return name
+
+
+def test_check_config_imports_user_classes_but_never_constructs_them(
+        cli: Cli, tmp_path: Path, user_module: str) -> None:
+    main = write_yaml(tmp_path / "main.yaml", {
+        "inbound": [{"name": "in", "class": f"{user_module}:Source", "init": {"a": 1},
+                     "convert": [{"class": f"{user_module}:Converter", "init": {"field": "y"}}]}],
+        "outbound": [{"name": "out", "class": f"{user_module}:Outbound", "init": {"k": 1}}]})
+    result = cli("check-config", str(main))
+    assert result.exit_code == 0, result.stderr
+    assert user_module in sys.modules  # imported and checked ...
+    assert not (tmp_path / "plugins" / "constructed.txt").exists()  # ... never constructed
+
+
+@pytest.mark.parametrize(("entry", "key", "expected"), [
+    ({"outbound": [{"name": "o", "class": "{m}:NoSend"}]}, "class",
+     "outbound class '{m}:NoSend' has no send(), lag(), close()"),
+    ({"outbound": [{"name": "o", "class": "{m}:FixedInit"}]}, "class",
+     "cannot be called with (name=, init=, queues=)"),
+    ({"outbound": [{"name": "o", "class": "{m}:NOT_A_CLASS"}]}, "class",
+     "is 42 (int), not a class or function"),
+    ({"outbound": [{"name": "o", "class": "{m}:Missing"}]}, "class", "has no 'Missing'"),
+    ({"inbound": [{"name": "o", "class": "http",
+                   "convert": [{"class": "{m}:Converter", "init": {"colour": 1}}]}]},
+     "convert[0].init", "converter '{m}:Converter' cannot be called with (colour=)"),
+    ({"inbound": [{"name": "o", "class": "{m}:Outbound"}]}, "class",
+     "inbound class '{m}:Outbound' has no run()"),
+    ({"outbound": [{"name": "o", "class": "redis_list", "init": {"url": "redis://h/0"}}]},
+     "init.key", "redis_list outbound needs init.key"),
+    ({"outbound": [{"name": "o", "class": "queue", "init": {"url": "mongodb://h/0"}}]},
+     "init.url", "mongodb://"),
+])
+def test_a_class_of_the_wrong_kind_is_reported_without_constructing_anything(
+        cli: Cli, tmp_path: Path, user_module: str, entry: dict[str, Any], key: str,
+        expected: str) -> None:
+    main = write_yaml(tmp_path / "main.yaml", json.loads(json.dumps(entry).replace("{m}",
+                                                                              user_module)))
+    result = cli("check-config", str(main))
+    assert result.exit_code == 2, result.stdout
+    message = one_line(result.stderr)
+    section = next(iter(entry))
+    assert f"file main.yaml, entry {section}[0] 'o', key '{key}'" in message
+    assert expected.replace("{m}", user_module) in message
+    assert not (tmp_path / "plugins" / "constructed.txt").exists()
+
+
+def test_every_class_error_is_listed_at_once(cli: Cli, tmp_path: Path, user_module: str) -> None:
+    main = write_yaml(tmp_path / "main.yaml", {"outbound": [
+        {"name": "a", "class": f"{user_module}:NoSend"},
+        {"name": "b", "class": "no_such_module_xyz:Out"}]})
+    result = cli("check-config", str(main))
+    assert result.exit_code == 2
+    message = one_line(result.stderr)
+    assert "outbound[0] 'a'" in message and "outbound[1] 'b'" in message

@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 import yaml
@@ -20,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from crawlhub.config import ConfigError, default_config, dump_config, load_config
-from crawlhub.errors import CrawlhubError
+from crawlhub.errors import CrawlhubError, MissingExtraError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="crawlhub: task intake, rule routing, reliable queues, frontier and"
@@ -58,23 +59,29 @@ def get_config(config: Path | None, data_dir: Path | None = None,
         if config is None:
             return default_config(None, overrides=overrides)
         return load_config(config, overrides=overrides)
-    except ConfigError as exc:
-        err.print(f"[bold red]config error[/]\n{escape(str(exc))}", markup=True, highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+    except CrawlhubError as exc:
+        fail(exc)
+
+
+def fail(exc: CrawlhubError) -> NoReturn:
+    """Print a crawlhub error the one way every command does, then exit, no traceback:
+    a ConfigError as ``config error`` and its lines (exit 2); a missing extra as one line
+    with its ``pip install`` (exit 2); any other as one ``error`` line (exit 1)."""
+    if isinstance(exc, ConfigError):
+        err.print(f"[bold red]config error[/]\n{escape(str(exc))}", markup=True,
+                  highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    err.print(f"[bold red]error[/] {escape(str(exc))}", markup=True, highlight=False,
+              soft_wrap=True)
+    raise typer.Exit(2 if isinstance(exc, MissingExtraError) else 1)
 
 
 def run(coro: Any) -> Any:
-    """Run a command's async part; a crawlhub error is a message and exit 1, no traceback."""
+    """Run a command's async part; a crawlhub error is printed by :func:`fail`."""
     try:
         return asyncio.run(coro)
-    except ConfigError as exc:  # found while building services: a bad class, init, ...
-        err.print(f"[bold red]config error[/]\n{escape(str(exc))}", markup=True,
-                  highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-    except CrawlhubError as exc:
-        err.print(f"[bold red]error[/] {escape(str(exc))}", markup=True, highlight=False,
-                  soft_wrap=True)
-        raise typer.Exit(1) from None
+    except CrawlhubError as exc:  # found while building services: a bad class, init, ...
+        fail(exc)
 
 
 # ---------------------------------------------------------------------------- serve
@@ -94,6 +101,7 @@ def serve(
     from crawlhub.storage.redact import configure_secrets
 
     cfg = get_config(config, data_dir, sets)
+    _check_hub(cfg)  # a bad class ends here as check-config reports it, before uvicorn starts
     if bind:
         cfg.server.bind = bind
     if port:
@@ -102,8 +110,43 @@ def serve(
     setup_logging(cfg.logging.level, cfg.logging.format, cfg.logging.file)
     err.print(f"crawlhub {cfg.project}: http://{cfg.server.bind}:{cfg.server.port}"
               f"  data: {Path(cfg.data_dir).resolve()}  queues: {_scheme(cfg.storage.queues)}")
-    uvicorn.run(create_app(cfg), host=cfg.server.bind, port=cfg.server.port,
-                log_level=cfg.logging.level.lower(), access_log=False)
+    asgi = _StartupErrors(create_app(cfg))
+    server = uvicorn.Server(uvicorn.Config(asgi, host=cfg.server.bind, port=cfg.server.port,
+                                           log_level=cfg.logging.level.lower(),
+                                           access_log=False))
+    logging.getLogger("uvicorn.error").addFilter(lambda record: asgi.error is None)
+    try:
+        server.run()
+    except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down already
+        pass
+    except SystemExit:  # uvicorn's exit on a failed startup: say why if it was ours
+        if asgi.error is not None:
+            fail(asgi.error)
+        raise
+
+
+class _StartupErrors:
+    """ASGI wrapper: a crawlhub error while the app starts (a class that does not import,
+    a missing extra, a backend refused) is kept for :func:`fail`, so ``serve`` prints it
+    as ``check-config`` does instead of uvicorn logging a traceback."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.error: CrawlhubError | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+
+        async def lifespan_send(message: Any) -> None:
+            failed = sys.exc_info()[1]  # Starlette sends "failed" inside its except block
+            if message["type"] == "lifespan.startup.failed" and isinstance(failed, CrawlhubError):
+                self.error = failed
+                message = {**message, "message": ""}
+            await send(message)
+
+        await self.app(scope, receive, lifespan_send)
 
 
 def _scheme(url: str) -> str:
@@ -118,33 +161,22 @@ def check_config(
 ) -> None:
     """Print the merged, resolved config (secrets masked), or every error it has."""
     cfg = get_config(file, None, sets)
-    from crawlhub.hub.hub import Hub
-
-    # Compile the hub too: class names, converters and frontier references are checked.
-    try:
-        _compile_hub(cfg, Hub)
-    except ConfigError as exc:
-        err.print(f"[bold red]config error[/]\n{escape(str(exc))}", markup=True, highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+    _check_hub(cfg)
     # soft_wrap: Rich must not fold long lines, or the YAML printed is not the config.
     out.print(yaml.safe_dump(dump_config(cfg), allow_unicode=True, sort_keys=False),
               highlight=False, markup=False, soft_wrap=True)
 
 
-def _compile_hub(cfg: Any, hub_cls: Any) -> None:
-    from crawlhub.hub.state import SqliteHubState
-    from crawlhub.queues.base import QueueBackend
+def _check_hub(cfg: Any) -> None:
+    """Check the hub's classes without building anything: user classes are imported and
+    inspected (kind, methods, constructor signature), never instantiated - a config names
+    trusted code, but checking it starts nothing. An error is printed by :func:`fail`."""
+    from crawlhub.hub.check import check_hub
 
-    class _NoQueues:
-        url = "check-config://"
-
-        def queue(self, name: str) -> Any:
-            return None
-
-    queues: QueueBackend = _NoQueues()  # type: ignore[assignment]
-    frontiers = {name: object() for name in (cfg.frontier or {})}
-    hub_cls.from_config(cfg, queues=queues, state=SqliteHubState(":memory:"),
-                        frontiers=frontiers)
+    try:
+        check_hub(cfg)
+    except CrawlhubError as exc:
+        fail(exc)
 
 
 # ---------------------------------------------------------------------------- submit
@@ -185,7 +217,12 @@ def submit(
     batch: Annotated[int, typer.Option(min=1, max=10000, help="Tasks per request.")] = 100,
     inbound: Annotated[str | None, typer.Option(help="Push through this http inbound instead of /task/.")] = None,
 ) -> None:
-    """Submit tasks to a running server, in batches, with a progress bar."""
+    """Submit tasks to a running server, in batches.
+
+    Shows a progress bar, resends tasks deferred by a token rate, prints the counts per
+    status and, for every task not taken, its index in the input, status and reason
+    (exit 1 then).
+    """
     try:
         items = list(_read_items(file))
     except (OSError, json.JSONDecodeError) as exc:
@@ -195,61 +232,103 @@ def submit(
     if bad:
         err.print(f"item {bad[0]} is not a JSON object; every task must be an object")
         raise typer.Exit(2)
-    summary = run(_submit(items, url.rstrip("/"), token, batch, inbound))
+    counts, problems = run(_submit(items, url.rstrip("/"), token, batch, inbound))
     table = Table(title="submitted")
-    for key in ("routed", "duplicate", "rejected", "deferred", "other"):
+    for key in _SUBMIT_COLUMNS:
         table.add_column(key, justify="right")
-    table.add_row(*(str(summary.get(k, 0)) for k in ("routed", "duplicate", "rejected",
-                                                      "deferred", "other")))
+    table.add_row(*(str(counts.get(k, 0)) for k in _SUBMIT_COLUMNS))
     out.print(table)
-    if summary.get("rejected") or summary.get("deferred"):
+    if problems:
+        _print_problems(problems, len(items))
         raise typer.Exit(1)
 
 
+#: Statuses counted in their own column; any other is counted under "other".
+_SUBMIT_COLUMNS = ("routed", "already_routed", "duplicate", "rejected", "other")
+#: Statuses that mean the hub has the task (taken now or before).
+_TAKEN = frozenset({"routed", "already_routed", "duplicate"})
+_SHOWN_PROBLEMS = 50
+
+
+def _print_problems(problems: list[tuple[int, str, str]], total: int) -> None:
+    """Why tasks were not taken: one row per task (index in the input, status, reason)."""
+    table = Table(title=f"{len(problems)} of {total} tasks not taken", title_justify="left")
+    table.add_column("index", justify="right")
+    table.add_column("status")
+    table.add_column("reason", overflow="fold")
+    for index, status, reason in problems[:_SHOWN_PROBLEMS]:
+        table.add_row(str(index), status, escape(reason or "(the server gave no reason)"))
+    err.print(table)
+    if len(problems) > _SHOWN_PROBLEMS:
+        err.print(f"... and {len(problems) - _SHOWN_PROBLEMS} more")
+
+
 async def _submit(items: list[dict[str, Any]], url: str, token: str | None, batch: int,
-                  inbound: str | None) -> dict[str, int]:
+                  inbound: str | None) -> tuple[dict[str, int], list[tuple[int, str, str]]]:
+    """Post ``items`` in batches; counts per status and ``(index, status, reason)`` of
+    every task not taken. Deferred tasks (a token rate) are sent again until taken."""
     import aiohttp
     from rich.progress import Progress
 
     endpoint = f"{url}/inbound/{inbound}/" if inbound else f"{url}/task/"
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     counts: dict[str, int] = {}
+    problems: list[tuple[int, str, str]] = []
     async with aiohttp.ClientSession(headers=headers) as session:
         with Progress(console=err) as progress:
             bar = progress.add_task("submitting", total=len(items))
             for start in range(0, len(items), batch):
-                chunk = items[start:start + batch]
-                while True:
-                    async with session.post(endpoint, json=chunk) as resp:
-                        body = await resp.json(content_type=None)
-                        if resp.status == 503 and "tasks" not in body and "messages" not in body:
-                            await asyncio.sleep(float(resp.headers.get("Retry-After", "1")))
+                pending = list(range(start, min(start + batch, len(items))))
+                while pending:
+                    results, retry_after = await _post(session, endpoint,
+                                                       [items[i] for i in pending])
+                    again = []
+                    for index, result in zip(pending, results, strict=False):
+                        status = str(result.get("status") or "other")
+                        if status == "deferred":
+                            again.append(index)
                             continue
-                        if resp.status >= 400 and "tasks" not in body:
-                            err.print(f"server answered {resp.status}: {body.get('detail')}")
-                            raise typer.Exit(1)
-                        break
-                results = body.get("tasks") or body.get("messages") or []
-                retry = [chunk[i] for i, r in enumerate(results) if r.get("status") == "deferred"]
-                for r in results:
-                    status = r.get("status", "other")
-                    key = status if status in ("routed", "duplicate", "rejected") else "other"
-                    if status != "deferred":
+                        key = status if status in _SUBMIT_COLUMNS else "other"
                         counts[key] = counts.get(key, 0) + 1
-                progress.advance(bar, len(chunk) - len(retry))
-                while retry:
-                    await asyncio.sleep(1.0)
-                    async with session.post(endpoint, json=retry) as resp:
-                        body = await resp.json(content_type=None)
-                    results = body.get("tasks") or body.get("messages") or []
-                    again = [retry[i] for i, r in enumerate(results)
-                             if r.get("status") == "deferred"]
-                    for r in results:
-                        if r.get("status") != "deferred":
-                            counts[r.get("status", "other")] = counts.get(r.get("status", "other"), 0) + 1
-                    progress.advance(bar, len(retry) - len(again))
-                    retry = again
-    return counts
+                        if status not in _TAKEN:
+                            reason = result.get("reason") or result.get("detail") or ""
+                            problems.append((index, status, str(reason)))
+                    for index in pending[len(results):]:  # the answer left these out
+                        counts["other"] = counts.get("other", 0) + 1
+                        problems.append((index, "other", "the server's answer has no entry"
+                                         " for this task"))
+                    progress.advance(bar, len(pending) - len(again))
+                    if again:
+                        await asyncio.sleep(retry_after)
+                    pending = again
+    return counts, problems
+
+
+async def _post(session: Any, endpoint: str,
+                chunk: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
+    """One batch posted: its per-task results and the Retry-After for deferred ones. A 503
+    without per-task results (backpressure, an outage) is waited out and sent again."""
+    while True:
+        async with session.post(endpoint, json=chunk) as resp:
+            body = await resp.json(content_type=None)
+            retry_after = _seconds(resp.headers.get("Retry-After"))
+        results = body.get("tasks") or body.get("messages") if isinstance(body, dict) else None
+        if results is None and resp.status == 503:
+            await asyncio.sleep(retry_after)
+            continue
+        if results is None:
+            detail = body.get("detail") if isinstance(body, dict) else body
+            err.print(f"server answered {resp.status}: {detail}", highlight=False,
+                      soft_wrap=True)
+            raise typer.Exit(1)
+        return [r if isinstance(r, dict) else {} for r in results], retry_after
+
+
+def _seconds(value: str | None) -> float:
+    try:
+        return min(max(float(value or 1.0), 0.05), 60.0)
+    except ValueError:
+        return 1.0
 
 
 # ---------------------------------------------------------------------------- route
