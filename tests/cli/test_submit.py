@@ -111,6 +111,22 @@ def test_a_rejected_task_makes_submit_exit_1(cli: Cli, tmp_path: Path) -> None:
     assert (counts["routed"], counts["rejected"]) == ("1", "1")
 
 
+def test_submit_prints_the_index_status_and_reason_of_every_task_not_taken(
+        cli: Cli, tmp_path: Path) -> None:
+    config = write_yaml(tmp_path / "picky.yaml", {
+        "data_dir": str(tmp_path / "data"),
+        "outbound": [{"name": "default", "selector": ["url"], "init": {"key": "default"}}]})
+    tasks = '{"url": "u"}\n{"no": 1}\n{"url": "v"}\n{"no": 3}\n'
+    with crawlhub_serve(["-c", str(config)], log=tmp_path / "serve.log") as served:
+        result = cli("submit", "-", "--url", served.url, "--batch", "3", input=tasks)
+    assert result.exit_code == 1
+    assert submitted(result.stdout)["rejected"] == "2"
+    rows = table_rows(result.stderr)
+    assert rows == {"1": ["rejected", "no outbound's selector matched the task"],
+                    "3": ["rejected", "no outbound's selector matched the task"]}
+    assert "2 of 4 tasks not taken" in result.stderr
+
+
 def test_the_server_token_is_sent_when_given(cli: Cli, tmp_path: Path) -> None:
     config = write_yaml(tmp_path / "locked.yaml", {
         "data_dir": str(tmp_path / "data"), "server": {"token": "s3cret-cli"},
