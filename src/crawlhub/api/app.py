@@ -13,22 +13,22 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from crawlhub import __version__
-from crawlhub.api import health, inbounds, outbounds, queues, tasks
-from crawlhub.api.deps import ApiError
+from crawlhub.api import docs, errors, health, inbounds, openapi, outbounds, queues, tasks
+from crawlhub.api.body import BodyGuard
 from crawlhub.service import Services
 
 log = logging.getLogger("crawlhub.api")
 
 #: Paths anyone may read even when ``server.token`` is set.
-PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/openapi.json", "/redoc",
-                          "/docs/oauth2-redirect"})
+PUBLIC_PATHS = frozenset({"/healthz", docs.DOCS_URL, "/openapi.json", docs.REDOC_URL,
+                          docs.OAUTH2_REDIRECT_URL})
+#: Path prefixes anyone may read: the package's static files (docs assets).
+PUBLIC_PREFIXES = (f"{docs.STATIC_URL}/",)
 #: Routers of other parts, mounted when their module is present.
 OPTIONAL_ROUTERS = ("crawlhub.api.frontier", "crawlhub.api.jobs")
 
@@ -42,7 +42,8 @@ class BearerToken:
         self.token = token.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+        path = scope["path"]
+        if scope["type"] != "http" or path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
             await self.app(scope, receive, send)
             return
         header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
@@ -77,51 +78,22 @@ def create_app(config: Any | None = None, *, services: Services | None = None) -
 
     app = FastAPI(title="crawlhub", version=__version__, lifespan=lifespan,
                   description="Task intake, rule routing, reliable queues, frontier,"
-                  " collection jobs.")
+                  " collection jobs.", docs_url=None, redoc_url=None)
     if services is not None:
         app.state.services = services
-    app.state.max_body_bytes = int(cfg.server.max_body_bytes)
     token = cfg.server.token.get_secret_value() if cfg.server.token else None
     app.state.token = token
 
+    # Added last = runs first: a client without the token never gets to send a body.
+    app.add_middleware(BodyGuard, timeout=float(cfg.server.body_timeout),
+                       max_bytes=int(cfg.server.max_body_bytes))
     if token:
         app.add_middleware(BearerToken, token=token)
 
-    @app.exception_handler(ApiError)
-    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        headers = {}
-        if "retry_after" in exc.extra:
-            headers["Retry-After"] = str(max(1, round(float(exc.extra["retry_after"]))))
-        return JSONResponse({"detail": exc.detail, **exc.extra}, status_code=exc.status_code,
-                            headers=headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = [
-            {"where": ".".join(str(p) for p in err.get("loc", ())), "problem": err.get("msg"),
-             "type": err.get("type")}
-            for err in exc.errors()
-        ]
-        first = problems[0] if problems else {"where": "body", "problem": "invalid"}
-        return JSONResponse(
-            {"detail": f"invalid request: {first['where']}: {first['problem']}",
-             "errors": problems}, status_code=422)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        detail = exc.detail
-        if exc.status_code == 404 and detail == "Not Found":
-            detail = f"no such endpoint: {request.method} {request.url.path}"
-        elif exc.status_code == 405:
-            detail = f"{request.method} is not allowed on {request.url.path}"
-        return JSONResponse({"detail": detail}, status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
-
-    @app.exception_handler(Exception)
-    async def _crash(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return JSONResponse({"detail": f"internal error: {type(exc).__name__}; see the"
-                             " server log"}, status_code=500)
+    errors.install(app)
+    docs.install(app)
+    # With a token, every route but the public ones can also answer 401.
+    openapi.install(app, token_paths=(lambda path: path not in PUBLIC_PATHS) if token else None)
 
     for module in (tasks, inbounds, outbounds, queues, health):
         app.include_router(module.router)

@@ -7,6 +7,8 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
 
+from crawlhub.api.openapi import BACKEND, errors
+
 router = APIRouter(tags=["frontier"])
 
 
@@ -14,12 +16,14 @@ def _frontiers(request: Request) -> dict[str, Any]:
     return dict(getattr(request.app.state.services, "frontiers", None) or {})
 
 
-@router.get("/frontier/", summary="Every frontier with its per-segment stats")
+@router.get("/frontier/", summary="Every frontier with its per-segment stats",
+            responses=errors(*BACKEND))
 async def list_frontiers(request: Request) -> list[dict[str, Any]]:
     return [await f.describe() for f in _frontiers(request).values()]
 
 
-@router.get("/frontier/{name}", summary="One frontier with its per-segment stats")
+@router.get("/frontier/{name}", summary="One frontier with its per-segment stats",
+            responses=errors(404, *BACKEND))
 async def one_frontier(name: str, request: Request) -> dict[str, Any]:
     frontiers = _frontiers(request)
     frontier = frontiers.get(name)

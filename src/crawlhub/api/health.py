@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from crawlhub import __version__
@@ -15,7 +15,9 @@ from crawlhub.service import Services
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", summary="Liveness and backend reachability")
+@router.get("/healthz", summary="Liveness and backend reachability",
+            responses={503: {"description": "A backend is out of reach: status 'degraded',"
+                             " and which check failed"}})
 async def healthz(svc: Services = Depends(services)) -> Any:
     checks: dict[str, str] = {}
     ok = True
@@ -38,7 +40,7 @@ async def healthz(svc: Services = Depends(services)) -> Any:
     return JSONResponse(body, status_code=200 if ok else 503)
 
 
-@router.get("/metrics", summary="Prometheus metrics")
+@router.get("/metrics", summary="Prometheus metrics", response_class=PlainTextResponse)
 async def metrics(svc: Services = Depends(services)) -> Response:
     hub = svc.hub
     for rule in hub.router.rules:

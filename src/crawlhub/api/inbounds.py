@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from crawlhub.api.deps import ApiError, json_body, objects, services
+from crawlhub.api.openapi import BACKEND, BODY, errors, json_request
 from crawlhub.errors import BackpressureError, ConvertError
 from crawlhub.hub.hub import Inbound
 from crawlhub.service import Services
@@ -32,7 +33,9 @@ async def list_inbounds(svc: Services = Depends(services)) -> list[dict[str, Any
     ]
 
 
-@router.post("/inbound/{name}/", summary="Push messages into an http inbound")
+@router.post("/inbound/{name}/", summary="Push messages into an http inbound",
+             responses=errors(404, 409, *BODY, *BACKEND),
+             openapi_extra=json_request("One message (a JSON object) or a list"))
 async def push(name: str, request: Request, svc: Services = Depends(services)) -> JSONResponse:
     inbound = _inbound(svc, name)
     if not inbound.is_http:
@@ -54,7 +57,10 @@ async def push(name: str, request: Request, svc: Services = Depends(services)) -
                         headers={"Retry-After": "1"} if deferred else None)
 
 
-@router.post("/inbound/{name}/check_task/", summary="Dry run of a message on an inbound")
+@router.post("/inbound/{name}/check_task/", summary="Dry run of a message on an inbound",
+             responses=errors(404, *BODY, *BACKEND),
+             openapi_extra=json_request("One message (a JSON object, or a list of one)",
+                                        max_items=1))
 async def check_task(name: str, request: Request,
                      svc: Services = Depends(services)) -> dict[str, Any]:
     """The converted task, the selector that matched, the outbound that would take it and

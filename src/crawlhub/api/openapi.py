@@ -1,0 +1,150 @@
+"""What the OpenAPI document says about the answers: error bodies, the statuses each
+route can give, and the JSON bodies that routes read themselves (``json_body``).
+
+Routes list their statuses with :func:`errors`; the 422 of every route is the shape the
+validation handler really sends (``detail`` + ``errors``), not FastAPI's default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: ``detail`` says what is wrong and how to fix it. Some answers
+    add fields: ``task_uuid`` (a task not routed), ``invalid_items`` (items that are not
+    objects), ``accepted`` / ``tasks`` (a list of which no task was routed)."""
+
+    model_config = ConfigDict(extra="allow")
+    detail: str
+
+
+class Problem(BaseModel):
+    where: str = Field(description="where in the request, e.g. 'body.n'")
+    problem: str = Field(description="what is wrong there")
+    type: str = Field(description="a machine-readable kind, e.g. 'less_than_equal'")
+
+
+class ValidationErrorBody(BaseModel):
+    """A request that does not match its schema: the first problem in ``detail``, all of
+    them in ``errors``."""
+
+    model_config = ConfigDict(extra="allow")
+    detail: str
+    errors: list[Problem] = Field(default_factory=list)
+
+
+class RetryLater(BaseModel):
+    """Try again after ``Retry-After`` seconds: a backend is out of reach (``detail`` and
+    ``backend``, its redacted URL or name), an outbound is over its ``max_lag`` (``detail``
+    and ``retry_after``), or some tasks were deferred (the usual 200 answer, with the
+    status ``deferred`` on those tasks)."""
+
+    model_config = ConfigDict(extra="allow")
+    detail: str | None = None
+    backend: str | None = None
+
+
+_RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before trying again",
+                                "schema": {"type": "integer", "minimum": 1}}}
+
+_ANSWERS: dict[int, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "The body is empty, not UTF-8, not JSON, too"
+          " deeply nested, or holds a number or text JSON cannot carry"},
+    404: {"model": ErrorBody, "description": "No such inbound, outbound prefix, frontier or"
+          " job (or no jobs configured)"},
+    408: {"model": ErrorBody, "description": "The body did not arrive within"
+          " server.body_timeout; the connection is closed"},
+    409: {"model": ErrorBody, "description": "Refused in the current state: the inbound is"
+          " disabled or not of class http, the job is disabled or already running"},
+    413: {"model": ErrorBody, "description": "The body is over server.max_body_bytes, or"
+          " holds more items than server.max_tasks_per_request"},
+    422: {"model": ValidationErrorBody, "description": "The request does not match its"
+          " schema, an item is not a JSON object, or no outbound takes the task"},
+    401: {"model": ErrorBody, "description": "Missing or wrong bearer token (server.token"
+          " is set)"},
+    503: {"model": RetryLater, "description": "A backend is out of reach (or an outbound is"
+          " over its max_lag): retry after Retry-After seconds", "headers": _RETRY_AFTER},
+}
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The ``responses=`` entry of a route that can answer ``statuses``."""
+    return {status: _ANSWERS[status] for status in statuses}
+
+
+#: Statuses of every route that reads a body (bad bytes, too slow) or touches a backend.
+BODY = (400, 408, 413, 422)
+BACKEND = (503,)
+
+_OBJECT = {"type": "object", "additionalProperties": True,
+           "example": {"url": "https://example.com/item/1", "task_src": 1}}
+
+
+def json_request(description: str, *, max_items: int | None = None) -> dict[str, Any]:
+    """``openapi_extra`` declaring a body of one JSON object or a list of them (routes that
+    read it with ``json_body`` rather than a model)."""
+    array: dict[str, Any] = {"type": "array", "items": _OBJECT, "minItems": 1}
+    if max_items is not None:
+        array["maxItems"] = max_items
+    return {"requestBody": {
+        "required": True, "description": description,
+        "content": {"application/json": {"schema": {"anyOf": [_OBJECT, array]}}},
+    }}
+
+
+def install(app: FastAPI, *, token_paths: Callable[[str], bool] | None = None) -> None:
+    """Make ``app.openapi()`` describe the 422 the validation handler really sends
+    (FastAPI's default ``HTTPValidationError`` becomes :class:`ValidationErrorBody`) and
+    list 401 on the paths for which ``token_paths`` says a bearer token is needed."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        doc = generate()
+        schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+        if token_paths is not None:
+            for path, item in doc.get("paths", {}).items():
+                if token_paths(path):
+                    for operation in item.values():
+                        operation.setdefault("responses", {}).setdefault(
+                            "401", _response(401))
+        default = schemas.pop("HTTPValidationError", None)
+        schemas.pop("ValidationError", None)
+        if default is not None:
+            for name, schema in _schemas(ValidationErrorBody).items():
+                schemas.setdefault(name, schema)
+            for operation in _operations(doc):
+                answer = operation.get("responses", {}).get("422")
+                if answer is not None and "HTTPValidationError" in str(answer):
+                    operation["responses"]["422"] = _response(422)
+        app.openapi_schema = doc
+        return doc
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _response(status: int) -> dict[str, Any]:
+    """The OpenAPI response object of :data:`_ANSWERS` ``[status]`` (its model by $ref)."""
+    answer = _ANSWERS[status]
+    out = {k: v for k, v in answer.items() if k != "model"}
+    out["content"] = {"application/json": {"schema": {
+        "$ref": f"#/components/schemas/{answer['model'].__name__}"}}}
+    return out
+
+
+def _schemas(model: type[BaseModel]) -> dict[str, Any]:
+    """JSON schemas of ``model`` and the models it refers to, by component name."""
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    defs = schema.pop("$defs", {})
+    return {model.__name__: schema, **defs}
+
+
+def _operations(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [op for item in doc.get("paths", {}).values() for op in item.values()
+            if isinstance(op, dict)]
