@@ -118,7 +118,7 @@ async def _collect(
     store = await open_store(url)
     try:
         run = new_run(job, store=store, config=cfg, token=token, cli=cli, lease_ttl=lease_ttl)
-        await run.lease.acquire()  # before the progress bar: a conflict is one clear line
+        await run.claim()  # before the progress bar: a conflict is one clear line
         if not progress:
             return await run.run()
         return await show_progress(lambda: [run.progress()], run.run(), console=err)

@@ -135,18 +135,24 @@ class JobRun:
         if self.token.is_cancelled:  # nothing sent, nothing opened, progress untouched
             await self._close()
             return await self.pipeline.finish()
-        if not self.lease.held:
-            try:
-                await self.lease.acquire()
-            except BaseException:
-                await self._close()
-                raise
+        await self.claim()
         try:
             async with StoredLog(self.store, self.log, keep=self.log_keep):
                 async with self.lease.keep(self.token):
                     return await self._run()
         finally:
             await self.lease.release()
+
+    async def claim(self) -> None:
+        """Take the job's lease now (``run`` does it too): :class:`JobRunning` naming the
+        holder when the job runs elsewhere; this run's HTTP client is closed then."""
+        if self.lease.held:
+            return
+        try:
+            await self.lease.acquire()
+        except BaseException:
+            await self._close()
+            raise
 
     async def _run(self) -> RunResult:
         record = RunRecord(

@@ -147,11 +147,7 @@ class JobManager:
             cli=self.cli,
             lease_ttl=self.lease_ttl,
         )
-        try:
-            await run.lease.acquire()  # here, so a run elsewhere is a 409 now, not later
-        except BaseException:
-            await run._close()
-            raise
+        await run.claim()  # here, so a run elsewhere is a 409 now, not later
         task = asyncio.create_task(self._run(run), name=f"job:{name}")
         self._active[name] = _Active(run=run, task=task, started_at=time.time())
         return run.run_id
