@@ -13,7 +13,7 @@ from typing import Any
 from crawlhub.errors import ConfigError, ConfigErrors
 from crawlhub.hub.converters import _TASKHUB_MODULES, BUILTIN_CONVERTERS
 from crawlhub.hub.hub import HTTP_NAMES, KAFKA_NAMES, REDIS_NAMES
-from crawlhub.hub.outbounds import QUEUE_NAMES, REDIS_LIST_NAMES
+from crawlhub.hub.outbounds import QUEUE_NAMES, REDIS_LIST_NAMES, max_attempts_of
 from crawlhub.hub.routing import OutboundRule
 from crawlhub.loading import check_call, import_object
 
@@ -63,6 +63,7 @@ def _collect(errors: list[ConfigError], check: Any, *args: Any, **kwargs: Any) -
 
 def _check_outbound_class(class_name: str, init: Mapping[str, Any],
                           where: dict[str, Any]) -> None:
+    max_attempts_of(class_name, init, **where)
     if class_name in QUEUE_NAMES:
         if init.get("url"):
             _check_url(str(init["url"]), "queue outbound", where)

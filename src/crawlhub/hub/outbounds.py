@@ -7,7 +7,7 @@ spiders that BRPOP / ZPOPMIN keep working. Others load by import path.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from crawlhub import jsoncodec
@@ -99,6 +99,33 @@ def _dumps(params: dict[str, Any]) -> str:
     return jsoncodec.dumps(params)
 
 
+def max_attempts_of(class_name: str, init: Mapping[str, Any], *, file: str | None = None,
+                    entry: str | None = None) -> int | None:
+    """``init.max_attempts`` of a queue outbound: deliveries without an ack before a task
+    goes to the dead letter (absent: the queue's stored limit, else 10). A ``redis_list``
+    has no leases, so the key is an error there; user classes read their own init."""
+    value = init.get("max_attempts")
+    if value is None or class_name not in QUEUE_NAMES | REDIS_LIST_NAMES:
+        return None
+    if class_name in REDIS_LIST_NAMES:
+        raise ConfigError(
+            f"init.max_attempts applies to 'queue' outbounds only (deliveries without an"
+            f" ack before the dead letter); a {class_name} has no leases: remove it",
+            file=file,
+            entry=entry,
+            key="init.max_attempts",
+        )
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"max_attempts must be a whole number >= 1 (deliveries without an ack before the"
+            f" dead letter, e.g. 10), got {value!r}",
+            file=file,
+            entry=entry,
+            key="init.max_attempts",
+        )
+    return value
+
+
 #: Class names accepted for the built-in transports (taskHUB's names included).
 QUEUE_NAMES = frozenset({"queue", "crawlhub.queue", "QueueOutbound"})
 REDIS_LIST_NAMES = frozenset(
@@ -119,13 +146,15 @@ def build_transport(
     """Build the transport of one outbound entry; errors name the entry and key."""
     if class_name in QUEUE_NAMES:
         key = str(init.get("key") or name)
+        max_attempts = max_attempts_of(class_name, init, file=file, entry=entry)
         backend = queues
         if init.get("url"):
             from crawlhub.queues import open_backend
 
             backend = open_backend(str(init["url"]), prefix=str(init.get("prefix", "crawlhub:")))
-        return QueueOutbound(backend.queue(key), backend)
+        return QueueOutbound(backend.queue(key, max_attempts=max_attempts), backend)
     if class_name in REDIS_LIST_NAMES:
+        max_attempts_of(class_name, init, file=file, entry=entry)
         missing = [k for k in ("url", "key") if not init.get(k)]
         if missing:
             raise ConfigError(
