@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from crawlhub import jsoncodec
 from crawlhub.config.frontier import FrontierConfig
 from crawlhub.errors import CrawlhubError, FrontierError
 from crawlhub.frontier import Frontier, KeyResolver, Seed, open_frontiers, segment_resolver
@@ -225,6 +226,9 @@ def parse_seeds(stream: IO[str], problems: list[str]) -> Iterator[tuple[Seed, in
         except json.JSONDecodeError as exc:
             problems.append(f"the JSON array is invalid: {exc}")
             return
+        except RecursionError:
+            problems.append(f"the JSON array is invalid: {jsoncodec.TooDeepError('it')}")
+            return
         for i, item in enumerate(items):
             seed = _seed(item, f"item {i}", problems)
             if seed is not None:
@@ -241,6 +245,9 @@ def parse_seeds(stream: IO[str], problems: list[str]) -> Iterator[tuple[Seed, in
                 data = json.loads(text)
             except json.JSONDecodeError as exc:
                 problems.append(f"line {n}: not valid JSON ({exc.msg})")
+                continue
+            except RecursionError:
+                problems.append(f"line {n}: {jsoncodec.TooDeepError('the seed')}")
                 continue
             seed = _seed(data, f"line {n}", problems)
         else:
@@ -260,6 +267,9 @@ def _prepend(first: str, stream: IO[str]) -> Iterator[str]:
 def _seed(data: Any, where: str, problems: list[str]) -> Seed | None:
     if not isinstance(data, dict):
         problems.append(f"{where}: expected a JSON object with 'url', got {type(data).__name__}")
+        return None
+    if jsoncodec.too_deep(data):
+        problems.append(f"{where}: {jsoncodec.TooDeepError('the seed')}")
         return None
     try:
         seed = Seed.from_mapping(data)
