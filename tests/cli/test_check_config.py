@@ -216,3 +216,49 @@ def test_every_class_error_is_listed_at_once(cli: Cli, tmp_path: Path, user_modu
     assert result.exit_code == 2
     message = one_line(result.stderr)
     assert "outbound[0] 'a'" in message and "outbound[1] 'b'" in message
+
+
+SINK_CODE = '''
+import pathlib
+
+MARKER = pathlib.Path(__file__).with_name("constructed.txt")
+
+
+class Sink:
+    def __init__(self, name, key, path):
+        MARKER.write_text("sink")
+
+    async def open(self): ...
+    async def write_batch(self, records): ...
+    async def close(self): ...
+'''
+
+
+def _job(sink: dict[str, Any]) -> dict[str, Any]:
+    return {"jobs": [{"name": "news", "source": {
+        "url": "http://127.0.0.1:9/api", "items_path": "items", "total_path": "total",
+        "id_field": "id"}, "sink": sink}]}
+
+
+def test_a_job_sink_class_is_checked_but_not_constructed(cli: Cli, tmp_path: Path,
+                                                         user_module: str) -> None:
+    (tmp_path / "plugins" / f"{user_module}.py").write_text(SINK_CODE, encoding="utf-8")
+    main = write_yaml(tmp_path / "main.yaml", _job({"type": f"{user_module}:Sink", "path": "x"}))
+    result = cli("check-config", str(main))
+    assert result.exit_code == 0, result.stderr
+    assert not (tmp_path / "plugins" / "constructed.txt").exists()
+
+    main = write_yaml(tmp_path / "main.yaml", _job({"type": f"{user_module}:Sink", "colour": 1}))
+    result = cli("check-config", str(main))
+    assert result.exit_code == 2
+    message = one_line(result.stderr)
+    assert "entry job 'news' sink, key 'type'" in message
+    assert "cannot be called with (name=, key=, colour=)" in message
+    assert not (tmp_path / "plugins" / "constructed.txt").exists()
+
+
+def test_a_job_sink_that_is_not_importable_is_reported(cli: Cli, tmp_path: Path) -> None:
+    main = write_yaml(tmp_path / "main.yaml", _job({"type": "no_such_sink_module:Sink"}))
+    result = cli("check-config", str(main))
+    assert result.exit_code == 2
+    assert "cannot import module 'no_such_sink_module'" in one_line(result.stderr)

@@ -67,13 +67,18 @@ def fail(exc: CrawlhubError) -> NoReturn:
     """Print a crawlhub error the one way every command does, then exit, no traceback:
     a ConfigError as ``config error`` and its lines (exit 2); a missing extra as one line
     with its ``pip install`` (exit 2); any other as one ``error`` line (exit 1)."""
+    raise typer.Exit(report(exc))
+
+
+def report(exc: CrawlhubError) -> int:
+    """Print ``exc`` as :func:`fail` does; its exit code."""
     if isinstance(exc, ConfigError):
         err.print(f"[bold red]config error[/]\n{escape(str(exc))}", markup=True,
                   highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
+        return 2
     err.print(f"[bold red]error[/] {escape(str(exc))}", markup=True, highlight=False,
               soft_wrap=True)
-    raise typer.Exit(2 if isinstance(exc, MissingExtraError) else 1)
+    return 2 if isinstance(exc, MissingExtraError) else 1
 
 
 def run(coro: Any) -> Any:
@@ -175,8 +180,21 @@ def _check_hub(cfg: Any) -> None:
 
     try:
         check_hub(cfg)
+        _check_job_sinks(cfg)
     except CrawlhubError as exc:
         fail(exc)
+
+
+def _check_job_sinks(cfg: Any) -> None:
+    """Each job's sink as the job would build it (named after the job, keyed by its id
+    field), checked without building it."""
+    from crawlhub.config.sinks import check_sink
+
+    for job in cfg.jobs:
+        specs = [job.sink] + ([job.detail.sink] if job.detail.enabled and job.detail.sink else [])
+        for spec in specs:
+            data = {"name": job.name, "key": [job.source.id_field], **spec}
+            check_sink(data, config=cfg.settings, name=job.name, entry=f"job '{job.name}' sink")
 
 
 # ---------------------------------------------------------------------------- submit
@@ -495,4 +513,7 @@ _mount_optional()
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except CrawlhubError as exc:  # one a command did not catch: still no traceback
+        sys.exit(report(exc))

@@ -301,6 +301,28 @@ def build_sink(
     return KafkaSink(model, name=sink_name)
 
 
+def check_sink(
+    spec: Mapping[str, Any],
+    *,
+    config: Any = None,
+    name: str | None = None,
+    file: str | None = None,
+    entry: str | None = None,
+) -> None:
+    """What :func:`build_sink` would refuse, without building: a built-in spec is
+    validated, a user class imported and inspected (never instantiated)."""
+    kind = str(spec.get("type", "jsonl"))
+    if kind not in _MODELS and ("." in kind or ":" in kind):
+        from crawlhub.loading import check_call, import_object
+
+        where = entry or f"sink '{name or kind}'"
+        cls = import_object(kind, file=file, entry=where, key="type")
+        check_call(cls, what=f"sink class {kind!r}", kwargs=[str(k) for k in spec if k != "type"],
+                   methods=("open", "write_batch", "close"), file=file, entry=where, key="type")
+        return
+    sink_config(spec, config=config, name=name, file=file, entry=entry)
+
+
 def _user_sink(path: str, spec: Mapping[str, Any], *, file: str | None, entry: str) -> Sink:
     from crawlhub.loading import import_object
     from crawlhub.sinks.base import Sink
