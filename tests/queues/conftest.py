@@ -13,21 +13,9 @@ import redis.asyncio as aioredis
 from crawlhub.queues import QueueBackend, ReliableQueue
 from crawlhub.queues.redis import RedisQueueBackend
 from crawlhub.queues.sqlite import SqliteQueueBackend
+from tests.helpers import FakeClock
 
 BACKENDS = ["sqlite", "redis"]
-
-
-class FakeClock:
-    """A clock that moves only when told: deterministic lease deadlines."""
-
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @dataclass
@@ -86,11 +74,6 @@ def backend(store: Store) -> QueueBackend:
 @pytest.fixture
 def queue(backend: QueueBackend, unique_name: str) -> ReliableQueue:
     return backend.queue(unique_name)
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture

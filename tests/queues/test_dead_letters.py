@@ -13,8 +13,9 @@ from crawlhub.errors import QueueError
 from crawlhub.jsoncodec import MAX_STORED_DEPTH
 from crawlhub.queues import QueueBackend, ReliableQueue
 from crawlhub.queues.common import DEFAULT_MAX_ATTEMPTS, BaseQueue
+from tests.helpers import FakeClock
 
-from .conftest import FakeClock, Store
+from .conftest import Store
 
 
 def nested(depth: int) -> dict[str, Any]:

@@ -20,8 +20,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from crawlhub.queues import QueueBackend, ReliableQueue
 from crawlhub.queues.common import spent_reason
+from tests.helpers import FakeClock
 
-from .conftest import BACKENDS, FakeClock, Store, delete_prefix, make_store
+from .conftest import BACKENDS, Store, delete_prefix, make_store
 
 READY, LEASED, DEAD = "ready", "leased", "dead"
 MAX_ATTEMPTS = 2
@@ -136,8 +137,8 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(n=st.integers(1, 4), timeout=st.integers(1, 5))
     def lease(self, n: int, timeout: int) -> None:
         got = self.run(self.queue.lease(n, visibility_timeout=timeout))
-        self.model.requeue(self.clock.now)
-        expected = self.model.lease(n, self.clock.now + timeout)
+        self.model.requeue(self.clock())
+        expected = self.model.lease(n, self.clock() + timeout)
         assert [int(m.id) for m in got] == expected
         for m in got:
             e = self.model.entries[int(m.id)]
@@ -184,7 +185,7 @@ class QueueMachine(RuleBasedStateMachine):
         done = self.run(self.queue.extend(refs, visibility_timeout=timeout))
         held = {num for ref in refs if (num := self.model.holds(ref)) is not None}
         for num in held:
-            self.model.entries[num].until = self.clock.now + timeout
+            self.model.entries[num].until = self.clock() + timeout
         assert done == len(held)
 
     @rule(seconds=st.sampled_from([0.5, 1, 2, 5]))
@@ -199,12 +200,12 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule()
     def requeue_expired(self) -> None:
-        assert self.run(self.queue.requeue_expired()) == self.model.requeue(self.clock.now)
+        assert self.run(self.queue.requeue_expired()) == self.model.requeue(self.clock())
 
     @rule()
     def stats_and_length(self) -> None:
         stats = self.run(self.queue.stats())
-        self.model.requeue(self.clock.now)
+        self.model.requeue(self.clock())
         m = self.model
         ready, leased, dead = m.count(READY), m.count(LEASED), m.count(DEAD)
         assert stats.as_dict() == {

@@ -11,6 +11,7 @@ from crawlhub.errors import QueueError
 from crawlhub.keys import queue_keys, queue_registry
 from crawlhub.queues.redis import RedisQueueBackend
 from crawlhub.storage.errors import is_unavailable
+from tests.servers import throwaway_valkey
 
 from .conftest import delete_prefix
 
@@ -77,3 +78,26 @@ async def test_unreachable_server_is_a_queue_error_without_the_password() -> Non
         await b.close()
     assert "s3cret" not in str(e.value)
     assert is_unavailable(e.value)  # an outage: the API answers 503, a caller retries later
+
+
+async def test_a_pushed_batch_is_one_script_call_so_readers_see_all_or_nothing() -> None:
+    # Deterministic: a server of our own MONITORs what the push sends. One EVALSHA runs
+    # atomically on the server; no reader can run between the writes it makes.
+    handshake = ("PING", "HELLO", "CLIENT", "AUTH", "SELECT")
+    with throwaway_valkey() as server:
+        b = RedisQueueBackend(server.url, prefix="atomic:")
+        try:
+            q = b.queue("jobs")
+            await q.push({"n": "warm-up"})  # loads the script
+            sent: list[str] = []
+            async with b.redis.monitor() as monitor:
+                await q.push_many([({"n": i}, 0) for i in range(2000)])
+                await b.redis.echo("pushed")
+                while not (command := await monitor.next_command())["command"].startswith(
+                        "ECHO"):
+                    if command["client_type"] != "lua":
+                        sent.append(command["command"].split()[0])
+            assert await q.length() == 2001
+        finally:
+            await b.close()
+    assert [verb for verb in sent if verb not in handshake] == ["EVALSHA"]

@@ -96,3 +96,35 @@ async def test_use_after_close_raises_queue_error(tmp_path: Path) -> None:
 
     with pytest.raises(QueueError, match="after close"):
         await backend.queue("q").length()
+
+
+async def test_a_pushed_batch_is_invisible_to_readers_until_its_single_commit(
+    tmp_path: Path,
+) -> None:
+    # Deterministic: before every statement of the push (trace callback), another
+    # connection counts the queue; it must see nothing until the one COMMIT has run.
+    path = tmp_path / "q.db"
+    backend = SqliteQueueBackend(f"sqlite:///{path}")
+    seen: list[tuple[str, int]] = []
+    try:
+        await backend.queue("q").push({"n": "warm-up"})
+        reader = sqlite3.connect(path, check_same_thread=False)
+
+        def probe(statement: str) -> None:
+            count = reader.execute(
+                "SELECT COUNT(*) FROM queue_messages WHERE queue = 'q' AND state = 0"
+            ).fetchone()[0]
+            seen.append((statement.split()[0].upper(), count))
+
+        await backend.run("trace", lambda conn: conn.set_trace_callback(probe))
+        await backend.queue("q").push_many([({"n": i}, 0) for i in range(500)])
+        await backend.run("untrace", lambda conn: conn.set_trace_callback(None))
+        after = reader.execute("SELECT COUNT(*) FROM queue_messages WHERE queue = 'q'").fetchone()
+        reader.close()
+    finally:
+        await backend.close()
+    verbs = [verb for verb, _ in seen]
+    assert verbs.count("BEGIN") == 1 and verbs.count("COMMIT") == 1
+    assert verbs.index("BEGIN") < verbs.index("INSERT") < verbs.index("COMMIT")
+    assert {count for _, count in seen} == {1}  # only the warm-up, up to and at the COMMIT
+    assert after == (501,)
