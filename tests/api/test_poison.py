@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from crawlhub.errors import ConfigError
-from crawlhub.jsoncodec import MAX_DEPTH
+from crawlhub.jsoncodec import MAX_DEPTH, TooDeepError
 from crawlhub.queues.common import BaseQueue
+from tests.helpers import wait_for
 
 from .conftest import Api, MakeApi
 
@@ -185,3 +186,43 @@ async def test_max_attempts_on_a_redis_list_outbound_is_a_config_error(make_conf
     with pytest.raises(ConfigError, match="applies to 'queue' outbounds only") as caught:
         check_hub(config)
     assert caught.value.key == "init.max_attempts"
+
+
+# --- the hub itself, for intakes other than HTTP ------------------------------------------
+async def test_hub_submit_and_check_task_refuse_a_task_nested_past_the_limit(
+        make_api: MakeApi) -> None:
+    api = await make_api()
+    deep = json.loads(deep_text(MAX_DEPTH + 1))
+
+    with pytest.raises(TooDeepError, match=f"more than {MAX_DEPTH} levels deep"):
+        await api.svc.hub.submit([{"n": 1}, deep])
+    with pytest.raises(TooDeepError, match=f"more than {MAX_DEPTH} levels deep"):
+        await api.svc.hub.check_task("http", deep)
+
+    assert await api.queued("default") == 0
+
+
+async def test_a_redis_inbound_sets_aside_a_deep_message_and_feeds_the_rest(
+        make_api: MakeApi, redis_url: str, unique_name: str) -> None:
+    import redis.asyncio as aioredis
+
+    key = f"{unique_name}:in"
+    api = await make_api(inbound=[{"name": "feed", "class": "redis", "init": {
+        "url": redis_url, "key": key, "type": "list", "block": 0.1}}])
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        await client.rpush(key, '{"n": 1}', deep_text(300), '{"n": 3}')
+        await api.svc.start()
+        await wait_for(lambda: client.llen(f"{key}:dead:feed"))
+        await wait_for(lambda: _at_least(api.queued("default"), 2))
+
+        assert sorted(p["n"] for p in await api.payloads("default")) == [1, 3]
+        (dead,) = await client.lrange(f"{key}:dead:feed", 0, -1)
+        assert dead.decode() == deep_text(300)
+    finally:
+        await client.delete(key, f"{key}:processing:feed", f"{key}:dead:feed")
+        await client.aclose()
+
+
+async def _at_least(count: Any, n: int) -> bool:
+    return bool(await count >= n)
