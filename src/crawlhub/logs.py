@@ -27,7 +27,7 @@ class JsonFormatter(logging.Formatter):
             if key not in self._skip and not key.startswith("_"):
                 data[key] = value
         if record.exc_info:
-            data["exc"] = self.formatException(record.exc_info)
+            data["exc"] = record.exc_text or self.formatException(record.exc_info)
         return json.dumps(data, ensure_ascii=False, default=str)
 
 

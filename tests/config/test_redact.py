@@ -174,6 +174,36 @@ def test_log_lines_carry_no_secrets(tmp_path: Path) -> None:
     assert "{'Cookie': '***'}" in text
 
 
+def test_json_log_lines_mask_extras_and_tracebacks(tmp_path: Path) -> None:
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    log_file = tmp_path / "hub.jsonl"
+    try:
+        setup_logging("INFO", "json", str(log_file))
+        log = logging.getLogger("crawlhub.test")
+        log.info("fetched", extra={"url": "https://h/?access_token=tk1", "headers": {
+            "Authorization": "Bearer tk2"}})
+        try:
+            raise ConnectionError("cannot reach redis://:tk3@127.0.0.1:6390/0")
+        except ConnectionError:
+            log.exception("outage")
+        for handler in root.handlers:
+            handler.flush()
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+            handler.close()
+        for handler in saved[0]:
+            root.addHandler(handler)
+        root.setLevel(saved[1])
+    lines = [json.loads(line) for line in log_file.read_text(encoding="utf-8").splitlines()]
+    assert lines[0]["url"] == "https://h/?access_token=***"
+    assert lines[0]["headers"] == {"Authorization": "***"}
+    assert "redis://:***@127.0.0.1:6390/0" in lines[1]["exc"]
+    for secret in ("tk1", "tk2", "tk3"):
+        assert secret not in log_file.read_text(encoding="utf-8")
+
+
 def test_secret_names_are_configurable(write: WriteFiles) -> None:
     main = write(
         {

@@ -154,8 +154,12 @@ def redact(obj: Any, names: SecretNames | None = None) -> Any:
     return obj
 
 
+_RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message"}
+
+
 class SecretFilter(logging.Filter):
-    """A logging filter that masks secrets in every record's message (install on handlers)."""
+    """A logging filter that masks secrets in every record (install it on handlers): the
+    message, string ``extra`` fields, and the traceback text of an exception."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
@@ -165,4 +169,15 @@ class SecretFilter(logging.Filter):
         masked = redact_text(message)
         if masked != message:
             record.msg, record.args = masked, None
+        for name, value in list(vars(record).items()):
+            if name not in _RECORD_FIELDS and not name.startswith("_"):
+                if isinstance(value, str):
+                    setattr(record, name, redact_text(value))
+                elif isinstance(value, Mapping | list | tuple):
+                    setattr(record, name, redact(value))
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact_text(_FORMATTER.formatException(record.exc_info))
         return True
+
+
+_FORMATTER = logging.Formatter()
