@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from crawlhub.collect.build import new_run
@@ -49,10 +50,17 @@ def collect_command(
         str | None,
         typer.Option("--metadata", help="Metadata store URL (default: storage.metadata)."),
     ] = None,
-    pipeline_workers: Annotated[int | None, typer.Option("--pipeline-workers")] = None,
-    pipeline_batch_size: Annotated[int | None, typer.Option("--pipeline-batch-size")] = None,
-    pipeline_rate_min: Annotated[float | None, typer.Option("--pipeline-rate-min")] = None,
-    pipeline_rate_max: Annotated[float | None, typer.Option("--pipeline-rate-max")] = None,
+    pipeline_workers: Annotated[int | None, typer.Option(
+        "--pipeline-workers", help="Processing workers (pipeline.workers, default 2).")] = None,
+    pipeline_batch_size: Annotated[int | None, typer.Option(
+        "--pipeline-batch-size", help="Records per sink batch (pipeline.batch_size, default 100).")
+    ] = None,
+    pipeline_rate_min: Annotated[float | None, typer.Option(
+        "--pipeline-rate-min", help="Shortest gap in seconds between two requests (rate_min).")
+    ] = None,
+    pipeline_rate_max: Annotated[float | None, typer.Option(
+        "--pipeline-rate-max", help="Longest gap in seconds between two requests (rate_max).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the RunResult as JSON.")] = False,
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Show a progress bar on stderr.")
@@ -67,7 +75,11 @@ def collect_command(
         ),
     ] = DEFAULT_LEASE_TTL,
 ) -> None:
-    """Run one collection job now, in the foreground, and print its RunResult."""
+    """Run one collection job now and print its result.
+
+    Runs in the foreground with a progress bar; Ctrl-C stops it gracefully, a second
+    Ctrl-C aborts. Prints the RunResult (--json for JSON).
+    """
     from crawlhub.cli import get_config
 
     cfg = get_config(config, data_dir, sets)
@@ -85,7 +97,7 @@ def collect_command(
                          lease_ttl)
             )
     except JobRunning as exc:
-        err.print(f"[bold red]error[/] {exc}", highlight=False)
+        err.print(f"[bold red]error[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(3) from None
     except KeyboardInterrupt:
         err.print(
@@ -93,7 +105,7 @@ def collect_command(
         )
         raise typer.Exit(130) from None
     except (ConfigError, CrawlhubError, ValueError) as exc:
-        err.print(f"[bold red]error[/] {exc}", highlight=False)
+        err.print(f"[bold red]error[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from None
     if as_json:
         out.print_json(json.dumps(result.to_dict()))
@@ -128,7 +140,8 @@ async def _collect(
 
 def print_result(result: RunResult, console: Console) -> None:
     """The RunResult as a summary line and a table of counts."""
-    console.print(result.summary(), highlight=False, soft_wrap=True)
+    # markup off: an error text such as "pip install 'crawlhub[postgres]'" is not markup
+    console.print(result.summary(), highlight=False, markup=False, soft_wrap=True)
     data = result.to_dict()
     table = Table(show_header=True, header_style="bold")
     table.add_column("stage")
@@ -137,5 +150,6 @@ def print_result(result: RunResult, console: Console) -> None:
         table.add_row(key, ", ".join(f"{k} {v}" for k, v in data[key].items()))
     table.add_row("timings", ", ".join(f"{k} {v:.3f}s" for k, v in data["timings"].items()))
     for stage, counts in data["error_counts"].items():
-        table.add_row(f"errors/{stage}", "; ".join(f"{n}x {e}" for e, n in counts.items()))
+        table.add_row(f"errors/{stage}",
+                      escape("; ".join(f"{n}x {e}" for e, n in counts.items())))
     console.print(table)

@@ -174,15 +174,12 @@ class CurlCffiClient:
         headers: Mapping[str, str] | None = None,
         impersonate: str = "chrome",
     ) -> None:
-        try:
-            from curl_cffi.requests import AsyncSession
-        except ImportError as exc:  # pragma: no cover - depends on the optional extra
-            raise ConfigError(
-                "the curl_cffi client needs the optional extra: pip install 'crawlhub[curl]'",
-                key="fetch.client",
-            ) from exc
+        from crawlhub.extras import require
+
+        curl = require("curl_cffi.requests", "curl", needed_by="the curl_cffi HTTP client")
         self.timeout = timeout
-        self._session: Any = AsyncSession(headers=dict(headers or {}), impersonate=impersonate)
+        self._session: Any = curl.AsyncSession(headers=dict(headers or {}),
+                                                    impersonate=impersonate)
 
     async def __aenter__(self) -> CurlCffiClient:
         return self

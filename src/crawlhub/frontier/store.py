@@ -144,6 +144,9 @@ def open_store(
         from crawlhub.frontier.sqlite import SqliteSeedStore
 
         return SqliteSeedStore(url, name, expected_items=expected_items, fp_rate=fp_rate)
+    from crawlhub.extras import require
+
+    require("redis", "redis", needed_by="the Redis frontier store (storage.frontier)")
     from crawlhub.frontier.redis import RedisSeedStore
 
     return RedisSeedStore(url, name, prefix=prefix, expected_items=expected_items, fp_rate=fp_rate)

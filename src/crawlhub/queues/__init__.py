@@ -1,5 +1,6 @@
 """Reliable priority queues: one protocol, a SQLite and a Redis backend."""
 
+from crawlhub.extras import require
 from crawlhub.keys import DEFAULT_PREFIX
 from crawlhub.queues.base import Message, QueueBackend, QueueStats, ReliableQueue
 
@@ -20,6 +21,7 @@ def open_backend(url: str, *, prefix: str = DEFAULT_PREFIX) -> QueueBackend:
         from crawlhub.queues.sqlite import SqliteQueueBackend
 
         return SqliteQueueBackend(url)
+    require("redis", "redis", needed_by="the Redis queue backend (storage.queues)")
     from crawlhub.queues.redis import RedisQueueBackend
 
     return RedisQueueBackend(url, prefix=prefix)

@@ -13,19 +13,14 @@ from typing import Any
 from crawlhub.config.kafka import aiokafka_kwargs
 from crawlhub.config.sinks import KafkaSinkConfig
 from crawlhub.errors import ConfigError, SinkError
+from crawlhub.extras import require
 from crawlhub.sinks.base import BatchResult
 from crawlhub.sinks.records import prepare_batch
 
 
 def load_aiokafka(who: str) -> Any:
-    """The aiokafka module, or a SinkError that says how to install it."""
-    try:
-        import aiokafka
-    except ImportError as exc:
-        raise SinkError(
-            f"{who} needs aiokafka, which is not installed: pip install 'crawlhub[kafka]'"
-        ) from exc
-    return aiokafka
+    """The aiokafka module, or a MissingExtraError that says how to install it."""
+    return require("aiokafka", "kafka", needed_by=who)
 
 
 class KafkaSink:

@@ -15,6 +15,7 @@ from typing import Any
 
 from crawlhub.config.sinks import PgTableConfig, PostgresSinkConfig
 from crawlhub.errors import SinkError
+from crawlhub.extras import require
 from crawlhub.sinks.base import BatchResult, TableResult
 from crawlhub.sinks.pg_table import PgTable
 from crawlhub.sinks.records import Preparer
@@ -65,12 +66,7 @@ class PostgresSink:
     # -- lifecycle -----------------------------------------------------------------
 
     async def open(self) -> None:
-        try:
-            import asyncpg
-        except ImportError as exc:  # pragma: no cover - the extra is installed in dev
-            raise SinkError(
-                f"sink '{self.name}' needs asyncpg: pip install 'crawlhub[postgres]'"
-            ) from exc
+        asyncpg = require("asyncpg", "postgres", needed_by=f"sink '{self.name}'")
         try:
             self._pool = await asyncpg.create_pool(
                 self.config.url,

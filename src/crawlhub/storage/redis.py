@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from crawlhub.extras import require
 from crawlhub.storage.urls import BackendURL, parse_backend_url
 
 if TYPE_CHECKING:
@@ -111,19 +112,15 @@ def redis_client(
 
     ``socket_timeout`` must exceed the longest blocking command the caller sends (BLMOVE,
     XREADGROUP ``block``). A bad URL raises :class:`~crawlhub.storage.urls.BackendURLError`;
-    a missing client library a :class:`~crawlhub.errors.ConfigError` naming the extra.
+    a missing client library a :class:`~crawlhub.errors.MissingExtraError` naming the extra.
     """
     global _LOGGED_RETRY
     parsed = url if isinstance(url, BackendURL) else parse_backend_url(
         url, kinds=("redis",), what=f"Redis URL of {name}")
-    try:
-        import redis.asyncio as aioredis
-        from redis.backoff import ExponentialBackoff
-    except ImportError as exc:  # pragma: no cover - the redis extra is installed in dev
-        from crawlhub.errors import ConfigError
+    require("redis", "redis", needed_by=name)  # one line naming the extra, no traceback
+    import redis.asyncio as aioredis
+    from redis.backoff import ExponentialBackoff
 
-        raise ConfigError(f"{name} needs the Redis client: pip install 'crawlhub[redis]'"
-                          ) from exc
     if _LOGGED_RETRY is None:
         _LOGGED_RETRY = _retry_class()
     retry = _LOGGED_RETRY(ExponentialBackoff(cap=backoff_cap, base=backoff_base), retries,

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from crawlhub.collect.store.base import SqlMetadataStore
+from crawlhub.extras import require
 
 
 class PostgresMetadataStore(SqlMetadataStore):
@@ -20,8 +21,7 @@ class PostgresMetadataStore(SqlMetadataStore):
         self._pool: Any = None
 
     async def _connect(self) -> None:
-        import asyncpg
-
+        asyncpg = require("asyncpg", "postgres", needed_by="the PostgreSQL metadata store")
         self._pool = await asyncpg.create_pool(self.url, min_size=1, max_size=4)
 
     async def _disconnect(self) -> None:

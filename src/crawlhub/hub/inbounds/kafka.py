@@ -147,14 +147,10 @@ class KafkaInbound:
 
 
 def _aiokafka(where: str) -> Any:
-    try:
-        import aiokafka
-        import aiokafka.errors
-    except ImportError as exc:
-        raise ConfigError(
-            "the kafka inbound needs aiokafka: pip install 'crawlhub[kafka]'", entry=where, key="class"
-        ) from exc
-    return aiokafka
+    from crawlhub.extras import require
+
+    require("aiokafka.errors", "kafka", needed_by=f"the kafka inbound {where}")
+    return require("aiokafka", "kafka", needed_by=f"the kafka inbound {where}")
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
