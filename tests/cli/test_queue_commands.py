@@ -91,9 +91,9 @@ def test_queues_shows_every_queue_with_its_counters(cli: Cli,
     result = cli("queues", *opts)
     assert result.exit_code == 0
     rows = table_rows(result.stdout)
-    # columns: total, left, ready, leased, success, failed, retried, dead
-    assert rows["jobs"] == ["3", "2", "2", "0", "1", "0", "0", "0"]
-    assert rows[long_name] == ["1", "1", "1", "0", "0", "0", "0", "0"]
+    # columns: total, left, ready, leased, success, failed, retried, dead, max_attempts
+    assert rows["jobs"] == ["3", "2", "2", "0", "1", "0", "0", "0", "10"]
+    assert rows[long_name] == ["1", "1", "1", "0", "0", "0", "0", "0", "10"]
 
 
 def test_the_redis_prefix_of_the_config_is_where_the_cli_looks(

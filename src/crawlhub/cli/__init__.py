@@ -176,25 +176,12 @@ def _check_hub(cfg: Any) -> None:
     """Check the hub's classes without building anything: user classes are imported and
     inspected (kind, methods, constructor signature), never instantiated - a config names
     trusted code, but checking it starts nothing. An error is printed by :func:`fail`."""
-    from crawlhub.hub.check import check_hub
+    from crawlhub.check import check_config
 
     try:
-        check_hub(cfg)
-        _check_job_sinks(cfg)
+        check_config(cfg)
     except CrawlhubError as exc:
         fail(exc)
-
-
-def _check_job_sinks(cfg: Any) -> None:
-    """Each job's sink as the job would build it (named after the job, keyed by its id
-    field), checked without building it."""
-    from crawlhub.config.sinks import check_sink
-
-    for job in cfg.jobs:
-        specs = [job.sink] + ([job.detail.sink] if job.detail.enabled and job.detail.sink else [])
-        for spec in specs:
-            data = {"name": job.name, "key": [job.source.id_field], **spec}
-            check_sink(data, config=cfg.settings, name=job.name, entry=f"job '{job.name}' sink")
 
 
 # ---------------------------------------------------------------------------- submit
@@ -407,7 +394,8 @@ def queues(config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt =
     cfg = get_config(config, data_dir, sets)
     rows = run(_queue_stats(cfg.storage.queues, cfg.storage.redis_prefix))
     table = Table(title=f"queues on {_scheme(cfg.storage.queues)}")
-    columns = ("name", "total", "left", "ready", "leased", "success", "failed", "retried", "dead")
+    columns = ("name", "total", "left", "ready", "leased", "success", "failed", "retried", "dead",
+               "max_attempts")
     for col in columns:
         # fold, not "…": a cut queue name cannot be passed to 'crawlhub lease'
         table.add_column(col, justify="left" if col == "name" else "right",
@@ -472,23 +460,51 @@ def nack(
     queue: Annotated[str, typer.Argument(help="Queue name.")],
     ids: Annotated[list[str], typer.Argument(help="Message ids from 'crawlhub lease'.")],
     dead: Annotated[bool, typer.Option(help="Send to the dead letter instead of ready.")] = False,
+    reason: Annotated[str | None, typer.Option(help="Why; kept with a dead letter.")] = None,
     config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt = None,
 ) -> None:
-    """Return leased messages to ready, or to the dead letter with --dead."""
+    """Return leased messages to ready, or to the dead letter with --dead. A message
+    nacked back after its queue's max_attempts-th delivery goes to the dead letter."""
     cfg = get_config(config, data_dir, sets)
-    done = run(_finish(cfg.storage, queue, ids, "nack", dead))
+    done = run(_finish(cfg.storage, queue, ids, "nack", dead, reason))
     out.print(f"nacked {done} of {len(ids)}")
     if done != len(ids):
         raise typer.Exit(1)
 
 
-async def _finish(storage: Any, name: str, ids: list[str], op: str, dead: bool) -> int:
+async def _finish(storage: Any, name: str, ids: list[str], op: str, dead: bool,
+                  reason: str | None = None) -> int:
     from crawlhub.queues import open_backend
 
     backend = open_backend(storage.queues, prefix=storage.redis_prefix)
     try:
         q = backend.queue(name)
-        return await (q.ack(ids) if op == "ack" else q.nack(ids, dead=dead))
+        return await (q.ack(ids) if op == "ack" else q.nack(ids, dead=dead, reason=reason))
+    finally:
+        await backend.close()
+
+
+@app.command()
+def dead(
+    queue: Annotated[str, typer.Argument(help="Queue name.")],
+    n: Annotated[int, typer.Option("-n", min=1, help="How many at most.")] = 100,
+    config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt = None,
+) -> None:
+    """Peek at dead letters, oldest first; one JSON line each: {id, attempts, reason, payload}."""
+    cfg = get_config(config, data_dir, sets)
+    for m in run(_dead(cfg.storage, queue, n)):
+        out.print(json.dumps({"id": m.id, "attempts": m.attempts, "reason": m.reason,
+                              "priority": m.priority, "payload": m.payload},
+                             ensure_ascii=False),
+                  markup=False, highlight=False, soft_wrap=True)
+
+
+async def _dead(storage: Any, name: str, n: int) -> list[Any]:
+    from crawlhub.queues import open_backend
+
+    backend = open_backend(storage.queues, prefix=storage.redis_prefix)
+    try:
+        return await backend.queue(name).dead_letters(n)
     finally:
         await backend.close()
 
