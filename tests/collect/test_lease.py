@@ -25,15 +25,8 @@ from crawlhub.collect.store import SqlMetadataStore
 from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.fetch.cancel import CancellationToken
 from tests.collect.conftest import LazyItems, job_config
+from tests.helpers import FakeClock, wait_for
 from tests.httpapi import ApiServer, Fault
-
-
-class Clock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def write_config(tmp_path: Path, url: str) -> Path:
@@ -141,11 +134,12 @@ async def test_the_server_sees_stops_and_reads_the_log_of_a_cli_run(
             await manager.start("news")
         status = await manager.status("news")
         assert status["state"] == "running" and status["runner"]["pid"] == proc.pid
-        for _ in range(200):  # the CLI ships its log lines every half second
+
+        async def shipped() -> list[str] | None:  # the CLI ships its lines every 0.5 s
             lines = await manager.log("news")
-            if any("batch delivered" in line for line in lines):
-                break
-            await asyncio.sleep(0.05)
+            return lines if any("batch delivered" in line for line in lines) else None
+
+        lines = await wait_for(shipped, "the CLI run's log lines in the store")
         assert any("incremental plan" in line for line in lines)
         assert await manager.stop("news")  # through the lease: the CLI's heartbeat
         code, out, _ = await finish(proc)
@@ -182,14 +176,14 @@ async def test_a_run_killed_with_sigkill_does_not_block_the_next_one(
 
 # ---- the lease itself, on virtual time --------------------------------------------------------
 async def test_a_lease_of_another_host_blocks_until_it_expires(store: SqlMetadataStore) -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     there = RunLease(store, "news", "r1", ttl=30, clock=clock, pid=1, host="other-host")
     await there.acquire()
-    clock.now += 29
+    clock.advance(29)
     here = RunLease(store, "news", "r2", ttl=30, clock=clock)
     with pytest.raises(JobRunning, match="in pid 1 on host other-host"):
         await here.acquire()
-    clock.now += 1
+    clock.advance(1)
     assert (await here.acquire()).run_id == "r2"
 
 
@@ -198,18 +192,18 @@ async def test_a_lease_of_a_dead_process_on_this_host_is_taken_over_at_once(
 ) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    clock = Clock()
+    clock = FakeClock(1000.0)
     await RunLease(store, "news", "r1", clock=clock, pid=dead.pid).acquire()
     assert (await RunLease(store, "news", "r2", clock=clock).acquire()).run_id == "r2"
 
 
 async def test_a_heartbeat_renews_and_delivers_a_stop_request(store: SqlMetadataStore) -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     lease, token = RunLease(store, "news", "r1", ttl=30, clock=clock), CancellationToken()
     await lease.acquire()
-    clock.now += 20
+    clock.advance(20)
     await lease.beat(token)
-    assert lease.current is not None and lease.current.expires_at == clock.now + 30
+    assert lease.current is not None and lease.current.expires_at == clock() + 30
     assert not token.is_cancelled
     await store.request_stop("news", "stopped by request (from pid 9)")
     await lease.beat(token)
@@ -219,10 +213,10 @@ async def test_a_heartbeat_renews_and_delivers_a_stop_request(store: SqlMetadata
 
 
 async def test_a_run_that_lost_its_lease_stops(store: SqlMetadataStore) -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     lease, token = RunLease(store, "news", "r1", ttl=30, clock=clock), CancellationToken()
     await lease.acquire()
-    clock.now += 31  # it stalled: the lease expired and another runner took it
+    clock.advance(31)  # it stalled: the lease expired and another runner took it
     await RunLease(store, "news", "r2", ttl=30, clock=clock, host="other").acquire()
     await lease.beat(token)
     assert token.is_cancelled and "lost" in str(token.reason)
@@ -236,14 +230,14 @@ async def test_a_run_stops_when_the_store_is_out_of_reach_for_a_whole_ttl(
     from crawlhub.collect.store import open_store
 
     store = await open_store(f"sqlite:///{tmp_path}/meta.db")
-    clock = Clock()
+    clock = FakeClock(1000.0)
     lease, token = RunLease(store, "news", "r1", ttl=30, clock=clock), CancellationToken()
     await lease.acquire()
     await store.close()  # out of reach from now on
-    clock.now += 10
+    clock.advance(10)
     await lease.beat(token)
     assert not token.is_cancelled  # one missed renewal is not fatal
-    clock.now += 20
+    clock.advance(20)
     await lease.beat(token)
     assert token.is_cancelled and "unreachable" in str(token.reason)
 
