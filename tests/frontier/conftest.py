@@ -13,24 +13,12 @@ import redis.asyncio as aioredis
 
 from crawlhub.config.frontier import FrontierConfig
 from crawlhub.frontier import Frontier, build_frontier
+from tests.helpers import FakeClock
 
 BACKENDS = ["sqlite", "redis"]
 #: 2023-11-14 22:13:20 UTC: inside a day segment, 6h before its end is not an edge case
 T0 = 1_700_000_000.0
 DAY = 86400.0
-
-
-class Clock:
-    """A clock the tests move by hand."""
-
-    def __init__(self, t: float = T0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
 
 
 MakeFrontier = Callable[..., Awaitable[Frontier]]
@@ -49,13 +37,13 @@ def storage_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) ->
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock(T0)
 
 
 @pytest.fixture
 async def make_frontier(
-    storage_url: str, unique_name: str, clock: Clock
+    storage_url: str, unique_name: str, clock: FakeClock
 ) -> AsyncIterator[MakeFrontier]:
     """Build and open a frontier on the parametrised backend; every one is closed and
     its Redis keys deleted at the end. Options are FrontierConfig fields."""

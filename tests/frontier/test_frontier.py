@@ -8,8 +8,9 @@ import pytest
 
 from crawlhub.errors import FrontierError
 from crawlhub.frontier import Seed
+from tests.helpers import FakeClock
 
-from .conftest import DAY, Clock, MakeFrontier
+from .conftest import DAY, MakeFrontier
 
 
 def seeds(*urls: str) -> list[Seed]:
@@ -60,7 +61,7 @@ async def test_a_duplicate_inside_one_batch_is_admitted_once(make_frontier: Make
 
 
 async def test_the_next_segment_admits_the_key_again(
-    make_frontier: MakeFrontier, clock: Clock
+    make_frontier: MakeFrontier, clock: FakeClock
 ) -> None:
     f = await make_frontier(segment="1d")
     assert await f.admit(seeds("http://a.com/daily")) == [True]
@@ -70,14 +71,14 @@ async def test_the_next_segment_admits_the_key_again(
     assert [r["admitted"] for r in await f.stats()] == [1, 1]
 
 
-async def test_segment_length_is_configurable(make_frontier: MakeFrontier, clock: Clock) -> None:
+async def test_segment_length_is_configurable(make_frontier: MakeFrontier, clock: FakeClock) -> None:
     f = await make_frontier(segment="3d")
     start = f.segments.start_of(f.current_segment())
-    clock.t = start + 1
+    clock.set(start + 1)
     assert await f.admit(seeds("http://a.com/x")) == [True]
-    clock.t = start + 2.9 * DAY
+    clock.set(start + 2.9 * DAY)
     assert await f.admit(seeds("http://a.com/x")) == [False]
-    clock.t = start + 3 * DAY
+    clock.set(start + 3 * DAY)
     assert await f.admit(seeds("http://a.com/x")) == [True]
 
 
@@ -144,7 +145,7 @@ async def test_finish_retry_returns_the_seed_to_pending(make_frontier: MakeFront
     assert again.url == seed.url and again.attempts == 2
 
 
-async def test_finish_retry_with_delay_waits(make_frontier: MakeFrontier, clock: Clock) -> None:
+async def test_finish_retry_with_delay_waits(make_frontier: MakeFrontier, clock: FakeClock) -> None:
     f = await make_frontier(cache_size=0)
     await f.admit(seeds("http://a.com/1"))
     (seed,) = await f.lease(1, 60)
@@ -166,7 +167,7 @@ async def test_finishing_twice_changes_nothing(make_frontier: MakeFrontier) -> N
     assert (row["done"], row["failed"], row["pending"]) == (1, 0, 0)
 
 
-async def test_an_expired_lease_returns_by_itself(make_frontier: MakeFrontier, clock: Clock) -> None:
+async def test_an_expired_lease_returns_by_itself(make_frontier: MakeFrontier, clock: FakeClock) -> None:
     f = await make_frontier(cache_size=0)
     await f.admit(seeds("http://a.com/1"))
     (seed,) = await f.lease(1, 10)
@@ -178,7 +179,7 @@ async def test_an_expired_lease_returns_by_itself(make_frontier: MakeFrontier, c
 
 
 async def test_finish_of_an_expired_lease_still_archives(
-    make_frontier: MakeFrontier, clock: Clock
+    make_frontier: MakeFrontier, clock: FakeClock
 ) -> None:
     f = await make_frontier(cache_size=0)
     await f.admit(seeds("http://a.com/1"))
@@ -189,7 +190,7 @@ async def test_finish_of_an_expired_lease_still_archives(
 
 
 async def test_a_future_not_before_waits_in_its_own_segment(
-    make_frontier: MakeFrontier, clock: Clock
+    make_frontier: MakeFrontier, clock: FakeClock
 ) -> None:
     f = await make_frontier(segment="1d")
     later = clock() + 2 * DAY
@@ -202,13 +203,13 @@ async def test_a_future_not_before_waits_in_its_own_segment(
     assert now_seed.segment == f.current_segment()
     await f.finish(now_seed, "ok")
     assert await f.store.next_due(clock()) == pytest.approx(later)
-    clock.t = later
+    clock.set(later)
     (due,) = await f.lease(5, 60)
     assert due.segment == seed.segment
 
 
 async def test_not_before_inside_the_segment_delays_dispatch(
-    make_frontier: MakeFrontier, clock: Clock
+    make_frontier: MakeFrontier, clock: FakeClock
 ) -> None:
     f = await make_frontier(segment="1w", cache_size=0)
     await f.admit([Seed("http://a.com/soon", not_before=clock() + 60)])
@@ -253,7 +254,7 @@ async def test_close_gives_cached_seeds_back(make_frontier: MakeFrontier) -> Non
 
 
 async def test_a_cached_seed_whose_store_lease_ran_out_is_not_served(
-    make_frontier: MakeFrontier, clock: Clock
+    make_frontier: MakeFrontier, clock: FakeClock
 ) -> None:
     f = await make_frontier(cache_size=10)
     g = await make_frontier(cache_size=0)
@@ -386,7 +387,7 @@ async def test_wait_ready_times_out_when_nothing_is_owed(make_frontier: MakeFron
 
 
 # ------------------------------------------------------------------ stats and pruning
-async def test_stats_are_per_segment(make_frontier: MakeFrontier, clock: Clock) -> None:
+async def test_stats_are_per_segment(make_frontier: MakeFrontier, clock: FakeClock) -> None:
     f = await make_frontier()
     await f.admit(seeds("http://a.com/1", "http://a.com/2", "http://a.com/2"))
     (seed, _) = await f.lease(2, 3 * DAY)
@@ -403,7 +404,7 @@ async def test_stats_are_per_segment(make_frontier: MakeFrontier, clock: Clock) 
 
 
 async def test_prune_drops_old_finished_segments_only(
-    make_frontier: MakeFrontier, clock: Clock
+    make_frontier: MakeFrontier, clock: FakeClock
 ) -> None:
     f = await make_frontier(cache_size=0)
     await f.admit(seeds("http://a.com/done"))

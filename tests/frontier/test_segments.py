@@ -7,8 +7,9 @@ import pytest
 from crawlhub.config.frontier import FrontierConfig
 from crawlhub.errors import ConfigError
 from crawlhub.frontier import Seed, TimeSegments, segment_resolver
+from tests.helpers import FakeClock
 
-from .conftest import DAY, T0, Clock, MakeFrontier
+from .conftest import DAY, T0, MakeFrontier
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("6h", 21600), ("1d", 86400), ("3d", 259200),
@@ -83,7 +84,7 @@ T0x = dict
 
 
 async def test_a_frontier_dedups_within_the_segments_of_a_custom_resolver(
-    make_frontier: MakeFrontier, clock: Clock
+    make_frontier: MakeFrontier, clock: FakeClock
 ) -> None:
     f = await make_frontier(segment_resolver="tests.frontier.test_segments:Campaigns")
     one = [Seed("http://a.com/", meta={"campaign": 1}), Seed("http://a.com/", meta={"campaign": 1})]

@@ -4,7 +4,6 @@ upgrade of tables from before it."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 from pathlib import Path
@@ -15,8 +14,9 @@ from crawlhub.frontier import Seed
 from crawlhub.frontier import sqlite as sqlite_store
 from crawlhub.frontier.bloom import stable_hash
 from crawlhub.frontier.sqlite import SqliteSeedStore
+from tests.helpers import FakeClock, wait_for
 
-from .conftest import DAY, Clock, MakeFrontier
+from .conftest import DAY, MakeFrontier
 
 
 @pytest.fixture
@@ -59,15 +59,13 @@ async def test_the_snapshot_timer_writes_snapshots(make_frontier: MakeFrontier) 
     await f.admit([Seed("http://a.com/1")])
     store = f.store
     assert isinstance(store, SqliteSeedStore)
-    for _ in range(100):
-        if (store.snapshot_dir / "manifest.json").exists() and manifest(store)["watermark"]:
-            break
-        await asyncio.sleep(0.05)
+    await wait_for(lambda: (store.snapshot_dir / "manifest.json").exists()
+                   and manifest(store)["watermark"], "the timer's first snapshot")
     assert manifest(store)["watermark"] == 1
 
 
 async def test_filters_of_past_segments_are_freed_and_rebuilt_on_demand(
-    make_frontier: MakeFrontier, clock: Clock
+    make_frontier: MakeFrontier, clock: FakeClock
 ) -> None:
     f = await make_frontier()
     first = f.current_segment()
@@ -106,7 +104,7 @@ async def test_keys_are_found_in_either_tier_of_the_index(
 
 
 async def test_a_table_from_before_the_hash_index_is_upgraded(
-    make_frontier: MakeFrontier, tmp_path: Path, clock: Clock
+    make_frontier: MakeFrontier, tmp_path: Path, clock: FakeClock
 ) -> None:
     segment = int(clock() // DAY)
     with sqlite3.connect(tmp_path / "frontier.db") as conn:
