@@ -262,3 +262,50 @@ def test_a_job_sink_that_is_not_importable_is_reported(cli: Cli, tmp_path: Path)
     result = cli("check-config", str(main))
     assert result.exit_code == 2
     assert "cannot import module 'no_such_sink_module'" in one_line(result.stderr)
+
+
+FRONTIER_CODE = '''
+def key_of(seed):
+    return seed.url
+
+
+def two_args(seed, other):
+    return seed.url
+
+
+class Segments:
+    def __init__(self, seconds):
+        raise AssertionError("constructed during check-config")
+
+    def segment_of(self, when): ...
+    def start_of(self, segment): ...
+    def label(self, segment): ...
+
+
+class NotSegments:
+    def __init__(self, seconds): ...
+'''
+
+
+@pytest.mark.parametrize(("frontier", "key", "expected"), [
+    ({"key": {"function": "{m}:key_of"}, "segment_resolver": "{m}:Segments"}, None, None),
+    ({"key": {"function": "{m}:two_args"}}, "key.function", "cannot be called with (seed)"),
+    ({"key": {"function": "{m}:nothing"}}, "key.function", "has no 'nothing'"),
+    ({"segment_resolver": "{m}:NotSegments"}, "segment_resolver",
+     "has no segment_of(), start_of(), label()"),
+])
+def test_frontier_functions_are_checked_without_being_called(
+        cli: Cli, tmp_path: Path, user_module: str, frontier: dict[str, Any], key: str | None,
+        expected: str | None) -> None:
+    (tmp_path / "plugins" / f"{user_module}.py").write_text(FRONTIER_CODE, encoding="utf-8")
+    spec = json.loads(json.dumps(frontier).replace("{m}", user_module))
+    main = write_yaml(tmp_path / "main.yaml", {"include": ["frontiers.yaml"]})
+    write_yaml(tmp_path / "frontiers.yaml", {"frontier": {"web": spec}})
+    result = cli("check-config", str(main))
+    if expected is None:
+        assert result.exit_code == 0, result.stderr
+        return
+    assert result.exit_code == 2
+    message = one_line(result.stderr)
+    assert f"file frontiers.yaml, entry frontier 'web', key '{key}'" in message
+    assert expected in message

@@ -98,7 +98,11 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Port (server.port).")] = None,
     sets: SetOpt = None,
 ) -> None:
-    """Run the hub, its inbounds, the HTTP API and auto-start jobs until Ctrl-C."""
+    """Run the hub, its HTTP API and auto-start jobs.
+
+    Runs the inbounds and auto-start jobs of the config (or the built-in config) until
+    Ctrl-C. A config it cannot run is reported like check-config reports it (exit 2).
+    """
     import uvicorn
 
     from crawlhub.api import create_app
@@ -164,7 +168,11 @@ def check_config(
     file: Annotated[Path, typer.Argument(help="The main YAML config file.")],
     sets: SetOpt = None,
 ) -> None:
-    """Print the merged, resolved config (secrets masked), or every error it has."""
+    """Print the merged config, or every error it has.
+
+    The config is printed resolved, with secrets masked; errors name the file, the entry
+    and the key (exit 2).
+    """
     cfg = get_config(file, None, sets)
     _check_hub(cfg)
     # soft_wrap: Rich must not fold long lines, or the YAML printed is not the config.
@@ -173,7 +181,8 @@ def check_config(
 
 
 def _check_hub(cfg: Any) -> None:
-    """Check the hub's classes without building anything: user classes are imported and
+    """Check the config's code without building anything (hub classes and converters,
+    frontier functions, job sinks): user classes are imported and
     inspected (kind, methods, constructor signature), never instantiated - a config names
     trusted code, but checking it starts nothing. An error is printed by :func:`fail`."""
     from crawlhub.check import check_config
@@ -344,7 +353,11 @@ def route(
     inbound: Annotated[str | None, typer.Option(help="Inbound to run it through (default: the first).")] = None,
     sets: SetOpt = None,
 ) -> None:
-    """Dry run: which outbound would take TASK and the exact params it would send."""
+    """Dry run: which outbound would take TASK.
+
+    Prints the converted task, the selector that matched and the exact params the outbound
+    would send; nothing is pushed.
+    """
     cfg = get_config(config, None, sets)
     if task == "-":
         text = sys.stdin.read()
@@ -422,7 +435,10 @@ def lease(
     visibility: Annotated[float, typer.Option(min=0.001, help="Seconds before an unacked lease returns.")] = 60.0,
     config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt = None,
 ) -> None:
-    """Lease messages; prints one JSON line per message: {id, attempts, payload}."""
+    """Lease messages, one JSON line per message.
+
+    Each line: {id, receipt, attempts, priority, payload}; ack or nack them by id.
+    """
     cfg = get_config(config, data_dir, sets)
     for m in run(_lease(cfg.storage, queue, n, visibility)):
         out.print(json.dumps({"id": m.id, "receipt": m.receipt, "attempts": m.attempts,
@@ -463,8 +479,10 @@ def nack(
     reason: Annotated[str | None, typer.Option(help="Why; kept with a dead letter.")] = None,
     config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt = None,
 ) -> None:
-    """Return leased messages to ready, or to the dead letter with --dead. A message
-    nacked back after its queue's max_attempts-th delivery goes to the dead letter."""
+    """Return leased messages to ready (or --dead).
+
+    With --dead they go to the dead letter; a message nacked back after its queue's
+    max_attempts-th delivery goes to the dead letter anyway."""
     cfg = get_config(config, data_dir, sets)
     done = run(_finish(cfg.storage, queue, ids, "nack", dead, reason))
     out.print(f"nacked {done} of {len(ids)}")
@@ -490,7 +508,10 @@ def dead(
     n: Annotated[int, typer.Option("-n", min=1, help="How many at most.")] = 100,
     config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt = None,
 ) -> None:
-    """Peek at dead letters, oldest first; one JSON line each: {id, attempts, reason, payload}."""
+    """Peek at dead letters, oldest first.
+
+    One JSON line each: {id, attempts, reason, priority, payload}.
+    """
     cfg = get_config(config, data_dir, sets)
     for m in run(_dead(cfg.storage, queue, n)):
         out.print(json.dumps({"id": m.id, "attempts": m.attempts, "reason": m.reason,

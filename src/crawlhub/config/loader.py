@@ -80,6 +80,7 @@ def load_config(
     settings = load_settings(main.parent, overrides, env, config_path=main)
     cfg = _Builder(merged, settings, main.parent, reader.show(main)).build()
     cfg._files = reader.files
+    cfg._origins = dict(merged.origin)
     return cfg
 
 

@@ -411,6 +411,7 @@ class CrawlhubConfig(_Section):
     _config_path: Path | None = PrivateAttr(default=None)
     _settings: Settings | None = PrivateAttr(default=None)
     _files: list[str] = PrivateAttr(default_factory=list)
+    _origins: dict[tuple[str, ...], str] = PrivateAttr(default_factory=dict)
 
     @field_validator("storage", "server", "routing", "failure", "logging", mode="before")
     @classmethod
@@ -436,6 +437,12 @@ class CrawlhubConfig(_Section):
     def files(self) -> list[str]:
         """Every file loaded, main file first, as shown in error messages."""
         return list(self._files)
+
+    def file_of(self, section: str, key: str | None = None) -> str | None:
+        """The file that set ``section`` (or ``section.key``), as errors name files."""
+        origins = self._origins
+        found = origins.get((section, key)) if key is not None else None
+        return found or origins.get((section,))
 
     def inbound_named(self, name: str) -> InboundConfig | None:
         return next((i for i in self.inbound if i.name == name), None)
