@@ -321,6 +321,8 @@ class SqliteHubState(SqliteIntake):
                                (uuid,)).fetchone()
             if row is None or row[0] != expected:
                 return False
+            # Settled means pushed: the intake has no push of it left to redo.
+            conn.execute("DELETE FROM unpushed WHERE task_uuid = ?", (uuid,))
             if after is None:
                 conn.execute("DELETE FROM ledger WHERE task_uuid = ?", (uuid,))
                 conn.execute("DELETE FROM leases WHERE task_uuid = ?", (uuid,))
@@ -336,7 +338,7 @@ class SqliteHubState(SqliteIntake):
             _add_counters(conn, counters)
             return True
 
-        if not await self._db.transaction(_settle):
+        if not await self._intake(_settle):
             return False
         if after is not None:
             after.raw = raw
@@ -449,12 +451,14 @@ return out
 """
 
 # Settle one entry if it is still exactly what the caller read (KEYS: ledger, deadlines,
-# retention, leases, pending, counters; ARGV: uuid, expected entry, next entry ("" =
-# remove), its deadline ("" = none), what its lease is for ("" = no lease: it waits for
-# its result), lease end, retention expiry, then counter field / increment pairs).
+# retention, leases, pending, counters, unpushed; ARGV: uuid, expected entry, next entry
+# ("" = remove), its deadline ("" = none), what its lease is for ("" = no lease: it waits
+# for its result), lease end, retention expiry, then counter field / increment pairs).
+# Settled means pushed: the intake has no push of it left to redo.
 _SETTLE_LUA = """
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
 local id = ARGV[1]
+redis.call('ZREM', KEYS[7], id)
 if ARGV[3] == '' then
   redis.call('HDEL', KEYS[1], id)
   redis.call('ZREM', KEYS[2], id)
@@ -625,7 +629,8 @@ class RedisHubState(RedisIntake):
             args += [f"{outbound}\x1f{name}", n]
         k = self._keys
         done = await self._settle(
-            keys=[*self._ledger_keys, k["leases"], k["pending"], k["counters"]], args=args)
+            keys=[*self._ledger_keys, k["leases"], k["pending"], k["counters"],
+                  k["unpushed"]], args=args)
         if not done:
             return False
         if after is not None:
