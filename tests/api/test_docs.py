@@ -28,6 +28,9 @@ async def test_docs_pages_reference_only_local_assets_that_are_served(
     api = await make_api(server={"token": "t0ken"})  # docs and their assets stay public
     r = await api.client.get(page)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    # Whatever a vendored script might try (ReDoc's footer logo is on its CDN), the
+    # browser is told to load nothing from elsewhere.
+    assert "default-src 'self'" in r.headers["content-security-policy"]
     html = r.text
     assert "http://" not in html and "https://" not in html and "//cdn" not in html
     urls = referenced_urls(html)

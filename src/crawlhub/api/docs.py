@@ -26,6 +26,12 @@ SWAGGER_CSS = f"{STATIC_URL}/swagger-ui/swagger-ui.css"
 SWAGGER_FAVICON = f"{STATIC_URL}/swagger-ui/favicon-32x32.png"
 REDOC_JS = f"{STATIC_URL}/redoc/redoc.standalone.js"
 
+#: The docs pages may load nothing from elsewhere (ReDoc's footer logo would come from
+#: its CDN): inline script and style are the pages' own, workers and images may be blobs.
+CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self'"
+       " 'unsafe-inline'; img-src 'self' data: blob:; font-src 'self' data:;"
+       " connect-src 'self'; worker-src 'self' blob:; frame-ancestors 'self'")
+
 DOCS_URL = "/docs"
 REDOC_URL = "/redoc"
 OAUTH2_REDIRECT_URL = "/docs/oauth2-redirect"
@@ -40,20 +46,26 @@ def install(app: FastAPI) -> None:
 
     async def swagger_ui() -> HTMLResponse:
         # validatorUrl: None keeps Swagger UI from sending the document to a validator.
-        return get_swagger_ui_html(
+        return _local_only(get_swagger_ui_html(
             openapi_url=openapi_url, title=title, swagger_js_url=SWAGGER_JS,
             swagger_css_url=SWAGGER_CSS, swagger_favicon_url=SWAGGER_FAVICON,
             oauth2_redirect_url=OAUTH2_REDIRECT_URL,
-            swagger_ui_parameters={"validatorUrl": None})
+            swagger_ui_parameters={"validatorUrl": None}))
 
     async def oauth2_redirect() -> HTMLResponse:
-        return get_swagger_ui_oauth2_redirect_html()
+        return _local_only(get_swagger_ui_oauth2_redirect_html())
 
     async def redoc() -> HTMLResponse:
-        return get_redoc_html(openapi_url=openapi_url, title=title, redoc_js_url=REDOC_JS,
-                              redoc_favicon_url=SWAGGER_FAVICON, with_google_fonts=False)
+        return _local_only(get_redoc_html(
+            openapi_url=openapi_url, title=title, redoc_js_url=REDOC_JS,
+            redoc_favicon_url=SWAGGER_FAVICON, with_google_fonts=False))
 
     app.add_api_route(DOCS_URL, swagger_ui, methods=["GET"], include_in_schema=False)
     app.add_api_route(OAUTH2_REDIRECT_URL, oauth2_redirect, methods=["GET"],
                       include_in_schema=False)
     app.add_api_route(REDOC_URL, redoc, methods=["GET"], include_in_schema=False)
+
+
+def _local_only(page: HTMLResponse) -> HTMLResponse:
+    page.headers["Content-Security-Policy"] = CSP
+    return page
