@@ -37,7 +37,10 @@ def demo_command(
     seed: Annotated[int, typer.Option(
         help="Seed of the latency and error draws (same seed, same sequence).")] = 0,
 ) -> None:
-    """Serve a local demo shop and paged JSON API for the examples."""
+    """Serve a local demo shop and paged JSON API.
+
+    The examples/ configs read it; it binds to loopback only and runs until Ctrl-C.
+    """
     try:
         config = DemoConfig(items=items, grow_every=grow_every, latency=parse_latency(latency),
                             error_rate=error_rate, seed=seed)

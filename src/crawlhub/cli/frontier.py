@@ -84,7 +84,10 @@ def key(
     sets: SetOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show the dedup key of URL, its segment now, and why the key looks like that."""
+    """Show the dedup key of URL and why.
+
+    Prints the key, the segment it falls in now, and why the key looks like that.
+    """
     cfg = _config(config, data_dir, sets) if config is not None else None
     fname, fc = _pick(cfg, name) if cfg is not None else (None, FrontierConfig())
     try:
@@ -128,8 +131,9 @@ def stats(
     sets: SetOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Per-segment stats of every frontier (or --name): admitted, duplicates, pending,
-    leased, done, failed, dispatched."""
+    """Per-segment stats of every frontier (or --name).
+
+    Admitted, duplicates, pending, leased, done, failed, dispatched."""
     cfg = _config(config, data_dir, sets)
     if not cfg.frontier:
         err.print("the config defines no frontier: add a 'frontier:' section")
@@ -176,7 +180,9 @@ def add(
     data_dir: DataDirOpt = None,
     sets: SetOpt = None,
 ) -> None:
-    """Admit seeds: JSON lines ({"url": ..., "priority": ..., "not_before": ...}), a
+    """Admit seeds from a file or stdin.
+
+    JSON lines ({"url": ..., "priority": ..., "not_before": ...}), a
     JSON array of such objects, or one http(s) URL per line. Prints admitted and
     duplicates; lines that are not seeds with an http(s) URL are listed on stderr with
     their line numbers, nothing is admitted for them, and the exit code is 1."""

@@ -1,0 +1,43 @@
+"""The CLI documents itself: every option (and argument) has help text, and the command
+summaries of ``crawlhub --help`` are whole sentences, not cut off with "..."."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import typer
+from typer.testing import CliRunner
+
+from crawlhub.cli import app
+
+
+def commands(cmd: Any, path: tuple[str, ...] = ("crawlhub",)) -> Iterator[tuple[str, Any]]:
+    """Every command and group under ``cmd`` with its full name."""
+    yield " ".join(path), cmd
+    for name, sub in (getattr(cmd, "commands", None) or {}).items():
+        yield from commands(sub, (*path, name))
+
+
+def test_every_option_and_argument_has_help_text() -> None:
+    missing = [
+        f"{name} {'/'.join(param.opts)}"
+        for name, cmd in commands(typer.main.get_command(app))
+        for param in cmd.params
+        if param.name != "help" and not (getattr(param, "help", None) or "").strip()
+    ]
+    assert missing == []
+
+
+def test_command_summaries_in_help_are_not_cut_off() -> None:
+    root = typer.main.get_command(app)
+    groups = [(name, cmd) for name, cmd in commands(root) if getattr(cmd, "commands", None)]
+    assert [name for name, _ in groups] == ["crawlhub", "crawlhub frontier"]
+    for name, group in groups:
+        listing = CliRunner().invoke(app, [*name.split()[1:], "--help"]).stdout
+        section = listing.split("Commands:", 1)[1]
+        for sub_name, sub in group.commands.items():
+            first = (sub.help or "").strip().splitlines()[0]
+            line = next(li for li in section.splitlines() if li.split()[:1] == [sub_name])
+            assert line.split(None, 1)[1].strip() == first, (name, sub_name)
+            assert not line.rstrip().endswith("..."), line
