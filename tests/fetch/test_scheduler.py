@@ -8,16 +8,17 @@ import random
 import pytest
 
 from crawlhub.errors import CancelledError
-from crawlhub.fetch import CancellationToken, ManualClock, RequestScheduler
+from crawlhub.fetch import CancellationToken, RequestScheduler
+from tests.helpers import FakeClock, wait_for
 
 
-def serial(clock: ManualClock, low: float = 5.0, high: float = 20.0, **kw: object) -> RequestScheduler:
+def serial(clock: FakeClock, low: float = 5.0, high: float = 20.0, **kw: object) -> RequestScheduler:
     return RequestScheduler(mode="serial", rate_min=low, rate_max=high, clock=clock,
                             rng=random.Random(7), **kw)  # type: ignore[arg-type]
 
 
 async def test_serial_gaps_are_drawn_uniformly_from_the_rate_range() -> None:
-    clock = ManualClock()
+    clock = FakeClock()
     scheduler = serial(clock, 5.0, 20.0)
     for _ in range(30):
         async with scheduler.slot("http://api.test/items", job_code="j"):
@@ -32,7 +33,7 @@ async def test_serial_gaps_are_drawn_uniformly_from_the_rate_range() -> None:
 
 
 async def test_the_first_request_goes_at_once() -> None:
-    clock = ManualClock()
+    clock = FakeClock()
     scheduler = serial(clock)
     async with scheduler.slot("http://api.test/", job_code="j") as slot:
         assert slot.waited == 0
@@ -56,7 +57,7 @@ def test_a_jobs_own_rate_range_is_checked_too() -> None:
 
 
 async def test_serial_mode_keeps_one_request_in_flight() -> None:
-    scheduler = serial(ManualClock(), 0, 0)
+    scheduler = serial(FakeClock(), 0, 0)
     in_flight = 0
     peak = 0
 
@@ -74,7 +75,7 @@ async def test_serial_mode_keeps_one_request_in_flight() -> None:
 
 
 async def test_jobs_sharing_a_scope_go_in_registration_order() -> None:
-    scheduler = serial(ManualClock(), 1, 2)
+    scheduler = serial(FakeClock(), 1, 2)
     scheduler.register("first")
     scheduler.register("second")
     order: list[str] = []
@@ -92,9 +93,7 @@ async def test_jobs_sharing_a_scope_go_in_registration_order() -> None:
     await asyncio.sleep(0)
     tasks = [asyncio.create_task(request("second")) for _ in range(3)]
     tasks += [asyncio.create_task(request("first")) for _ in range(3)]
-    for _ in range(5):
-        await asyncio.sleep(0)
-    assert scheduler.waiting == 6
+    await wait_for(lambda: scheduler.waiting == 6, "six requests waiting their turn")
     hold.set()
     await asyncio.gather(first_task, *tasks)
     assert order == ["first"] * 3 + ["second"] * 3
@@ -102,7 +101,7 @@ async def test_jobs_sharing_a_scope_go_in_registration_order() -> None:
 
 
 async def test_scope_job_gives_each_job_its_own_lane_and_gap_range() -> None:
-    clock = ManualClock()
+    clock = FakeClock()
     scheduler = serial(clock, 5, 20, scope="job")
     scheduler.register("fast", rate_min=1, rate_max=1)
     for _ in range(3):
@@ -115,7 +114,7 @@ async def test_scope_job_gives_each_job_its_own_lane_and_gap_range() -> None:
 
 async def test_concurrent_mode_caps_requests_in_flight_per_domain() -> None:
     scheduler = RequestScheduler(mode="concurrent", scope="domain", concurrency=2,
-                                 clock=ManualClock())
+                                 clock=FakeClock())
     in_flight: dict[str, int] = {"a.test": 0, "b.test": 0}
     peak: dict[str, int] = {"a.test": 0, "b.test": 0}
     peak_total = 0
@@ -131,10 +130,8 @@ async def test_concurrent_mode_caps_requests_in_flight_per_domain() -> None:
             in_flight[domain] -= 1
 
     tasks = [asyncio.create_task(one(d)) for d in ["a.test", "b.test"] * 5]
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await wait_for(lambda: scheduler.waiting == 6, "six requests waiting for a slot")
     assert scheduler.in_flight == 4
-    assert scheduler.waiting == 6
     release.set()
     await asyncio.gather(*tasks)
     assert peak == {"a.test": 2, "b.test": 2}
@@ -143,7 +140,7 @@ async def test_concurrent_mode_caps_requests_in_flight_per_domain() -> None:
 
 @pytest.mark.parametrize("burst", [1, 3])
 async def test_concurrent_mode_meters_starts_with_a_token_bucket(burst: int) -> None:
-    clock = ManualClock(start=0.0)
+    clock = FakeClock(0.0)
     scheduler = RequestScheduler(mode="concurrent", scope="domain", concurrency=50,
                                  rate_per_second=4.0, burst=burst, clock=clock)
 
@@ -160,7 +157,7 @@ async def test_concurrent_mode_meters_starts_with_a_token_bucket(burst: int) -> 
 
 
 async def test_cancel_interrupts_the_wait_for_a_turn() -> None:
-    scheduler = serial(ManualClock(), 0, 0)
+    scheduler = serial(FakeClock(), 0, 0)
     token = CancellationToken()
     hold = asyncio.Event()
 
@@ -176,8 +173,7 @@ async def test_cancel_interrupts_the_wait_for_a_turn() -> None:
             raise AssertionError("a cancelled waiter must not get a turn")
 
     waiting = asyncio.create_task(waiter())
-    for _ in range(3):
-        await asyncio.sleep(0)
+    await wait_for(lambda: scheduler.waiting == 1, "the waiter to queue for its turn")
     token.cancel("stop")
     with pytest.raises(CancelledError):
         await asyncio.wait_for(waiting, 5)

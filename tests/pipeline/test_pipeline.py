@@ -19,7 +19,6 @@ from crawlhub.fetch import (
     Fetcher,
     HttpClient,
     JobLog,
-    ManualClock,
     Request,
     RequestScheduler,
     Response,
@@ -36,6 +35,7 @@ from crawlhub.pipeline import (
     job_log,
     show_progress,
 )
+from tests.helpers import FakeClock, wait_for
 from tests.httpapi import ApiServer, Fault
 from tests.pipeline.sqlite_sink import SqliteSink
 
@@ -66,7 +66,7 @@ async def client() -> AsyncIterator[HttpClient]:
 
 def fetcher_for(client: HttpClient, job: str, token: CancellationToken | None = None,
                 **kw: Any) -> Fetcher:
-    scheduler = RequestScheduler(rate_min=0, rate_max=0, clock=ManualClock(),
+    scheduler = RequestScheduler(rate_min=0, rate_max=0, clock=FakeClock(),
                                  rng=random.Random(3))
     return Fetcher(client, scheduler, RetryPolicy.api_codes(backoff_base=0.0, jitter=0.0),
                    job_code=job, token=token, logger=JobLog(job), **kw)
@@ -211,11 +211,8 @@ async def test_a_write_backlog_above_twice_the_queue_size_logs_a_warning(
     await pipeline.start()
     for record in records(10):
         await pipeline.submit(record)
-    for _ in range(500):
-        if log.lines(event="write backlog high"):
-            break
-        await asyncio.sleep(0.01)
-    warning = log.lines(event="write backlog high")
+    warning = await wait_for(lambda: log.lines(event="write backlog high"),
+                             "the write backlog warning")
     assert warning and warning[0]["limit"] == 4 and warning[0]["pending"] > 4
     gate.set()
     result = await pipeline.finish()
@@ -398,7 +395,7 @@ async def test_the_run_result_reports_counts_times_and_errors(
 async def test_each_job_keeps_its_own_log_buffer(
     api_server: ApiServer, client: HttpClient, tmp_path: Any, unique_name: str
 ) -> None:
-    scheduler = RequestScheduler(rate_min=0, rate_max=0, clock=ManualClock())
+    scheduler = RequestScheduler(rate_min=0, rate_max=0, clock=FakeClock())
     runs = []
     for job in (unique_name + "a", unique_name + "b"):
         fetcher = Fetcher(client, scheduler, job_code=job)  # logs to job_log(job)
