@@ -120,3 +120,21 @@ async def store(tmp_path: Path) -> AsyncIterator[SqlMetadataStore]:
     s = await open_store(f"sqlite:///{tmp_path}/meta.db")
     yield s
     await s.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def any_store(
+    request: pytest.FixtureRequest, tmp_path: Path, unique_name: str
+) -> AsyncIterator[SqlMetadataStore]:
+    """The metadata store on each backend (PostgreSQL tables dropped afterwards)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/meta.db"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    s = await open_store(url, table_prefix=f"{unique_name}_")
+    yield s
+    if request.param == "postgres":
+        for table in (s.progress_table, s.cursors_table, s.runs_table, s.leases_table,
+                      s.detail_table, s.log_table):
+            await s._execute(f"DROP TABLE IF EXISTS {table}")
+    await s.close()

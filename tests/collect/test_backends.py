@@ -50,7 +50,8 @@ async def test_postgres_progress_and_sink_absorb_boundary_duplicates(
     finally:
         conn = await asyncpg.connect(postgres_url)
         try:
-            for t in (table, store.progress_table, store.cursors_table, store.runs_table):
+            for t in (table, store.progress_table, store.cursors_table, store.runs_table,
+                      store.leases_table, store.detail_table, store.log_table):
                 await conn.execute(f"DROP TABLE IF EXISTS {t}")
         finally:
             await conn.close()

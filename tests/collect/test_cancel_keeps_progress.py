@@ -42,8 +42,9 @@ async def stopped_midway(api: ApiServer, store: SqlMetadataStore, sink: ListSink
 
 
 async def test_a_stop_before_the_total_answers_keeps_the_saved_progress(
-    store: SqlMetadataStore,
+    any_store: SqlMetadataStore,
 ) -> None:
+    store = any_store
     sink = ListSink()
     async with ApiServer(items=LazyItems(1000)) as api:  # type: ignore[arg-type]
         await stopped_midway(api, store, sink)

@@ -146,8 +146,9 @@ async def test_detail_mode_counts_ok_failed_and_skipped(store: SqlMetadataStore)
 
 
 async def test_detail_ids_not_reached_after_a_stop_are_fetched_by_the_next_run(
-    store: SqlMetadataStore,
+    any_store: SqlMetadataStore,
 ) -> None:
+    store = any_store
     sink = ListSink()
     items = make_items(20, newest=datetime.now().replace(microsecond=0))
     async with ApiServer(items=items) as api:
