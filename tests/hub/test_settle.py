@@ -143,3 +143,18 @@ async def test_dispatch_counts_are_shared_per_second(
     await second.note_dispatched([("o", 101, 2), ("o", 90, 7)])
     assert await first.dispatched_in(91, 101) == {"o": 5, "p": 1}
     assert await second.dispatched_in(101, 101) == {"o": 2}
+
+
+async def test_a_settled_task_is_no_longer_pushed_again_by_intake_recovery(
+        pair: tuple[HubState, HubState]) -> None:
+    from crawlhub.hub.intake import Intake
+
+    state, _ = pair
+    now = time.time()
+    task = {"task_uuid": "u", "routed_count": 1}
+    # Recorded and pushed, and its result (a retry) came before the push was marked done.
+    assert await state.intake_begin([Intake(task, "o", None)], now, now - 60) == ["N"]
+    retry = LedgerEntry({"task_uuid": "u", "routed_count": 2}, "o", None, pending="push")
+    assert await state.settle(await read(state, "u"), retry, [("o", "retried", 1)],
+                              lease_until=now + 30)
+    assert await state.intake_claim(now + 3600, now + 3600) == []
