@@ -65,7 +65,7 @@ def check_job_sinks(config: Any) -> None:
             data = {"name": job.name, "key": [job.source.id_field], **spec}
             try:
                 check_sink(data, config=config.settings, name=job.name,
-                           entry=f"job '{job.name}' sink")
+                           file=config.file_of("jobs", job.name), entry=f"job '{job.name}' sink")
             except ConfigError as exc:
                 errors.append(exc)
     _raise(errors)

@@ -252,16 +252,19 @@ def test_a_job_sink_class_is_checked_but_not_constructed(cli: Cli, tmp_path: Pat
     result = cli("check-config", str(main))
     assert result.exit_code == 2
     message = one_line(result.stderr)
-    assert "entry job 'news' sink, key 'type'" in message
+    assert "file main.yaml, entry job 'news' sink, key 'type'" in message
     assert "cannot be called with (name=, key=, colour=)" in message
     assert not (tmp_path / "plugins" / "constructed.txt").exists()
 
 
 def test_a_job_sink_that_is_not_importable_is_reported(cli: Cli, tmp_path: Path) -> None:
-    main = write_yaml(tmp_path / "main.yaml", _job({"type": "no_such_sink_module:Sink"}))
+    main = write_yaml(tmp_path / "main.yaml", {"include": ["jobs.yaml"]})
+    write_yaml(tmp_path / "jobs.yaml", _job({"type": "no_such_sink_module:Sink"}))
     result = cli("check-config", str(main))
     assert result.exit_code == 2
-    assert "cannot import module 'no_such_sink_module'" in one_line(result.stderr)
+    message = one_line(result.stderr)
+    assert "file jobs.yaml, entry job 'news' sink, key 'type'" in message
+    assert "cannot import module 'no_such_sink_module'" in message
 
 
 FRONTIER_CODE = '''

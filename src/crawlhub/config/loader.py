@@ -319,6 +319,10 @@ class _Reader:
             if isinstance(value, dict):
                 for sub in value:
                     own.origin[(key, str(sub))] = shown
+            elif key in LIST_SECTIONS and isinstance(value, list):
+                for item in value:  # jobs by name: each may come from another file
+                    if isinstance(item, Mapping) and isinstance(item.get("name"), str):
+                        own.origin[(key, item["name"])] = shown
         return own
 
 
