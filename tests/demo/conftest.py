@@ -12,29 +12,17 @@ import aiohttp
 from aiohttp import web
 
 from crawlhub.demo import DemoConfig, create_app
+from tests.helpers import FakeClock
 from tests.servers import free_port
 
 START = 1_790_000_000.0  # a fixed "now" for the demo: its content depends only on this
-
-
-class ManualClock:
-    """``clock()`` answers ``now``; tests move it with ``advance``."""
-
-    def __init__(self, now: float = START) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @dataclass
 class Demo:
     url: str
     session: aiohttp.ClientSession
-    clock: ManualClock
+    clock: FakeClock
 
     async def get(self, path: str, **kw: Any) -> tuple[int, Any, Any]:
         """``(status, body, headers)``; the body is JSON for /api/, else text."""
@@ -51,7 +39,7 @@ class Demo:
 @asynccontextmanager
 async def serve_demo(**options: Any) -> AsyncIterator[Demo]:
     """Serve ``create_app(DemoConfig(**options))`` on a free loopback port."""
-    clock = options.pop("clock", None) or ManualClock()
+    clock = options.pop("clock", None) or FakeClock(START)
     app = create_app(DemoConfig(clock=clock, **options))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

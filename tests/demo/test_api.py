@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from crawlhub.demo.api import DATE_FORMAT, ORDER_EVERY
-from tests.demo.conftest import START, ManualClock, serve_demo
+from tests.demo.conftest import START, serve_demo
+from tests.helpers import FakeClock
 
 
 def when(text: str) -> float:
@@ -27,7 +28,7 @@ async def test_news_pages_are_oldest_first_with_ids_dates_and_the_total() -> Non
 
 
 async def test_news_total_grows_as_the_clock_moves_and_new_items_are_newest() -> None:
-    clock = ManualClock()
+    clock = FakeClock(START)
     async with serve_demo(items=100, grow_every=2.0, clock=clock) as demo:
         _, before, _ = await demo.get("/api/news?offset=0&limit=1")
         clock.advance(11)
@@ -44,7 +45,7 @@ async def test_news_total_grows_as_the_clock_moves_and_new_items_are_newest() ->
 
 
 async def test_a_fixed_total_never_grows() -> None:
-    clock = ManualClock()
+    clock = FakeClock(START)
     async with serve_demo(items=10, grow_every=0, clock=clock) as demo:
         clock.advance(3600)
         _, body, _ = await demo.get("/api/news")
@@ -83,7 +84,7 @@ async def test_bad_paging_parameters_are_400_with_a_json_reason() -> None:
 
 
 async def test_orders_are_paged_inside_a_time_window_posted_as_json() -> None:
-    clock = ManualClock(START)
+    clock = FakeClock(START)
     hour_start = (START // 3600 - 2) * 3600
     window = {"startTime": datetime.fromtimestamp(hour_start).strftime(DATE_FORMAT),
               "endTime": datetime.fromtimestamp(hour_start + 3600).strftime(DATE_FORMAT)}
@@ -103,7 +104,7 @@ async def test_orders_are_paged_inside_a_time_window_posted_as_json() -> None:
 
 
 async def test_orders_window_reaching_past_now_holds_only_orders_made_so_far() -> None:
-    clock = ManualClock(START)
+    clock = FakeClock(START)
     async with serve_demo(clock=clock) as demo:
         _, body, _ = await demo.get(f"/api/orders?startTime={int(START - 1800)}"
                                     f"&endTime={int(START + 7200)}&pageSize=100")
