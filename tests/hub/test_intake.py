@@ -262,3 +262,13 @@ async def test_already_routed_over_the_api(
     assert second.status_code == 200
     assert second.json()["status"] == "already_routed"
     assert len(await drain(svc, "o")) == 1
+
+
+async def test_two_outbounds_on_one_queue_both_push_their_tasks(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    svc = await open_services(make_config(outbound=[
+        {"name": "a", "selector": ["k == 1"], "init": {"key": "shared"}},
+        {"name": "b", "selector": ["k == 2"], "init": {"key": "shared"}}]))
+    results = await svc.hub.submit([{"k": 1}, {"k": 2}])
+    assert [(r.status, r.outbound) for r in results] == [("routed", "a"), ("routed", "b")]
+    assert sorted(p["k"] for p in await drain(svc, "shared")) == [1, 2]

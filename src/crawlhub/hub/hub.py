@@ -5,6 +5,28 @@ first matching outbound -> ledger + push. A result settles its ledger entry atom
 (terminal / retry / failback / re-route / failed, counters with it); a ledger deadline
 passing is a lost task, claimed as a lease and handled as a failure with status
 ``timeout``.
+
+Intake (``submit``) loses and doubles nothing (see :mod:`crawlhub.hub.intake`):
+
+1. *record*: each task is written to the ledger as unpushed, only if its ``task_uuid``
+   is new (``already_routed`` otherwise); a task behind a frontier also takes its gate,
+   ``(frontier, segment, key)``, in the same step (a gate held by a task being pushed
+   right now answers ``duplicate``);
+2. *admit*: the frontier admits the gated ones (a duplicate's record and gate go);
+3. *push*, then *mark pushed*: deadlines start, gates are freed, counters move.
+
+A push that fails is undone: the record goes and the gate is kept, released, so the
+client's retry of the URL takes it over and is pushed (the frontier keeps the admission;
+it cannot be taken back from a bloom filter). A process killed between 1 and 3 leaves
+the record unpushed: after ``INTAKE_GRACE`` a retry of the task or of its URL takes it
+over, and ``recover_intake`` (every hub process, at start and every ``RECOVER_EVERY``)
+admits the URL again if needed and pushes it. Cost per batch: 3 round trips (record,
+push, mark pushed), 4 with a frontier (+ admit). When the ledger and the queue
+outbounds share one Redis server, an ungated batch is recorded and pushed by one Lua
+script (1 round trip, and no window in which a kill could push twice); a gated batch
+is recorded, admitted, then pushed and marked pushed by one script (3 round trips).
+Elsewhere (ledger and queues in two stores) a kill after a push and before its mark
+pushes that task again on recovery: at least once, never lost.
 """
 
 from __future__ import annotations
@@ -701,7 +723,8 @@ class Hub:
             backend = getattr(transport, "backend", None)
             if isinstance(transport, QueueOutbound) and backend is not None:
                 entry = shared.setdefault(id(backend), (backend, {}, []))
-                entry[1][transport.queue.name] = items
+                # (two outbounds may push onto one queue: their items go together)
+                entry[1].setdefault(transport.queue.name, []).extend(items)
                 entry[2].append(index)
             else:
                 calls.append(transport.send(items))
