@@ -21,10 +21,10 @@ WAIT = 30.0
 
 
 class FakeClock(ManualClock):
-    """Virtual epoch seconds that move only on ``advance()`` or a ``sleep()`` on it.
+    """Virtual seconds that move only when told: ``advance``, ``set``, or a ``sleep`` on it.
 
-    ``clock()`` and ``clock.now()`` read it; ``sleep`` moves it forward at once and records
-    the gap in ``sleeps``.
+    ``clock()`` and ``clock.now()`` read it; ``sleep`` (from the fetch layer's
+    ``ManualClock``) moves it forward at once and records the gap in ``sleeps``.
     """
 
     def __init__(self, start: float = 1_700_000_000.0) -> None:
@@ -32,6 +32,9 @@ class FakeClock(ManualClock):
 
     def __call__(self) -> float:
         return self.now()
+
+    def set(self, now: float) -> None:
+        self._now = now
 
 
 async def wait_for(
