@@ -16,6 +16,7 @@ import pytest
 from crawlhub.errors import BackpressureError
 from crawlhub.hub.failures import FailureLog
 from crawlhub.service import Services
+from tests.helpers import wait_for
 from tests.hub.conftest import delete_prefix
 
 Opener = Callable[[Any], Any]
@@ -57,6 +58,10 @@ async def test_task_no_outbound_takes_is_rejected_with_reason(
     [result] = await svc.hub.submit([{"x": 2}])
     assert result.status == "rejected" and "no outbound" in (result.reason or "")
     assert await svc.queues.queue("o").length() == 0
+
+
+async def length_at_least(svc: Services, queue: str, n: int) -> bool:
+    return await svc.queues.queue(queue).length() >= n
 
 
 async def post_result(svc: Services, task: dict[str, Any], code: Any) -> dict[str, Any]:
@@ -178,12 +183,11 @@ async def test_lost_task_sweeper_runs_by_itself(
     await svc.start()
     await svc.hub.submit([{"n": 1}])
     await drain(svc, "o")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    async def failed() -> dict[str, Any] | None:
         [row] = await svc.hub.outbound_stats()
-        if row["failed"]:
-            break
-        await asyncio.sleep(0.05)
+        return row if row["failed"] else None
+
+    row = await wait_for(failed, "the sweeper to fail the lost task")
     assert row["failed"] == 1 and row["timeout"] == 1
 
 
@@ -366,9 +370,7 @@ async def test_redis_inbound_feeds_the_hub_at_least_once(
         if kind == "list":
             await client.lpush(key, "not json")
         await svc.start()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and await svc.queues.queue("o").length() < 5:
-            await asyncio.sleep(0.05)
+        await wait_for(lambda: length_at_least(svc, "o", 5), "5 tasks from the inbound")
         assert sorted(m["n"] for m in await drain(svc, "o")) == [0, 1, 2, 3, 4]
         if kind == "list":
             assert await client.llen(key) == 0
@@ -396,9 +398,7 @@ async def test_redis_list_inbound_redelivers_what_a_crash_left_in_processing(
         outbound=[{"name": "o"}]))
     try:
         await svc.start()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and await svc.queues.queue("o").length() < 1:
-            await asyncio.sleep(0.05)
+        await wait_for(lambda: length_at_least(svc, "o", 1), "the inbound's task")
         assert [m["n"] for m in await drain(svc, "o")] == [42]
     finally:
         await client.delete(key, f"{key}:processing:feed")
@@ -443,9 +443,7 @@ async def test_redis_inbound_sets_aside_a_message_the_hub_keeps_refusing(
             else:
                 await client.xadd(key, {"data": raw})
         await svc.start()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and await client.llen(f"{key}:dead:feed") < 1:
-            await asyncio.sleep(0.05)
+        await wait_for(lambda: client.llen(f"{key}:dead:feed"), "the refused message set aside")
         assert sorted(m["n"] for m in await drain(svc, "o")) == [1, 3]
         assert [json.loads(r) for r in await client.lrange(f"{key}:dead:feed", 0, -1)] == [
             {"n": 2}]
