@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from crawlhub.hub.state import open_state
 from crawlhub.queues import open_backend
 from tests.cli.conftest import write_yaml
 from tests.cli.serving import Served, crawlhub_serve
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -90,11 +90,12 @@ async def crash_while_posting(served: Served) -> set[str]:
     refused: list[int] = []
     clients = [asyncio.create_task(post_until_dead(served.url, i, accepted, refused))
                for i in range(CLIENTS)]
-    deadline = time.monotonic() + 120
-    while len(accepted) < KILL_AFTER:
-        assert time.monotonic() < deadline, f"only {len(accepted)} accepted"
+
+    def enough_accepted() -> bool:
         assert not any(c.done() for c in clients), served.output()
-        await asyncio.sleep(0.01)
+        return len(accepted) >= KILL_AFTER
+
+    await wait_for(enough_accepted, f"{KILL_AFTER} accepted tasks", timeout=120, every=0.01)
     served.proc.send_signal(signal.SIGKILL)
     await asyncio.gather(*clients)
     await asyncio.to_thread(served.proc.wait, 30)
