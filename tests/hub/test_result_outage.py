@@ -5,6 +5,7 @@ once the outbound is back. Nothing is lost, and the result sent again is stale."
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -12,11 +13,13 @@ import pytest
 import redis.asyncio as aioredis
 
 from crawlhub.service import Services
+from tests.helpers import FakeClock
 from tests.servers import throwaway_valkey
 
 
 async def test_a_follow_up_whose_push_fails_is_pushed_by_a_sweep_when_the_outbound_is_back(
-        make_config: Callable[..., Any], open_services: Callable[[Any], Any]) -> None:
+        make_config: Callable[..., Any], open_services: Callable[[Any], Any],
+        clock: FakeClock) -> None:
     with throwaway_valkey() as server:
         svc: Services = await open_services(make_config(outbound=[
             {"name": "main", "retry_limits": 0, "failback": "backup"},
@@ -30,17 +33,19 @@ async def test_a_follow_up_whose_push_fails_is_pushed_by_a_sweep_when_the_outbou
         result = {"task_uuid": task["task_uuid"], "routed_count": task["routed_count"],
                   "task_result": 500}
 
+        clock.set(time.time())
+        svc.hub.clock = clock
         server.stop()
         with pytest.raises(Exception, match="(?i)connect"):
             await svc.hub.receive("http", [result])
         entry = await svc.state.get(task["task_uuid"])
         assert entry is not None and entry.outbound == "backup"
         assert (await svc.hub.receive("http", [result]))[0]["status"] == "stale"
-        now = svc.hub.clock()
-        assert await svc.hub.sweep_lost(now + 1) == 0  # still leased to the first try
+        clock.advance(1)
+        assert await svc.hub.sweep_lost() == 0  # still leased to the first try
 
         server.start()
-        svc.hub.clock = lambda: now + svc.hub.lease + 1
+        clock.advance(svc.hub.lease)
         assert await svc.hub.sweep_lost() == 1
         client = aioredis.Redis.from_url(server.url)
         try:
