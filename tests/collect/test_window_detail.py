@@ -180,3 +180,24 @@ async def test_detail_ids_not_reached_after_a_stop_are_fetched_by_the_next_run(
     assert not set(fetched) & done_before
     assert await store.detail_ids("deals") == []
     assert all(row.get("detail") for row in sink.rows.values())  # every id has its detail
+
+
+async def test_detail_ids_whose_batch_was_rolled_back_stay_pending(
+    store: SqlMetadataStore,
+) -> None:
+    sink, details = ListSink(), ListSink()
+    details.fail_next = 1  # the first detail batch is rolled back
+    items = make_items(10, newest=datetime.now().replace(microsecond=0))
+    async with ApiServer(items=items) as api:
+        job = job_config(api.url, name="deals", strategy={"batch_size": 10},
+                         detail={"enabled": True, "url": f"{api.url}/items/{{id}}",
+                                 "item_path": "item"})
+        first = await new_run(job, store=store, sink=sink, detail_sink=details,
+                              retry=FAST_RETRY).run()
+        assert (first.detail_ok, first.detail_pending) == (10, 10)
+        assert sorted(await store.detail_ids("deals")) == list(range(1, 11))
+        second = await new_run(job, store=store, sink=sink, detail_sink=details,
+                               retry=FAST_RETRY).run()
+    assert (second.detail_ok, second.detail_pending) == (10, 0)
+    assert sorted(details.rows) == list(range(1, 11))
+    assert await store.detail_ids("deals") == []
