@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from crawlhub.config import load_config
+from crawlhub.config import load_config, yamlread
 from crawlhub.config.yamlread import MAX_DEPTH, MAX_NODES
 from crawlhub.errors import ConfigError, ConfigErrors
 
@@ -103,7 +103,7 @@ def test_an_alias_bomb_is_refused_before_it_expands(write: WriteFiles) -> None:
     assert peak_memory(load) < 100 * MB
     assert len(errors) == 1 and not isinstance(errors[0], ConfigErrors)
     assert errors[0].file == "main.yaml"
-    assert f"aliases expand this file to more than {MAX_NODES} values" in str(errors[0])
+    assert f"aliases expand this file by more than {MAX_NODES} values" in str(errors[0])
 
 
 def test_a_mapping_alias_bomb_inside_an_outbound_is_refused(write: WriteFiles) -> None:
@@ -148,3 +148,16 @@ def test_very_deep_nesting_is_a_config_error_not_a_recursion_error(
     assert len(errors) == 1, "expected a ConfigError, not a crash"
     assert errors[0].file == "main.yaml"
     assert f"nesting deeper than {MAX_DEPTH} levels" in str(errors[0])
+
+
+def test_a_large_file_without_aliases_is_not_taken_for_a_bomb(
+    write: WriteFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(yamlread, "MAX_NODES", 100)  # the limit counts what aliases add
+    rows = "".join(f"  - {{name: o{i}, task_src: {i}}}\n" for i in range(200))
+    main = write({"main.yaml": "outbound:\n" + rows})
+    assert len(load_config(main, env={}).outbound) == 200
+
+    bomb = "outbound:\n  - &o {name: o, init: {a: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}}\n"
+    bomb += "".join(f"  - {{<<: *o, name: o{i}}}\n" for i in range(20))
+    assert "alias bomb" in str(refusal(write({"main.yaml": bomb})))

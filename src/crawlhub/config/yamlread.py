@@ -15,7 +15,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 #: Deepest nesting of mappings and lists a config may have (real configs stay under 10).
 MAX_DEPTH = 64
-#: Most values a file may hold once its aliases are expanded (counting every node).
+#: Most values aliases may add to a file once expanded (beyond the values written out).
 MAX_NODES = 200_000
 #: Top-level lists whose items are named entries (``outbound[1] 'name'`` in messages).
 ENTRY_LISTS = ("inbound", "outbound", "jobs")
@@ -44,7 +44,7 @@ def read_yaml(text: str) -> Any:
         root = loader.get_single_node()
         if root is None:
             return None
-        _Checker(root).check()
+        _Checker(root, MAX_NODES + loader.written).check()
         return loader.construct_document(root)
     finally:
         loader.dispose()
@@ -56,6 +56,8 @@ class _Loader(yaml.SafeLoader):
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._path: list[str | int] = []
+        #: Nodes written out in the text (an alias adds none here).
+        self.written = 0
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:  # type: ignore[override]
         if parent is not None:
@@ -73,6 +75,8 @@ class _Loader(yaml.SafeLoader):
                     " never needs this many; flatten it",
                     mark.line + 1, *_place(tuple(self._path[:3]), {}),
                 )
+            if not self.check_event(yaml.AliasEvent):
+                self.written += 1
             return super().compose_node(parent, index)  # type: ignore[no-any-return]
         finally:
             if parent is not None:
@@ -83,8 +87,9 @@ class _Checker:
     """One pass over the composed node graph (shared nodes once): duplicate keys,
     recursive aliases and the size the aliases would expand to."""
 
-    def __init__(self, root: Node) -> None:
+    def __init__(self, root: Node, limit: int) -> None:
         self.root = root
+        self.limit = limit
         self.sizes: dict[int, int] = {}
         self.open: set[int] = set()
         self.names = _entry_names(root)
@@ -132,9 +137,9 @@ class _Checker:
         return total
 
     def _limit(self, total: int, node: Node, path: Path) -> None:
-        if total > MAX_NODES:
+        if total > self.limit:
             raise self._problem(
-                f"aliases expand this file to more than {MAX_NODES} values (near line"
+                f"aliases expand this file by more than {MAX_NODES} values (near line"
                 f" {node.start_mark.line + 1}): an alias bomb? Write the values out, or"
                 " split the config with include:", node, path)
 
