@@ -8,8 +8,9 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
+
+from tests.helpers import wait_for
 
 from .conftest import Store
 
@@ -57,13 +58,13 @@ async def test_leases_of_a_killed_worker_are_delivered_again(
 
     consumer = store.open().queue(unique_name)
     delivered: dict[str, int] = {}
-    deadline = time.monotonic() + 30
-    while len(delivered) < len(ids) and time.monotonic() < deadline:
-        batch = await consumer.lease(10, visibility_timeout=60)
-        delivered |= {m.id: m.attempts for m in batch}
-        if not batch:
-            await asyncio.sleep(0.05)
 
+    async def all_delivered() -> bool:
+        batch = await consumer.lease(10, visibility_timeout=60)
+        delivered.update({m.id: m.attempts for m in batch})
+        return len(delivered) >= len(ids)
+
+    await wait_for(all_delivered, "every message back after the kill")
     assert sorted(delivered) == sorted(ids)
     assert {i: delivered[i] for i in held} == dict.fromkeys(held, 2)
     stats = await consumer.stats()
