@@ -52,5 +52,5 @@ async def test_two_hubs_sweeping_at_once_handle_each_lost_task_once(
     assert (row["timeout"], row["retried"], row["total"]) == (40, 40, 80)
     retried = await queue.lease(100, 600)
     assert sorted(m.payload["task_uuid"] for m in retried) == sorted(
-        a.task_uuid for a in answers)
+        str(a.task_uuid) for a in answers)
     assert {m.payload["routed_count"] for m in retried} == {2}
