@@ -369,7 +369,7 @@ class Hub:
             failed = await self._intake(plans, results, frontier, wait=wait)
             if not failed:
                 return results
-            if not wait:
+            if not wait or not all(is_unavailable(e) for e in failed.values()):
                 break
             # An inbound source waits the outage out and sends the same tasks again: the
             # uuids make it safe (what got pushed meanwhile is not pushed twice).
@@ -380,8 +380,11 @@ class Hub:
             for i, task, _ in plans:
                 results[i] = SubmitResult(task_uuid=task.task_uuid)
                 task["routed_count"] = task.routed_count - 1  # stamped again on the way
-        if not any(results[i].status in ("routed", "already_routed") for i, _, _ in plans):
-            error = next(iter(failed.values()))
+        error = next(iter(failed.values()))
+        if wait or not any(results[i].status in ("routed", "already_routed")
+                           for i, _, _ in plans):
+            # (an inbound source gets the batch again: its tasks that carry a task_uuid
+            # and were pushed are answered already_routed then)
             raise unavailable(error) if is_unavailable(error) else error
         return results
 
@@ -982,8 +985,9 @@ class Hub:
                                 uuid, entry.outbound)
                     await self.handle_result(entry, TIMEOUT_STATUS)
                 else:
-                    log.warning("finishing the %s of task %s on %s left by a stopped"
-                                " process", entry.pending, uuid, entry.outbound)
+                    log.warning("finishing the %s of task %s on %s, left unfinished (its"
+                                " process stopped, or the first try failed)", entry.pending,
+                                uuid, entry.outbound)
                     await self._finish(entry)
             except Exception as exc:
                 log.warning("task %s on %s: %s; tried again when its lease ends", uuid,
