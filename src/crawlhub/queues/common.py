@@ -312,7 +312,7 @@ class BaseQueue(ABC):
         refs = parse_refs(ids)
         if not refs:
             return 0
-        if reason is None and dead:
+        if not reason and dead:
             reason = "nacked to the dead letter"
         return await self._nack(refs, bool(dead), clip_reason(reason) if reason else None)
 
