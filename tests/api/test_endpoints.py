@@ -14,6 +14,7 @@ import pytest
 import uvicorn
 
 from crawlhub.api import create_app
+from tests.helpers import wait_for
 from tests.servers import free_port
 
 from .conftest import Api, MakeApi
@@ -163,9 +164,12 @@ async def serving(api: Api) -> AsyncIterator[str]:
     server = uvicorn.Server(uvicorn.Config(create_app(services=api.svc), host="127.0.0.1",
                                            port=port, log_level="warning", lifespan="on"))
     task = asyncio.create_task(server.serve())
-    while not server.started:
+
+    def started() -> bool:
         assert not task.done(), "uvicorn did not start"
-        await asyncio.sleep(0.02)
+        return bool(server.started)
+
+    await wait_for(started, "uvicorn to listen")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
