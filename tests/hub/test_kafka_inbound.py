@@ -15,6 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from crawlhub.errors import ConfigError
 from crawlhub.hub.inbounds.base import InboundSource
 from crawlhub.hub.inbounds.kafka import KafkaInbound
+from tests.helpers import wait_for
 
 Task = dict[str, Any]
 
@@ -171,12 +172,11 @@ async def test_threads_are_consumers_of_one_group_that_together_take_every_messa
         [response] = await admin.describe_consumer_groups([unique_name])
         return len(response.groups[0][-1])  # the members of the one group asked about
 
-    async def both_consumers_joined() -> None:
-        while await group_size() < 2:
-            await asyncio.sleep(0.05)
+    async def both_consumers_joined() -> bool:
+        return await group_size() >= 2
 
     async def deliver(batch: list[Task]) -> None:
-        await asyncio.wait_for(both_consumers_joined(), 30)
+        await wait_for(both_consumers_joined, "both consumers in the group", every=0.05)
         got.extend(batch)
         if len({t["n"] for t in got}) == 20:
             done.set()

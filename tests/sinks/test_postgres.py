@@ -15,6 +15,7 @@ from crawlhub.config.sinks import PgTableConfig, build_sink, postgres_dsn
 from crawlhub.errors import SinkError
 from crawlhub.sinks import PostgresSink, Scd2Merger, SnapshotSink
 from crawlhub.sinks.pg_table import PgTable
+from tests.helpers import wait_for
 
 Tables = Callable[[str], str]
 
@@ -188,15 +189,11 @@ async def test_a_new_key_inserted_meanwhile_by_another_writer_becomes_an_update(
         # the sink's lookup cannot see the uncommitted row; its COPY waits on the key
         writing = asyncio.create_task(sink.write_batch([{"id": 1}, {"id": 2}]))
 
-        async def copy_waits() -> None:
-            while not await pg.fetchval(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query LIKE $1",
-                f'COPY%"{table}"%',
-            ):
-                await asyncio.sleep(0.02)
-
-        await asyncio.wait_for(copy_waits(), 30)
+        await wait_for(lambda: pg.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE $1",
+            f'COPY%"{table}"%',
+        ), "the sink's COPY to wait on the racing row's lock")
         await racing.commit()
         result = await asyncio.wait_for(writing, 30)
     finally:
@@ -330,12 +327,9 @@ async def test_tables_merge_in_parallel_so_a_blocked_table_does_not_hold_the_oth
         await blocker.execute(f'LOCK TABLE "{slow}" IN ACCESS EXCLUSIVE MODE')
         merging = asyncio.create_task(merger.merge({slow: [{"id": 1}], fast: [{"id": 1}]}))
 
-        async def fast_committed() -> None:
-            while not await pg.fetchval(f'SELECT count(*) FROM "{fast}"'):
-                await asyncio.sleep(0.02)
-
         try:
-            await asyncio.wait_for(fast_committed(), 30)
+            await wait_for(lambda: pg.fetchval(f'SELECT count(*) FROM "{fast}"'),
+                           "the fast table's merge to commit")
             assert not merging.done()  # `fast` committed while `slow` still waits
         finally:
             await lock.rollback()
