@@ -11,9 +11,12 @@ from typing import Any
 
 import httpx2
 import pytest
+from starlette.requests import Request
 
 from crawlhub.api import create_app
+from crawlhub.api.errors import backend_error
 from crawlhub.config.schema import CrawlhubConfig
+from crawlhub.errors import BackendUnavailable, QueueError
 from crawlhub.service import Services
 from tests.api.live import HTTP_IMPLEMENTATIONS, PASSWORD, Answer, SpareRedis, call, serve
 
@@ -164,3 +167,29 @@ async def test_a_frontier_whose_redis_is_down_is_503(tmp_path: Path, spare: Spar
     finally:
         await client.aclose()
         await svc.close()
+
+
+@pytest.mark.parametrize(("error", "retry_after"), [
+    (ConnectionError(f"Error 111 connecting to redis://:{PASSWORD}@10.0.0.1:6379/0"), 1),
+    (BackendUnavailable(f"queue at redis://u:{PASSWORD}@h:1/0 is out of reach",
+                        backend=f"redis://u:{PASSWORD}@h:1/0", retry_after=2.5), 3),
+    (QueueError(f"push to redis://:{PASSWORD}@h/0 failed"), 1),
+])
+async def test_the_outage_answer_masks_passwords_in_any_error_text(
+        error: Exception, retry_after: int) -> None:
+    if isinstance(error, QueueError):
+        error.__cause__ = ConnectionError("refused")
+    request = Request({"type": "http", "method": "GET", "path": "/queues/", "headers": [],
+                       "query_string": b""})
+    response = await backend_error(request, error)
+    text = bytes(response.body).decode()
+    assert response.status_code == 503 and PASSWORD not in text
+    assert response.headers["retry-after"] == str(retry_after)
+
+
+async def test_a_backend_error_that_is_not_an_outage_is_a_500_json() -> None:
+    request = Request({"type": "http", "method": "GET", "path": "/x", "headers": [],
+                       "query_string": b""})
+    response = await backend_error(request, QueueError("invalid queue name 'a b'"))
+    assert response.status_code == 500
+    assert b"internal error: QueueError" in bytes(response.body)

@@ -30,13 +30,13 @@ def _http(exc: Exception) -> HTTPException:
     return HTTPException(409, str(exc))
 
 
-@router.get("/", responses=errors(404))
+@router.get("/", responses=errors(404, 503))
 async def list_jobs(request: Request) -> list[dict[str, Any]]:
     """Every configured job: name, enabled, auto_start, strategy, state, last status."""
     return await _manager(request).list()
 
 
-@router.get("/{name}", responses=errors(404))
+@router.get("/{name}", responses=errors(404, 503))
 async def job_status(request: Request, name: str, log_lines: int = 200) -> dict[str, Any]:
     """State, live progress, saved progress, the last RunResult and the job's log lines."""
     try:
@@ -45,7 +45,7 @@ async def job_status(request: Request, name: str, log_lines: int = 200) -> dict[
         raise _http(exc) from None
 
 
-@router.get("/{name}/log", responses=errors(404))
+@router.get("/{name}/log", responses=errors(404, 503))
 async def job_log_lines(request: Request, name: str, lines: int = 200) -> dict[str, Any]:
     """The job's newest log lines, whichever process ran it (server or CLI)."""
     try:
@@ -55,7 +55,7 @@ async def job_log_lines(request: Request, name: str, lines: int = 200) -> dict[s
     return {"name": name, "lines": got}
 
 
-@router.post("/{name}/start", status_code=202, responses=errors(404, 409))
+@router.post("/{name}/start", status_code=202, responses=errors(404, 409, 503))
 async def start_job(request: Request, name: str) -> dict[str, Any]:
     """Start a run in the background; 409 when disabled or already running (in this
     process or another: the answer names its pid, host and start time)."""
@@ -66,7 +66,7 @@ async def start_job(request: Request, name: str) -> dict[str, Any]:
     return {"name": name, "run_id": run_id, "state": "running"}
 
 
-@router.post("/{name}/stop", responses=errors(404))
+@router.post("/{name}/stop", responses=errors(404, 503))
 async def stop_job(request: Request, name: str, wait: bool = True) -> dict[str, Any]:
     """Cancel the running job; everything processed is written and progress saved.
 

@@ -49,6 +49,45 @@ class RetryLater(BaseModel):
     backend: str | None = None
 
 
+class TaskAnswer(BaseModel):
+    """What happened to one task: ``status`` is ``routed``, ``duplicate``, ``rejected``,
+    ``already_routed``, ``deferred`` or ``unavailable``; ``reason`` says why when it was
+    not routed."""
+
+    model_config = ConfigDict(extra="allow")
+    task_uuid: str | None
+    status: str
+    outbound: str | None = None
+    reason: str | None = None
+
+
+class BatchAnswer(BaseModel):
+    """A list of tasks: how many were routed, and each task's answer in order."""
+
+    model_config = ConfigDict(extra="allow")
+    accepted: int
+    tasks: list[TaskAnswer]
+
+
+class OutboundRow(BaseModel):
+    """One outbound: its config (secrets masked) and counters. ``available`` is false when
+    its backend is out of reach; ``queue_length`` / ``left`` are then null and ``error``
+    says why."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str
+    available: bool = True
+    error: str | None = None
+    queue_length: int | None
+    left: int | None
+    total: int
+    success: int
+    failed: int
+    retried: int
+    rate: float
+    config: dict[str, Any]
+
+
 _RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before trying again",
                                 "schema": {"type": "integer", "minimum": 1}}}
 

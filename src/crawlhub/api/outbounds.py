@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Depends
 
 from crawlhub.api.deps import ApiError, services
-from crawlhub.api.openapi import BACKEND, errors
+from crawlhub.api.openapi import BACKEND, OutboundRow, errors
 from crawlhub.config import redact
 from crawlhub.service import Services
 
@@ -26,13 +26,13 @@ async def _rows(svc: Services, prefix: str) -> list[dict[str, Any]]:
 
 
 @router.get("/outbound/", summary="Every outbound with its counters",
-            responses=errors(*BACKEND))
+            response_model=list[OutboundRow], responses=errors(*BACKEND))
 async def list_outbounds(svc: Services = Depends(services)) -> list[dict[str, Any]]:
     return await _rows(svc, "")
 
 
 @router.get("/outbound/{prefix}", summary="Outbounds whose name starts with prefix",
-            responses=errors(404, *BACKEND))
+            response_model=list[OutboundRow], responses=errors(404, *BACKEND))
 async def outbounds_by_prefix(prefix: str, svc: Services = Depends(services)
                               ) -> list[dict[str, Any]]:
     rows = await _rows(svc, prefix)

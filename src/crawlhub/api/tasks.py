@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from crawlhub.api.deps import ApiError, json_body, objects, services
-from crawlhub.api.openapi import BACKEND, BODY, errors, json_request
+from crawlhub.api.openapi import BACKEND, BODY, BatchAnswer, TaskAnswer, errors, json_request
 from crawlhub.errors import BackpressureError
 from crawlhub.service import Services
 
@@ -17,7 +17,9 @@ RETRY_LATER = frozenset({"deferred", "unavailable"})
 
 
 @router.post("/task/", summary="Submit one task or a list of tasks",
-             responses={**errors(*BODY, *BACKEND), 207: {
+             responses={**errors(*BODY, *BACKEND),
+                        200: {"model": TaskAnswer | BatchAnswer,
+                              "description": "One task's answer, or a list's"}, 207: {
                  "description": "A list of which some tasks were pushed and others not"
                  " (status unavailable: an outbound's backend is out of reach): send again"
                  " only those not routed, after Retry-After seconds"}},
