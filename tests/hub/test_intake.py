@@ -272,3 +272,20 @@ async def test_two_outbounds_on_one_queue_both_push_their_tasks(
     results = await svc.hub.submit([{"k": 1}, {"k": 2}])
     assert [(r.status, r.outbound) for r in results] == [("routed", "a"), ("routed", "b")]
     assert sorted(p["k"] for p in await drain(svc, "shared")) == [1, 2]
+
+
+async def test_an_inbound_source_waits_an_outage_out_and_pushes_once(
+        make_config: Callable[..., Any], open_services: Opener,
+        throwaway: Throwaway) -> None:
+    import asyncio
+
+    svc = await open_services(make_config(outbound=[
+        {"name": "far", "class": "redis_list", "init": {"url": throwaway.url, "key": "far"}}]))
+    throwaway.stop()
+    submitting = asyncio.create_task(svc.hub.submit([{"n": 1}], wait=True))
+    await asyncio.sleep(0.3)
+    assert not submitting.done()
+    throwaway.start()
+    [result] = await asyncio.wait_for(submitting, 30)
+    assert result.status == "routed"
+    assert len(throwaway.list("far")) == 1
