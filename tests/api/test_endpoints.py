@@ -70,7 +70,8 @@ async def test_queue_stats_follow_lease_ack_and_nack(api: Api) -> None:
     await api.client.post("/task/", json=[{"n": i} for i in range(4)])
     assert stat((await api.client.get("/queues/")).json(), "default") == {
         "name": "default", "total": 4, "left": 4, "ready": 4, "leased": 0, "success": 0,
-        "failed": 0, "retried": 0, "dead": 0, "max_attempts": 10}
+        "failed": 0, "retried": 0, "dead": 0, "max_attempts": 10,
+        "failed_by_reason": {"max_attempts": 0, "undeliverable": 0, "nacked": 0}}
     leased = (await api.client.post("/queues/default/lease",
                                      json={"n": 3, "visibility_timeout": 30})).json()
     assert [m["payload"]["n"] for m in leased] == [0, 1, 2]
@@ -84,7 +85,8 @@ async def test_queue_stats_follow_lease_ack_and_nack(api: Api) -> None:
                                   json={"ids": ids[2:], "dead": True})).json() == {"nacked": 1}
     assert stat((await api.client.get("/queues/")).json(), "default") == {
         "name": "default", "total": 4, "left": 2, "ready": 2, "leased": 0, "success": 1,
-        "failed": 1, "retried": 1, "dead": 1, "max_attempts": 10}
+        "failed": 1, "retried": 1, "dead": 1, "max_attempts": 10,
+        "failed_by_reason": {"max_attempts": 0, "undeliverable": 0, "nacked": 1}}
     again = (await api.client.post("/queues/default/lease", json={"n": 10})).json()
     assert sorted(m["payload"]["n"] for m in again) == [1, 3]
 

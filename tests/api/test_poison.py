@@ -112,6 +112,7 @@ async def test_a_lease_batch_with_an_undeliverable_message_delivers_the_healthy_
     assert dead[0]["reason"].startswith("undeliverable: payload is nested more than")
     stats = {s["name"]: s for s in (await api.client.get("/queues/")).json()}["default"]
     assert (stats["leased"], stats["dead"], stats["ready"]) == (3, 1, 0)
+    assert stats["failed_by_reason"]["undeliverable"] == 1
     # Nothing left that a later lease could choke on.
     assert (await api.client.post("/queues/default/lease", json={"n": 10})).json() == []
 
@@ -134,6 +135,7 @@ async def test_a_task_nacked_back_max_attempts_times_is_dead_lettered_with_the_r
     assert dead["reason"] == "delivered 2 times without ack; last nack: captcha page"
     stats = {s["name"]: s for s in (await api.client.get("/queues/")).json()}["default"]
     assert (stats["max_attempts"], stats["dead"], stats["left"]) == (2, 1, 0)
+    assert stats["failed_by_reason"] == {"max_attempts": 1, "undeliverable": 0, "nacked": 0}
 
 
 async def test_a_worker_can_say_why_it_dead_letters_a_message(make_api: MakeApi) -> None:

@@ -305,6 +305,7 @@ async def test_stats_counters_after_a_scripted_sequence(
         "retried": 4,
         "dead": 1,
         "max_attempts": DEFAULT_MAX_ATTEMPTS,
+        "failed_by_reason": {"max_attempts": 0, "undeliverable": 0, "nacked": 1},
     }
     assert await q.ack([m.receipt for m in b]) == 0
 
@@ -373,7 +374,8 @@ async def test_purge_drops_messages_and_counters(backend: QueueBackend, unique_n
 
     assert (await q.stats()).as_dict() == {"name": unique_name} | dict.fromkeys(
         ("total", "left", "ready", "leased", "success", "failed", "retried", "dead"), 0
-    ) | {"max_attempts": DEFAULT_MAX_ATTEMPTS}
+    ) | {"max_attempts": DEFAULT_MAX_ATTEMPTS,
+         "failed_by_reason": {"max_attempts": 0, "undeliverable": 0, "nacked": 0}}
     assert await q.dead_letters() == []
     assert await q.ack([leased[1].id]) == 0
     assert unique_name not in await backend.names()

@@ -53,6 +53,7 @@ async def test_message_leased_max_attempts_times_without_ack_goes_to_the_dead_le
     stats = await queue.stats()
     assert (stats.dead, stats.failed, stats.retried, stats.left, stats.max_attempts) == (
         1, 1, 2, 0, 3)
+    assert stats.failed_by_reason == {"max_attempts": 1, "undeliverable": 0, "nacked": 0}
 
 
 async def test_default_delivery_limit_is_ten(timed_queue: ReliableQueue, clock: FakeClock
@@ -137,6 +138,8 @@ async def test_nack_to_the_dead_letter_keeps_the_workers_reason(queue: ReliableQ
 
     assert [(d.payload["n"], d.reason) for d in await queue.dead_letters()] == [
         (1, "page removed (404)"), (2, "nacked to the dead letter")]
+    assert (await queue.stats()).failed_by_reason == {
+        "max_attempts": 0, "undeliverable": 0, "nacked": 2}
 
 
 # --- payloads a lease cannot hand out ------------------------------------------------------
@@ -173,6 +176,7 @@ async def test_a_lease_dead_letters_an_undeliverable_payload_and_delivers_the_re
     assert await queue.lease(10) == []
     stats = await queue.stats()
     assert (stats.success, stats.dead, stats.left) == (2, 1, 0)
+    assert stats.failed_by_reason == {"max_attempts": 0, "undeliverable": 1, "nacked": 0}
 
 
 async def test_a_dead_letter_that_cannot_be_read_is_shown_as_its_text(

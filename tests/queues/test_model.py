@@ -44,6 +44,8 @@ class Model:
 
     entries: dict[int, Entry] = field(default_factory=dict)
     dead_order: list[int] = field(default_factory=list)
+    failed_by: dict[str, int] = field(
+        default_factory=lambda: {"max_attempts": 0, "undeliverable": 0, "nacked": 0})
     total: int = 0
     success: int = 0
     failed: int = 0
@@ -58,17 +60,18 @@ class Model:
         for i in expired:
             e = self.entries[i]
             if e.attempts >= MAX_ATTEMPTS:
-                self.kill(i, spent_reason(e.attempts))
+                self.kill(i, spent_reason(e.attempts), "max_attempts")
             else:
                 e.state = READY
                 self.retried += 1
         return len(expired)
 
-    def kill(self, i: int, reason: str) -> None:
+    def kill(self, i: int, reason: str, kind: str) -> None:
         e = self.entries[i]
         e.state, e.reason = DEAD, reason
         self.dead_order.append(i)
         self.failed += 1
+        self.failed_by[kind] += 1
 
     def lease(self, n: int, until: float) -> list[int]:
         ready = sorted(
@@ -168,10 +171,10 @@ class QueueMachine(RuleBasedStateMachine):
             if (num := self.model.holds(ref)) is not None:
                 e = self.model.entries[num]
                 if dead:
-                    self.model.kill(num, reason or "nacked to the dead letter")
+                    self.model.kill(num, reason or "nacked to the dead letter", "nacked")
                 elif e.attempts >= MAX_ATTEMPTS:
                     last = f"; last nack: {reason}" if reason else ""
-                    self.model.kill(num, spent_reason(e.attempts) + last)
+                    self.model.kill(num, spent_reason(e.attempts) + last, "max_attempts")
                 else:
                     e.state = READY
                     self.model.retried += 1
@@ -219,6 +222,7 @@ class QueueMachine(RuleBasedStateMachine):
             "retried": m.retried,
             "dead": dead,
             "max_attempts": MAX_ATTEMPTS,
+            "failed_by_reason": m.failed_by,
         }
         assert self.run(self.queue.length()) == ready + leased
 

@@ -51,7 +51,10 @@ class QueueStats:
     ready: waiting to be leased; leased: currently leased; success: acked;
     failed: moved to the dead letter (nacked there, over ``max_attempts``, or a payload
     that cannot be delivered); retried: nacked back to ready or expired leases returned;
-    dead: messages currently in the dead letter; max_attempts: the delivery limit in force.
+    dead: messages currently in the dead letter; max_attempts: the delivery limit in force;
+    failed_by_reason: ``failed`` split by why - ``max_attempts`` (delivered that many times
+    without an ack), ``undeliverable`` (a payload a lease could not hand out), ``nacked``
+    (a worker nacked it to the dead letter).
     """
 
     name: str
@@ -64,6 +67,7 @@ class QueueStats:
     retried: int = 0
     dead: int = 0
     max_attempts: int = 0
+    failed_by_reason: dict[str, int] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -78,6 +82,7 @@ class QueueStats:
             "retried": self.retried,
             "dead": self.dead,
             "max_attempts": self.max_attempts,
+            "failed_by_reason": dict(self.failed_by_reason),
         }
 
 

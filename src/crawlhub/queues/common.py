@@ -32,6 +32,10 @@ PRIORITY_MAX = 2**31 - 1
 DEFAULT_MAX_ATTEMPTS = 10
 #: Dead-letter reasons are cut to this many characters.
 REASON_MAX = 500
+#: Why messages die, as counted in :attr:`QueueStats.failed_by_reason`.
+DEAD_KINDS = ("max_attempts", "undeliverable", "nacked")
+#: The reason prefix of a payload a lease (or an answer) could not hand out.
+UNDELIVERABLE = "undeliverable: "
 
 _NAME = re.compile(r"[^\s{}#]{1,200}")
 #: An id or receipt: ASCII digits that fit a 64-bit integer (``"17"``, ``"17#2"``).
@@ -58,6 +62,9 @@ class Counters:
     leased: int = 0
     dead: int = 0
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    failed_max_attempts: int = 0
+    failed_undeliverable: int = 0
+    failed_nacked: int = 0
 
 
 @dataclass(slots=True)
@@ -112,6 +119,11 @@ def check_max_attempts(value: Any, place: str) -> int | None:
 def spent_reason(attempts: int) -> str:
     """The dead-letter reason of a message over its delivery limit."""
     return f"delivered {attempts} times without ack"
+
+
+def dead_kind(reason: str | None) -> str:
+    """The kind of a nack to the dead letter: ``undeliverable`` or ``nacked``."""
+    return "undeliverable" if (reason or "").startswith(UNDELIVERABLE) else "nacked"
 
 
 def clip_reason(reason: str) -> str:
@@ -234,6 +246,9 @@ def build_stats(name: str, c: Counters) -> QueueStats:
         retried=c.retried,
         dead=c.dead,
         max_attempts=c.max_attempts,
+        failed_by_reason={"max_attempts": c.failed_max_attempts,
+                          "undeliverable": c.failed_undeliverable,
+                          "nacked": c.failed_nacked},
     )
 
 
@@ -288,7 +303,7 @@ class BaseQueue(ABC):
             try:
                 payload = decode_payload(row.data)
             except UndeliverableError as exc:
-                await self._set_aside(row, f"undeliverable: {exc}")
+                await self._set_aside(row, f"{UNDELIVERABLE}{exc}")
                 continue
             messages.append(Message(str(row.num), payload, row.priority, row.attempts, row.until))
         return messages

@@ -12,8 +12,8 @@ Layout (key names from :func:`crawlhub.keys.queue_keys`, one hash slot per queue
 - ``leased``: sorted set, score the lease deadline in integer milliseconds.
 - ``dead``: list of ids in the order they died; ``reasons``: hash id -> why it died.
 - ``payloads`` / ``priorities`` / ``attempts``: hashes keyed by id.
-- ``stats``: hash of the persistent counters ``total success failed retried`` and the
-  configured delivery limit ``max_attempts``.
+- ``stats``: hash of the persistent counters ``total success failed retried``,
+  ``failed:<kind>`` (why messages died) and the configured delivery limit ``max_attempts``.
 - ``seq``: the id counter; kept by ``purge`` so an id is never reused.
 """
 
@@ -34,6 +34,7 @@ from crawlhub.queues.common import (
     Ref,
     Row,
     check_name,
+    dead_kind,
     encode_groups,
 )
 from crawlhub.storage.redact import redact_url
@@ -90,9 +91,10 @@ local function limit(given)
   return tonumber(redis.call('HGET', stats, 'max_attempts') or DEFAULT_MAX_ATTEMPTS)
 end
 
-local function kill(id, reason)
+local function kill(id, reason, kind)
   redis.call('RPUSH', dead, id)
   redis.call('HSET', reasons, id, reason)
+  redis.call('HINCRBY', stats, 'failed:' .. kind, 1)
 end
 
 local function spent(a)
@@ -107,7 +109,7 @@ local function requeue(now, max)
   for _, id in ipairs(expired) do
     local a = tonumber(redis.call('HGET', attempts, id) or '0')
     if a >= max then
-      kill(id, spent(a)); died = died + 1
+      kill(id, spent(a), 'max_attempts'); died = died + 1
     else
       to_ready(id); back = back + 1
     end
@@ -200,7 +202,7 @@ if k > 0 then redis.call('HINCRBY', stats, 'success', k) end
 return k
 """
 
-# ARGV: '1' for the dead letter else '0', refs, reason, limit
+# ARGV: '1' for the dead letter else '0', refs, reason, limit, kind (of a dead letter)
 _NACK = """
 local dead_letter = ARGV[1] == '1'
 local reason = ARGV[3]
@@ -211,13 +213,13 @@ for id, want in refs(ARGV[2]) do
   if holds(id, want) then
     redis.call('ZREM', leased, id)
     if dead_letter then
-      kill(id, reason); died = died + 1
+      kill(id, reason, ARGV[5]); died = died + 1
     else
       local a = tonumber(redis.call('HGET', attempts, id))
       if a >= max then
         local why = spent(a)
         if reason ~= '' then why = why .. '; last nack: ' .. reason end
-        kill(id, why); died = died + 1
+        kill(id, why, 'max_attempts'); died = died + 1
       else
         to_ready(id); back = back + 1
       end
@@ -256,6 +258,9 @@ c[5] = redis.call('ZCARD', ready)
 c[6] = redis.call('ZCARD', leased)
 c[7] = redis.call('LLEN', dead)
 c[8] = max
+local kinds = redis.call('HMGET', stats, 'failed:max_attempts', 'failed:undeliverable',
+                         'failed:nacked')
+for i = 1, 3 do c[8 + i] = kinds[i] end
 return c
 """
 
@@ -444,7 +449,8 @@ class RedisQueue(BaseQueue):
         return int(await self._run("ack", "ack", [_ref_arg(refs)]))
 
     async def _nack(self, refs: list[Ref], dead: bool, reason: str | None) -> int:
-        args = ["1" if dead else "0", _ref_arg(refs), reason or "", self.limit]
+        args = ["1" if dead else "0", _ref_arg(refs), reason or "", self.limit,
+                dead_kind(reason)]
         return int(await self._run("nack", "nack", args))
 
     async def _extend(self, refs: list[Ref], timeout: float) -> int:

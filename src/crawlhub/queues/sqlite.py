@@ -19,6 +19,7 @@ from crawlhub.queues.common import (
     Ref,
     Row,
     check_name,
+    dead_kind,
     encode_groups,
     spent_reason,
 )
@@ -67,10 +68,16 @@ CREATE TABLE IF NOT EXISTS queue_limits (
     queue TEXT PRIMARY KEY,
     max_attempts INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS queue_dead_counts (
+    queue TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    PRIMARY KEY (queue, kind)
+);
 """
 # queue_reasons: why each dead letter died (by message id); queue_limits: the delivery
-# limit an outbound configured. Tables of their own, so files made before them just gain
-# them by CREATE IF NOT EXISTS.
+# limit an outbound configured; queue_dead_counts: messages ever dead-lettered, by kind.
+# Tables of their own, so files made before them just gain them by CREATE IF NOT EXISTS.
 
 _COUNTER_NAMES = ("total", "success", "failed", "retried", "ready", "leased", "dead")
 
@@ -116,8 +123,10 @@ def _limit(conn: sqlite3.Connection, queue: str, given: int) -> int:
     return given
 
 
-def _kill(conn: sqlite3.Connection, queue: str, dying: list[tuple[int, str]]) -> int:
-    """Inside a write transaction: leased messages ``(id, reason)`` to the dead letter."""
+def _kill(conn: sqlite3.Connection, queue: str, dying: list[tuple[int, str]], kind: str
+          ) -> int:
+    """Inside a write transaction: leased messages ``(id, reason)`` to the dead letter,
+    counted under ``kind`` (one of DEAD_KINDS)."""
     if not dying:
         return 0
     row = conn.execute("SELECT failed FROM queue_counters WHERE queue = ?", (queue,))
@@ -130,6 +139,11 @@ def _kill(conn: sqlite3.Connection, queue: str, dying: list[tuple[int, str]]) ->
     conn.executemany("INSERT OR REPLACE INTO queue_reasons (id, reason) VALUES (?, ?)", dying)
     k = len(dying)
     _bump(conn, queue, leased=-k, dead=k, failed=k)
+    conn.execute(
+        "INSERT INTO queue_dead_counts (queue, kind, n) VALUES (?, ?, ?) "
+        "ON CONFLICT (queue, kind) DO UPDATE SET n = n + excluded.n",
+        (queue, kind, k),
+    )
     return k
 
 
@@ -141,7 +155,7 @@ def _requeue(conn: sqlite3.Connection, queue: str, now: float, limit: int) -> in
         "AND lease_until <= ? AND attempts >= ? ORDER BY id",
         (queue, now, limit),
     ).fetchall()
-    died = _kill(conn, queue, [(num, spent_reason(att)) for num, att in spent])
+    died = _kill(conn, queue, [(num, spent_reason(att)) for num, att in spent], "max_attempts")
     k = conn.execute(
         "UPDATE queue_messages SET state = 0 WHERE queue = ? AND state = 1 AND lease_until <= ?",
         (queue, now),
@@ -318,11 +332,12 @@ class SqliteQueue(BaseQueue):
                     if row is not None:
                         held.append((row[0], row[1]))
                 if dead:
-                    return _kill(conn, q, [(num, reason or "") for num, _ in held])
+                    return _kill(conn, q, [(num, reason or "") for num, _ in held],
+                                 dead_kind(reason))
                 limit = _limit(conn, q, given)
                 last = f"; last nack: {reason}" if reason else ""
                 died = _kill(conn, q, [(num, spent_reason(att) + last)
-                                       for num, att in held if att >= limit])
+                                       for num, att in held if att >= limit], "max_attempts")
                 back = [(num,) for num, att in held if att < limit]
                 conn.executemany("UPDATE queue_messages SET state = 0 WHERE id = ?", back)
                 _bump(conn, q, leased=-len(back), ready=len(back), retried=len(back))
@@ -372,6 +387,11 @@ class SqliteQueue(BaseQueue):
             ).fetchone()
             c = Counters(*row) if row else Counters()
             c.max_attempts = self.limit or _stored_limit(conn, q) or DEFAULT_MAX_ATTEMPTS
+            kinds = dict(conn.execute(
+                "SELECT kind, n FROM queue_dead_counts WHERE queue = ?", (q,)).fetchall())
+            c.failed_max_attempts = kinds.get("max_attempts", 0)
+            c.failed_undeliverable = kinds.get("undeliverable", 0)
+            c.failed_nacked = kinds.get("nacked", 0)
             return c
 
         return await self.backend.run(f"stats of queue {q!r}", counters)
@@ -403,6 +423,7 @@ class SqliteQueue(BaseQueue):
                 k = conn.execute("DELETE FROM queue_messages WHERE queue = ?", (q,)).rowcount
                 conn.execute("DELETE FROM queue_counters WHERE queue = ?", (q,))
                 conn.execute("DELETE FROM queue_limits WHERE queue = ?", (q,))
+                conn.execute("DELETE FROM queue_dead_counts WHERE queue = ?", (q,))
             return int(k)
 
         return await self.backend.run(f"purge of queue {q!r}", purge)
