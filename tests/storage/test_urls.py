@@ -45,7 +45,8 @@ def test_scheme_case_does_not_matter() -> None:
 def test_every_documented_scheme_is_accepted() -> None:
     assert accepted_schemes() == [
         "sqlite://", "sqlite+aiosqlite://", "redis://", "rediss://", "valkey://", "valkeys://",
-        "unix://", "postgresql://", "postgres://", "postgresql+asyncpg://", "kafka://",
+        "unix://", "postgresql://", "postgres://", "postgresql+asyncpg://",
+        "postgresql+psycopg://", "postgres+asyncpg://", "kafka://",
     ]
 
 
@@ -145,3 +146,12 @@ def test_every_factory_refuses_an_unknown_scheme_with_its_config_key(factory: st
         opener()
     assert e.value.key == key
     assert "s3cret" not in str(e.value)
+
+
+async def test_the_postgres_sink_refuses_a_url_that_is_not_postgres_naming_the_sink() -> None:
+    from crawlhub.config.sinks import PostgresSinkConfig
+    from crawlhub.sinks.postgres import PostgresSink
+
+    sink = PostgresSink(PostgresSinkConfig(url="mysql://u:s3cret@db/x", table="t"), name="pg")
+    with pytest.raises(BackendURLError, match="sink 'pg' URL 'mysql://u:\\*\\*\\*@db/x'"):
+        await sink.open()

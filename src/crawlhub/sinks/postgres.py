@@ -20,6 +20,7 @@ from crawlhub.sinks.base import BatchResult, TableResult
 from crawlhub.sinks.pg_table import PgTable
 from crawlhub.sinks.records import Preparer
 from crawlhub.storage.redact import redact_url
+from crawlhub.storage.urls import parse_backend_url
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +68,11 @@ class PostgresSink:
 
     async def open(self) -> None:
         asyncpg = require("asyncpg", "postgres", needed_by=f"sink '{self.name}'")
+        dsn = parse_backend_url(self.config.url, kinds=("postgres",),
+                                what=f"sink '{self.name}'").dsn
         try:
             self._pool = await asyncpg.create_pool(
-                self.config.url,
+                dsn,
                 min_size=1,
                 max_size=self.config.parallel_workers,
                 # Custom plans: a batch's queries are planned for its size and the table's

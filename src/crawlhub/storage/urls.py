@@ -28,6 +28,8 @@ SCHEMES: dict[str, tuple[Kind, str]] = {
     "postgresql": ("postgres", "postgresql"),
     "postgres": ("postgres", "postgresql"),
     "postgresql+asyncpg": ("postgres", "postgresql"),
+    "postgresql+psycopg": ("postgres", "postgresql"),
+    "postgres+asyncpg": ("postgres", "postgresql"),
     "kafka": ("kafka", "kafka"),
 }
 
