@@ -83,6 +83,14 @@ def test_a_bad_latency_option_is_one_line_and_exit_2() -> None:
                                      "(0.01-0.2)")
 
 
+def test_the_broken_example_reports_the_errors_the_readme_shows() -> None:
+    result = CliRunner().invoke(app, ["check-config", str(EXAMPLES / "broken.yaml")])
+    assert result.exit_code == 2
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    shown = "$ crawlhub check-config examples/broken.yaml\n" + result.stderr
+    assert shown in readme
+
+
 URL = re.compile(r"\b[a-z][a-z0-9+]*://[^\s'\"]+")
 
 
