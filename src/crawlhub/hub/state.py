@@ -21,8 +21,8 @@ from typing import Any, Protocol
 from crawlhub import jsoncodec
 from crawlhub.hub.intake import Intake, RedisIntake, SqliteIntake
 from crawlhub.keys import hub_keys
-from crawlhub.sqlitedb import SqliteDB
 from crawlhub.storage.redis import redis_client
+from crawlhub.storage.sqlite import SqliteDB
 from crawlhub.storage.urls import parse_backend_url
 
 #: A ledger entry with no result_timeout is forgotten after this long (seconds).
