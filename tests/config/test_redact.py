@@ -204,6 +204,16 @@ def test_json_log_lines_mask_extras_and_tracebacks(tmp_path: Path) -> None:
         assert secret not in log_file.read_text(encoding="utf-8")
 
 
+def test_exception_lines_named_like_a_key_are_not_masked() -> None:
+    from crawlhub.storage.redact import redact_text
+
+    assert redact_text("KeyError: 'services'") == "KeyError: 'services'"
+    assert redact_text("Traceback:\nKeyError: 'path'\nX-Api-Key: k1") == (
+        "Traceback:\nKeyError: 'path'\nX-Api-Key: ***"
+    )
+    assert redact_text("Authorization: Bearer t") == "Authorization: ***"
+
+
 def test_secret_names_are_configurable(write: WriteFiles) -> None:
     main = write(
         {

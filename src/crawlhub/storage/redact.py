@@ -85,6 +85,8 @@ _QUOTED_PAIR = re.compile(
 )
 # Authorization: Bearer ... (one header per line)
 _HEADER_LINE = re.compile(r"(?im)^(?P<head>[ \t]*(?P<name>[A-Za-z0-9-]{1,60})[ \t]*:[ \t]*)(?P<value>\S.*)$")
+# KeyError: 'x' is a traceback line, not a header named like a key
+_EXCEPTION_NAME = re.compile(r"[A-Z][A-Za-z0-9]*(Error|Exception|Warning|Exit|Interrupt)$")
 
 
 def redact_url(text: str, names: SecretNames | None = None) -> str:
@@ -121,7 +123,10 @@ def redact_text(text: str, names: SecretNames | None = None) -> str:
         text = _QUOTED_PAIR.sub(pair, text)
         if "\n" in text or text.count(":") == 1:
             text = _HEADER_LINE.sub(
-                lambda m: m.group("head") + MASK if check(m.group("name")) else m.group(0), text
+                lambda m: m.group("head") + MASK
+                if check(m.group("name")) and not _EXCEPTION_NAME.match(m.group("name"))
+                else m.group(0),
+                text,
             )
     return text
 
