@@ -141,8 +141,19 @@ async def _collect(path: Path) -> None:
     await store.close()
 
 
-@pytest.mark.parametrize("opener", [_queue, _hub_state, _frontier, _collect],
-                         ids=["queues", "hub state", "frontier", "collect store"])
+async def _jsonl_sink_index(path: Path) -> None:
+    from crawlhub.config.sinks import JsonlSinkConfig
+    from crawlhub.sinks.jsonl import JsonlSink
+
+    sink = JsonlSink(JsonlSinkConfig(path=path.parent / "out.jsonl", index_path=path))
+    try:
+        await sink.open()
+    finally:
+        await sink.close()
+
+
+@pytest.mark.parametrize("opener", [_queue, _hub_state, _frontier, _collect, _jsonl_sink_index],
+                         ids=["queues", "hub state", "frontier", "collect store", "jsonl index"])
 async def test_every_sqlite_store_reports_an_unreachable_file_as_backend_unavailable(
     tmp_path: Path, opener: Callable[[Path], Awaitable[None]]
 ) -> None:

@@ -6,12 +6,10 @@ last committed batch, so redelivery writes nothing and a half-written batch is c
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 import sqlite3
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from crawlhub.config.sinks import JsonlSinkConfig
 from crawlhub.errors import SinkError
 from crawlhub.sinks.base import BatchResult
 from crawlhub.sinks.records import PreparedBatch, prepare_batch, prepare_record
+from crawlhub.storage.sqlite import SqliteDB
 
 log = logging.getLogger(__name__)
 
@@ -43,16 +42,19 @@ class JsonlSink:
         self.name = name
         self.config = config
         self.path = Path(config.path)
-        self._db: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
+        self._db: SqliteDB | None = None
 
     async def open(self) -> None:
-        await asyncio.to_thread(self._open)
+        index = self.config.index_file
+        fresh_index = not index.exists()
+        self._db = SqliteDB(index, schema=_SCHEMA, synchronous="FULL",
+                            name=f"sink '{self.name}' index {index}")
+        await self._db.run(lambda db: self._open(db, fresh_index))
 
     async def close(self) -> None:
         db, self._db = self._db, None
         if db is not None:
-            await asyncio.to_thread(db.close)
+            await db.close()
 
     async def write_batch(self, records: Sequence[dict[str, Any]]) -> BatchResult:
         batch = prepare_batch(
@@ -60,19 +62,12 @@ class JsonlSink:
         )
         if self._db is None:
             raise SinkError(f"sink '{self.name}': write_batch before open(); open the sink first")
-        return await asyncio.to_thread(self._write, batch)
+        return await self._db.run(lambda db: self._write(db, batch))
 
-    # -- blocking parts, run in a worker thread --------------------------------------
+    # -- blocking parts, run on the index's SQLite thread ------------------------------
 
-    def _open(self) -> None:
+    def _open(self, db: sqlite3.Connection, fresh_index: bool) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        index = self.config.index_file
-        fresh_index = not index.exists()
-        db = sqlite3.connect(index, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")
-        db.executescript(_SCHEMA)
-        self._db = db
         committed = db.execute("SELECT size FROM meta WHERE id = 1").fetchone()
         if not self.path.exists():
             self.path.touch()
@@ -96,7 +91,7 @@ class JsonlSink:
         elif size < committed[0]:
             raise SinkError(
                 f"sink '{self.name}': {self.path} is shorter ({size} bytes) than its index "
-                f"{index} records ({committed[0]}); it was truncated outside crawlhub. Delete "
+                f"{self.config.index_file} records ({committed[0]}); it was truncated outside crawlhub. Delete "
                 f"the index to rebuild it from the file"
             )
 
@@ -132,51 +127,47 @@ class JsonlSink:
         db.execute("COMMIT")
         log.info("sink %s: rebuilt index of %d keys from %s", self.name, len(hashes), self.path)
 
-    def _write(self, batch: PreparedBatch) -> BatchResult:
-        with self._lock:
-            db = self._db
-            if db is None:
-                raise SinkError(f"sink '{self.name}' is closed")
-            result = BatchResult(skipped=batch.duplicates)
-            db.execute("BEGIN IMMEDIATE")
-            size_before: int | None = None
-            try:
-                known = self._known_hashes(db, [r.key_text for r in batch.records])
-                lines: list[bytes] = []
-                changes: list[tuple[str, str]] = []
-                for record in batch.records:
-                    old = known.get(record.key_text)
-                    if old == record.content_hash:
-                        result.skipped += 1
-                        continue
-                    lines.append(record.full_json().encode() + b"\n")
-                    changes.append((record.key_text, record.content_hash))
-                    if old is None:
-                        result.inserted += 1
-                    else:
-                        result.updated += 1
-                if lines:
-                    size_before = db.execute("SELECT size FROM meta WHERE id = 1").fetchone()[0]
-                    payload = b"".join(lines)
-                    self._append(payload)
-                    db.executemany(
-                        "INSERT INTO entries (key, hash) VALUES (?, ?) "
-                        "ON CONFLICT (key) DO UPDATE SET hash = excluded.hash",
-                        changes,
-                    )
-                    db.execute("UPDATE meta SET size = ? WHERE id = 1", (size_before + len(payload),))
-                db.execute("COMMIT")
-            except Exception as exc:
-                db.execute("ROLLBACK")
-                if size_before is not None:
-                    os.truncate(self.path, size_before)
-                if isinstance(exc, SinkError):
-                    raise
-                raise SinkError(
-                    f"sink '{self.name}': batch of {len(batch.records)} records rolled back, "
-                    f"{self.path} left as before: {exc}"
-                ) from exc
-            return result
+    def _write(self, db: sqlite3.Connection, batch: PreparedBatch) -> BatchResult:
+        result = BatchResult(skipped=batch.duplicates)
+        db.execute("BEGIN IMMEDIATE")
+        size_before: int | None = None
+        try:
+            known = self._known_hashes(db, [r.key_text for r in batch.records])
+            lines: list[bytes] = []
+            changes: list[tuple[str, str]] = []
+            for record in batch.records:
+                old = known.get(record.key_text)
+                if old == record.content_hash:
+                    result.skipped += 1
+                    continue
+                lines.append(record.full_json().encode() + b"\n")
+                changes.append((record.key_text, record.content_hash))
+                if old is None:
+                    result.inserted += 1
+                else:
+                    result.updated += 1
+            if lines:
+                size_before = db.execute("SELECT size FROM meta WHERE id = 1").fetchone()[0]
+                payload = b"".join(lines)
+                self._append(payload)
+                db.executemany(
+                    "INSERT INTO entries (key, hash) VALUES (?, ?) "
+                    "ON CONFLICT (key) DO UPDATE SET hash = excluded.hash",
+                    changes,
+                )
+                db.execute("UPDATE meta SET size = ? WHERE id = 1", (size_before + len(payload),))
+            db.execute("COMMIT")
+        except Exception as exc:
+            db.execute("ROLLBACK")
+            if size_before is not None:
+                os.truncate(self.path, size_before)
+            if isinstance(exc, SinkError):
+                raise
+            raise SinkError(
+                f"sink '{self.name}': batch of {len(batch.records)} records rolled back, "
+                f"{self.path} left as before: {exc}"
+            ) from exc
+        return result
 
     def _append(self, payload: bytes) -> None:
         with open(self.path, "ab") as f:

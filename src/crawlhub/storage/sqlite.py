@@ -47,6 +47,8 @@ def sqlite_path(url: str) -> Path:
 class SqliteDB:
     """A SQLite file (or ``:memory:``) with one connection on one thread.
 
+    ``synchronous`` is the SQLite pragma: NORMAL is durable in WAL mode but for the last
+    commits before a power loss; FULL (a sink whose file must match its index) is not.
     ``schema`` (statements separated by ``;``) is applied in one ``BEGIN IMMEDIATE``
     transaction when the connection opens, so processes opening the file at once do not
     race. SQLite errors that mean the file is out of reach (cannot be opened, disk I/O,
@@ -55,11 +57,15 @@ class SqliteDB:
     """
 
     def __init__(self, url_or_path: str | Path, *, schema: str = "",
-                 busy_timeout: float = BUSY_TIMEOUT, name: str = "") -> None:
+                 busy_timeout: float = BUSY_TIMEOUT, synchronous: str = "NORMAL",
+                 name: str = "") -> None:
+        if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
         self.path = sqlite_file(str(url_or_path))
         self.name = name or f"SQLite file {self.path}"
         self._schema = schema
         self._busy_timeout = busy_timeout
+        self._synchronous = synchronous
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crawlhub-sqlite")
         self._conn: sqlite3.Connection | None = None
 
@@ -75,7 +81,7 @@ class SqliteDB:
             try:
                 conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
                 conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("PRAGMA synchronous = NORMAL")
+                conn.execute(f"PRAGMA synchronous = {self._synchronous}")
                 if self._schema:
                     # Not executescript(): it would commit; one transaction races nobody.
                     with immediate(conn):
