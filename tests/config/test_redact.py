@@ -248,3 +248,14 @@ def test_one_redaction_function_serves_every_module() -> None:
         if isinstance(node, ast.FunctionDef) and node.name.startswith("redact")
     ]
     assert others == []
+
+
+def test_job_log_lines_carry_no_secrets() -> None:
+    from crawlhub.fetch.joblog import JobLog
+
+    log = JobLog("news", logger=logging.getLogger("crawlhub.test.joblog"))
+    line = log.info("request", endpoint="https://api.test/list?sign=ab12&page=3", status=200,
+                    headers={"Cookie": "sid=99"})
+    assert line["endpoint"] == "https://api.test/list?sign=***&page=3"
+    assert line["headers"] == {"Cookie": "***"} and line["status"] == 200
+    assert "ab12" not in log.text() and "sid=99" not in log.text()

@@ -15,6 +15,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from crawlhub.storage.redact import redact
+
 _std = logging.getLogger("crawlhub.job")
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
@@ -38,7 +40,7 @@ class JobLog:
 
     def log(self, level: str, event: str, **fields: Any) -> dict[str, Any]:
         line: dict[str, Any] = {"ts": time.time(), "level": level, "job": self.job_code,
-                                "event": event, **fields}
+                                "event": event, **redact(fields)}  # kept, shipped, shown
         with self._lock:
             if self._lines.maxlen is not None and len(self._lines) == self._lines.maxlen:
                 self.dropped += 1
