@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
-
 from crawlhub.errors import SinkError
 from crawlhub.sinks.base import BatchResult
+from crawlhub.storage.sqlite import SqliteDB, immediate
 
 
 class SqliteSink:
@@ -28,46 +28,48 @@ class SqliteSink:
         self.opened = 0
         self.closed = 0
         self.batch_written = asyncio.Event()
-        self._db: aiosqlite.Connection | None = None
+        self._db: SqliteDB | None = None
 
     async def open(self) -> None:
         self.opened += 1
-        self._db = await aiosqlite.connect(self.path, isolation_level=None)
-        await self._db.execute(
-            f"CREATE TABLE IF NOT EXISTS {self.table} "
-            "(id TEXT PRIMARY KEY, name TEXT NOT NULL, body TEXT NOT NULL)"
-        )
+        self._db = SqliteDB(self.path, schema=f"CREATE TABLE IF NOT EXISTS {self.table} "
+                            "(id TEXT PRIMARY KEY, name TEXT NOT NULL, body TEXT NOT NULL)")
+        await self._db.run(lambda conn: None)
 
     async def write_batch(self, records: Sequence[dict[str, Any]]) -> BatchResult:
         assert self._db is not None, "write_batch before open"
         self.batches.append(len(records))
         if self.gate is not None:
             await self.gate.wait()
-        await self._db.execute("BEGIN")
-        try:
-            for record in records:
-                await self._db.execute(
+        rows = [(str(r.get("id")), r.get("name"), json.dumps(r)) for r in records]
+
+        def write(conn: sqlite3.Connection) -> None:
+            with immediate(conn):
+                conn.executemany(
                     f"INSERT INTO {self.table} (id, name, body) VALUES (?, ?, ?) "
                     "ON CONFLICT(id) DO UPDATE SET name = excluded.name, body = excluded.body",
-                    (str(record.get("id")), record.get("name"), json.dumps(record)),
+                    rows,
                 )
-        except Exception as exc:
-            await self._db.execute("ROLLBACK")
+
+        try:
+            await self._db.run(write)
+        except sqlite3.Error as exc:
             raise SinkError(f"{self.name}: batch of {len(records)} rolled back: {exc}") from exc
-        await self._db.execute("COMMIT")
         self.batch_written.set()
         return BatchResult(inserted=len(records))
 
     async def close(self) -> None:
         self.closed += 1
-        if self._db is not None:
-            await self._db.close()
-            self._db = None
+        db, self._db = self._db, None
+        if db is not None:
+            await db.close()
 
     async def ids(self) -> list[str]:
-        async with aiosqlite.connect(self.path) as db:
-            try:
-                rows = await (await db.execute(f"SELECT id FROM {self.table}")).fetchall()
-            except aiosqlite.OperationalError:  # never opened: no table
-                return []
+        db = SqliteDB(self.path)
+        try:
+            rows = await db.run(lambda c: c.execute(f"SELECT id FROM {self.table}").fetchall())
+        except sqlite3.OperationalError:  # never opened: no table
+            return []
+        finally:
+            await db.close()
         return sorted((str(r[0]) for r in rows), key=lambda v: (len(v), v))
