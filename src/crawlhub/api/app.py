@@ -42,8 +42,9 @@ class BearerToken:
         self.token = token.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope["path"]
-        if scope["type"] != "http" or path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
+        # lifespan scopes have no path: check the type first, or serve never starts
+        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS \
+                or scope["path"].startswith(PUBLIC_PREFIXES):
             await self.app(scope, receive, send)
             return
         header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
