@@ -82,6 +82,20 @@ async def test_requeue_expired_dead_letters_a_spent_lease_at_once(
     assert (stats.dead, stats.ready, stats.leased) == (1, 1, 0)
 
 
+async def test_spent_leases_die_in_the_order_their_deadlines_passed(
+    store: Store, clock: FakeClock, unique_name: str
+) -> None:
+    queue = store.open(clock=clock).queue(unique_name, max_attempts=1)
+    await queue.push_many([({"n": 1}, 0), ({"n": 2}, 0)])
+    await queue.lease(1, visibility_timeout=10)  # n=1, deadline +10
+    await queue.lease(1, visibility_timeout=5)  # n=2, deadline +5
+    clock.advance(10)
+
+    await queue.requeue_expired()
+
+    assert [d.payload["n"] for d in await queue.dead_letters()] == [2, 1]
+
+
 async def test_nack_back_to_ready_after_the_last_delivery_dead_letters_with_the_nack_reason(
     store: Store, unique_name: str
 ) -> None:

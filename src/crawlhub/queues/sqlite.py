@@ -152,7 +152,7 @@ def _requeue(conn: sqlite3.Connection, queue: str, now: float, limit: int) -> in
     retried), or to the dead letter once delivered ``limit`` times. Returns how many."""
     spent = conn.execute(
         "SELECT id, attempts FROM queue_messages WHERE queue = ? AND state = 1 "
-        "AND lease_until <= ? AND attempts >= ? ORDER BY id",
+        "AND lease_until <= ? AND attempts >= ? ORDER BY lease_until, id",  # as Redis does
         (queue, now, limit),
     ).fetchall()
     died = _kill(conn, queue, [(num, spent_reason(att)) for num, att in spent], "max_attempts")
