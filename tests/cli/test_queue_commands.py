@@ -96,6 +96,20 @@ def test_queues_shows_every_queue_with_its_counters(cli: Cli,
     assert rows[long_name] == ["1", "1", "1", "0", "0", "0", "0", "0", "10"]
 
 
+def test_the_queues_table_fits_80_columns_with_whole_headers_and_names(
+        cli: Cli, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    push(default_config(data_dir).storage.queues, "crawlhub:", "default", [{"n": 1}])
+    result = cli("queues", "--data-dir", str(data_dir))
+    assert result.exit_code == 0
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    header = next(line for line in result.stdout.splitlines() if "name" in line)
+    assert [c.strip() for c in header.strip("┃").split("┃")] == [
+        "name", "total", "left", "ready", "leased", "success", "failed", "retried", "dead", "max"]
+    assert "default" in table_rows(result.stdout)
+    assert "max: max_attempts" in result.stdout
+
+
 def test_the_redis_prefix_of_the_config_is_where_the_cli_looks(
         cli: Cli, tmp_path: Path, redis_url: str, unique_name: str) -> None:
     config = write_yaml(tmp_path / "other.yaml", {

@@ -406,12 +406,15 @@ def queues(config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt =
     """Stats of every queue on the configured backend."""
     cfg = get_config(config, data_dir, sets)
     rows = run(_queue_stats(cfg.storage.queues, cfg.storage.redis_prefix))
-    table = Table(title=f"queues on {_scheme(cfg.storage.queues)}")
+    # collapsed padding and a short "max" header: ten columns fit 80 characters
+    table = Table(title=f"queues on {_scheme(cfg.storage.queues)}", collapse_padding=True,
+                  caption="max: max_attempts, deliveries before the dead letter")
     columns = ("name", "total", "left", "ready", "leased", "success", "failed", "retried", "dead",
                "max_attempts")
     for col in columns:
         # fold, not "…": a cut queue name cannot be passed to 'crawlhub lease'
-        table.add_column(col, justify="left" if col == "name" else "right",
+        table.add_column("max" if col == "max_attempts" else col,
+                         justify="left" if col == "name" else "right",
                          overflow="fold" if col == "name" else "ellipsis")
     for row in rows:
         table.add_row(*(str(row[c]) for c in columns))
