@@ -102,3 +102,19 @@ def test_example_configs_check_and_name_only_loopback_hosts(config: str) -> None
     hosts = {m.split("://", 1)[1].split("/", 1)[0].rsplit("@", 1)[-1].rsplit(":", 1)[0]
              for m in URL.findall(result.stdout) if not m.startswith("sqlite")}
     assert hosts <= {"127.0.0.1", "localhost"}, hosts
+
+
+def test_frontier_stats_of_the_example_shows_whole_headers_and_segments(tmp_path: Path) -> None:
+    urls = tmp_path / "urls.txt"
+    urls.write_text("http://127.0.0.1:8600/item/1\n"
+                    "http://127.0.0.1:8600/item/1?utm_source=newsletter\n"
+                    "http://127.0.0.1:8600/item/2#reviews\n")
+    opts = ["-c", str(EXAMPLES / "frontier.yaml"), "--data-dir", str(tmp_path / "data")]
+    added = CliRunner().invoke(app, ["frontier", "add", str(urls), "--name", "shop", *opts])
+    assert added.exit_code == 0, added.output
+    stats = CliRunner().invoke(app, ["frontier", "stats", *opts])
+    assert stats.exit_code == 0
+    lines = stats.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in stats.stdout
+    total = next(line for line in lines if line.startswith("│ total"))
+    assert [c.strip() for c in total.strip("│").split("│")][1:3] == ["2", "1"]

@@ -146,10 +146,11 @@ def stats(
         return
     for frontier in rows:
         table = Table(title=f"frontier {frontier['name']} ({frontier['backend']}), "
-                      f"current segment {frontier['current_label']}", title_justify="left")
+                      f"current segment {frontier['current_label']}", title_justify="left",
+                      collapse_padding=True)  # eight columns in 80 characters, none cut
         columns = ("admitted", "duplicates", "pending", "leased", "done", "failed",
                    "dispatched")
-        table.add_column("segment")
+        table.add_column("segment", no_wrap=True)
         for column in columns:
             table.add_column(column, justify="right")
         for row in frontier["segments"]:
