@@ -46,3 +46,19 @@ def test_a_message_nacked_back_ten_times_shows_the_delivery_limit_as_its_reason(
     assert cli("lease", "jobs", *opts).stdout.strip() == ""
     (dead,) = lines(cli("dead", "jobs", *opts).stdout)
     assert (dead["attempts"], dead["reason"]) == (10, "delivered 10 times without ack")
+
+
+def test_route_refuses_a_task_nested_past_the_depth_limit(cli: Cli, tmp_path: Path) -> None:
+    from crawlhub.jsoncodec import MAX_DEPTH
+
+    opts = ["--set", f"data_dir={tmp_path / 'data'}"]
+    for depth in (MAX_DEPTH + 1, 5000):
+        task = '{"url":"http://a/","d":' + '{"a":' * (depth - 1) + "1" + "}" * depth
+        path = tmp_path / "deep.json"
+        path.write_text(task)
+
+        result = cli("route", str(path), *opts)
+
+        assert result.exit_code == 2
+        assert f"more than {MAX_DEPTH} levels deep" in result.stderr
+        assert "Traceback" not in result.stderr

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from crawlhub import jsoncodec
 from crawlhub.config import ConfigError, default_config, dump_config, load_config
 from crawlhub.errors import CrawlhubError, MissingExtraError
 
@@ -370,6 +371,12 @@ def route(
     except json.JSONDecodeError as exc:
         err.print(f"the task is not JSON: {exc.msg} at column {exc.colno}")
         raise typer.Exit(2) from None
+    except RecursionError:  # deeper than the parser goes: far past MAX_DEPTH
+        err.print(str(jsoncodec.TooDeepError("the task")))
+        raise typer.Exit(2) from None
+    if jsoncodec.too_deep(data):
+        err.print(str(jsoncodec.TooDeepError("the task")))
+        raise typer.Exit(2)
     if not isinstance(data, dict):
         err.print("the task must be a JSON object")
         raise typer.Exit(2)
