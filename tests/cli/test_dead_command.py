@@ -62,3 +62,14 @@ def test_route_refuses_a_task_nested_past_the_depth_limit(cli: Cli, tmp_path: Pa
         assert result.exit_code == 2
         assert f"more than {MAX_DEPTH} levels deep" in result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_submit_of_a_file_nested_past_the_parser_is_a_one_line_error(cli: Cli,
+                                                                       tmp_path: Path) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text('{"url":"http://a/","d":' + '{"a":' * 4999 + "1" + "}" * 5000)
+
+    result = cli("submit", str(path), "--url", "http://127.0.0.1:9")
+
+    assert result.exit_code == 2
+    assert "levels deep" in result.stderr and "Traceback" not in result.stderr

@@ -243,6 +243,9 @@ def submit(
     except (OSError, json.JSONDecodeError) as exc:
         err.print(f"cannot read tasks from {file}: {exc}")
         raise typer.Exit(2) from None
+    except RecursionError:  # deeper than the parser goes: far past MAX_DEPTH
+        err.print(f"cannot read tasks from {file}: {jsoncodec.TooDeepError('a task')}")
+        raise typer.Exit(2) from None
     bad = [i for i, item in enumerate(items) if not isinstance(item, dict)]
     if bad:
         err.print(f"item {bad[0]} is not a JSON object; every task must be an object")
