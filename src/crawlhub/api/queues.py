@@ -91,7 +91,7 @@ async def _encode_or_set_aside(queue: ReliableQueue, m: Message) -> bytes | None
 
 
 @router.get("/queues/{name}/dead", summary="Peek at dead letters (oldest first)",
-            response_model=list[DeadLetter], responses=errors(*BODY, *BACKEND))
+            response_model=list[DeadLetter], responses=errors(400, 422, *BACKEND))
 async def dead_letters(name: str, n: int = Query(100, ge=1, le=10000,
                                                  description="how many at most"),
                        svc: Services = Depends(services)) -> list[dict[str, Any]]:
