@@ -88,5 +88,6 @@ def test_valkey_schemes_map_to_the_redis_client_and_options_are_set() -> None:
 
 
 def test_a_url_that_is_not_redis_is_refused_naming_the_user() -> None:
-    with pytest.raises(BackendURLError, match="Redis URL of outbound 'o'"):
+    with pytest.raises(BackendURLError, match="outbound 'o' URL 'postgresql://db/x' has no "
+                                              "scheme crawlhub can open; accepted: redis://"):
         redis_client("postgresql://db/x", name="outbound 'o'")

@@ -116,7 +116,7 @@ def redis_client(
     """
     global _LOGGED_RETRY
     parsed = url if isinstance(url, BackendURL) else parse_backend_url(
-        url, kinds=("redis",), what=f"Redis URL of {name}")
+        url, kinds=("redis",), what=name)
     require("redis", "redis", needed_by=name)  # one line naming the extra, no traceback
     import redis.asyncio as aioredis
     from redis.backoff import ExponentialBackoff
@@ -138,5 +138,5 @@ def redis_client(
         from crawlhub.storage.urls import BackendURLError
 
         raise BackendURLError(
-            f"Redis URL of {name} {parsed.redacted!r} is malformed ({exc}): use redis://host:6379/0"
+            f"{name} URL {parsed.redacted!r} is malformed ({exc}): use redis://host:6379/0"
         ) from None
