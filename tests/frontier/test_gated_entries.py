@@ -47,3 +47,15 @@ async def test_an_unusable_url_fails_task_entries(make_frontier: MakeFrontier) -
     f = await make_frontier()
     with pytest.raises(FrontierError):
         f.task_entries([{"url": "http://[::1"}], f.clock())
+
+
+async def test_admitted_by_names_the_task_a_url_was_admitted_for(
+        make_frontier: MakeFrontier) -> None:
+    f = await make_frontier()
+    [first, second] = f.task_entries([{"url": "http://a.com/1", "task_uuid": "u1"},
+                                      {"url": "http://a.com/1", "task_uuid": "u2"}], f.clock())
+    assert first is not None and second is not None
+    assert await f.admitted_by(first) is None
+    assert await f.admit_entries([first]) == [True]
+    assert await f.admit_entries([second]) == [False]
+    assert await f.admitted_by(second) == "u1"

@@ -289,3 +289,25 @@ async def test_an_inbound_source_waits_an_outage_out_and_pushes_once(
     [result] = await asyncio.wait_for(submitting, 30)
     assert result.status == "routed"
     assert len(throwaway.list("far")) == 1
+
+
+async def test_a_duplicate_killed_before_its_record_went_is_not_pushed_by_recovery(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    config = make_config(frontier={"web": {}},
+                         outbound=[{"name": "pages", "frontier": "web"}])
+    killed = await open_services(config)
+    [first] = await killed.hub.submit([{"url": "http://x/1", "task_uuid": "first"}])
+    assert first.status == "routed"
+
+    async def die(*args: Any, **kwargs: Any) -> Any:
+        raise Crash
+
+    killed.hub._abort = die  # type: ignore[method-assign]
+    with pytest.raises(Crash):  # found a duplicate, killed before its record went
+        await killed.hub.submit([{"url": "http://x/1", "task_uuid": "second"}])
+    await killed.close()
+
+    svc = await open_services(config)
+    assert await svc.hub.recover_intake(time.time() + INTAKE_GRACE + 1) == 0
+    assert [p["task_uuid"] for p in await drain(svc, "pages")] == ["first"]
+    assert await svc.hub.recover_intake(time.time() + 2 * INTAKE_GRACE + 2) == 0

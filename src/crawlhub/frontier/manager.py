@@ -258,6 +258,11 @@ class Frontier:
                 chunk, now, exact=self.config.exact), True)
         return flags
 
+    async def admitted_by(self, entry: Entry) -> str | None:
+        """The ``task_uuid`` of the hub task ``entry``'s key was admitted for."""
+        await self._ensure_open()
+        return await self.store.admitted_by(entry.segment, entry.key)
+
     # ------------------------------------------------------------------ dispatch
     async def lease(self, n: int = 1, visibility_timeout: float | None = None) -> list[Seed]:
         """Lease up to ``n`` ready seeds for ``visibility_timeout`` seconds (default

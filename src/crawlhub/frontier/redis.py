@@ -46,7 +46,7 @@ from redis.exceptions import NoScriptError, RedisError
 from crawlhub.errors import FrontierError
 from crawlhub.frontier.bloom import MAX_LAYER_BITS, FixedBloom, layer_plan, split_hash
 from crawlhub.frontier.seed import Outcome, Seed
-from crawlhub.frontier.sqlite import check_frontier_name
+from crawlhub.frontier.sqlite import _task_uuid, check_frontier_name
 from crawlhub.frontier.store import Entry, SegmentCounts, check_entries
 from crawlhub.keys import frontier_keys, frontier_segment_key
 from crawlhub.storage.redact import redact_url
@@ -637,6 +637,12 @@ class RedisSeedStore:
             capacity = min(self.expected_items, CACHE_MAX)
             cache = self._answered[segment] = FixedBloom(capacity, self.fp_rate * CACHE_SHARE)
         return cache
+
+    async def admitted_by(self, segment: int, key: str) -> str | None:
+        raw = await self._call("admitted_by", self.redis.hget(self._seg(segment, "seeds"), key))
+        if raw is None:
+            return None
+        return _task_uuid(_text(raw).split("|", 2)[2])
 
     # ------------------------------------------------------------------ dispatch
     async def claim(self, n: int, now: float, lease_until: float) -> list[Seed]:

@@ -115,6 +115,12 @@ def key_hash(key: str) -> int:
     return row_hash(stable_hash(key))
 
 
+def _task_uuid(encoded: str | bytes) -> str | None:
+    """The ``task_uuid`` a hub task's seed carries in its meta (None: not a hub task)."""
+    uuid = Seed.decode(encoded).meta.get("task_uuid")
+    return None if uuid is None else str(uuid)
+
+
 def check_frontier_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise FrontierError(
@@ -397,6 +403,16 @@ class SqliteSeedStore:
         conn.execute(f'INSERT INTO "{t}:keys" SELECT segment, key_hash, seq FROM "{t}:recent"')
         conn.execute(f'DELETE FROM "{t}:recent"')
         self._recent = 0
+
+    async def admitted_by(self, segment: int, key: str) -> str | None:
+        def run(conn: sqlite3.Connection) -> str | None:
+            row = conn.execute(
+                f'SELECT seed FROM "{self._t}" WHERE {self._row}',
+                {"segment": segment, "key_hash": key_hash(key), "key": key},
+            ).fetchone()
+            return None if row is None else _task_uuid(row[0])
+
+        return await self.db.run(run)
 
     # ------------------------------------------------------------------ dispatch
     def _sweep(self, conn: sqlite3.Connection, now: float) -> None:

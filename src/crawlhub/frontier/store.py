@@ -70,6 +70,11 @@ class SeedStore(Protocol):
         ``exact``: confirm filter positives against the stored keys. True = admitted."""
         ...
 
+    async def admitted_by(self, segment: int, key: str) -> str | None:
+        """The ``task_uuid`` in the meta of the seed stored under (segment, key): which
+        hub task the key was admitted for (None: not stored, or not a hub task)."""
+        ...
+
     async def claim(self, n: int, now: float, lease_until: float) -> list[Seed]:
         """Lease up to ``n`` pending seeds whose ``ready_at`` has come, highest priority
         first, FIFO within a priority; expired leases return to pending first."""

@@ -56,6 +56,7 @@ from crawlhub.hub.intake import (
     GATE_HELD,
     NEW,
     RECORDED_AGAIN,
+    TOOK_OVER,
     Intake,
     QueueGroup,
     gate_of,
@@ -508,19 +509,25 @@ class Hub:
                     self._unavailable(results[t.index], exc)
                     failed[t.index] = exc
                 continue
+            try:
+                pushing = await self._admitted(name, members, verdicts)
+            except Exception as exc:
+                await self._abort([t for t, _ in members], release=True)
+                for t, _ in members:
+                    self._unavailable(results[t.index], exc)
+                    failed[t.index] = exc
+                continue
             duplicates = []
-            for (t, flag), admitted in zip(members, verdicts, strict=True):
-                # A task recorded again holds a gate admitted before (its own, or one
-                # whose push failed or whose process died): it is pushed either way.
-                if flag != GATE_HELD and (admitted or flag == RECORDED_AGAIN):
+            for (t, flag), push in zip(members, pushing, strict=True):
+                if push:
                     go.append(t)
-                else:
-                    if flag != GATE_HELD:  # (a repeat in the batch has no record to undo)
-                        duplicates.append(t)
-                    results[t.index].status = "duplicate"
-                    results[t.index].reason = (f"already admitted by frontier {name!r} in"
-                                               " this segment")
-                    self.metrics.duplicates.labels(name).inc()
+                    continue
+                if flag != GATE_HELD:  # (a repeat in the batch has no record to undo)
+                    duplicates.append(t)
+                results[t.index].status = "duplicate"
+                results[t.index].reason = (f"already admitted by frontier {name!r} in"
+                                           " this segment")
+                self.metrics.duplicates.labels(name).inc()
             if duplicates:
                 await self._abort(duplicates, release=False)
         if go:
@@ -532,6 +539,33 @@ class Hub:
                     self._unavailable(results[t.index], error)
                     failed[t.index] = error
         return failed
+
+    async def _admitted(self, name: str, members: Sequence[tuple[_Todo, str]],
+                        verdicts: Sequence[bool]) -> list[bool]:
+        """Which gated tasks to push, given the frontier's verdicts on their URLs: new
+        ones it admitted; ones holding a gate they took over (the URL was admitted for
+        the task they replace); ones recorded again, if the URL was admitted for them
+        (by their earlier attempt) or now. Never a repeat of a URL in the batch."""
+        out = []
+        for (t, flag), admitted in zip(members, verdicts, strict=True):
+            if flag == GATE_HELD:
+                out.append(False)
+            elif admitted or flag == TOOK_OVER:
+                out.append(True)
+            elif flag == RECORDED_AGAIN:
+                entry = self._entry_of(t)
+                out.append(entry is not None and await self.frontiers[name].admitted_by(
+                    entry) == t.intake.uuid)
+            else:
+                out.append(False)
+        return out
+
+    def _entry_of(self, t: _Todo) -> Entry | None:
+        if not t.intake.gate:
+            return None
+        name, segment, key = parse_gate(t.intake.gate)
+        frontier = self.frontiers.get(name)
+        return frontier.gated_entry(t.task, segment, key) if frontier else None
 
     async def _push_recorded(self, todo: Sequence[_Todo], now: float, *, undo: bool = True
                              ) -> list[BaseException | None]:
@@ -666,16 +700,26 @@ class Hub:
                 await self.state.intake_abort([intake], release=True)
                 continue
             todo.append(_Todo(-1, Task(intake.task), rule, intake))
-        gated: dict[str, list[Entry]] = defaultdict(list)
+        gated: dict[str, list[tuple[_Todo, str]]] = defaultdict(list)
+        ungated: list[_Todo] = []
         for t in todo:
-            if t.intake.gate:
-                name, segment, key = parse_gate(t.intake.gate)
-                frontier = self.frontiers.get(name)
-                entry = frontier.gated_entry(t.task, segment, key) if frontier else None
-                if entry is not None:
-                    gated[name].append(entry)
-        for name, entries in gated.items():
-            await self.frontiers[name].admit_entries(entries)  # admitted or its own
+            entry = self._entry_of(t)
+            if entry is None:
+                ungated.append(t)
+            else:
+                flag = TOOK_OVER if t.intake.inherited else RECORDED_AGAIN
+                gated[parse_gate(t.intake.gate or "")[0]].append((t, flag))
+        todo = ungated
+        for name, members in gated.items():
+            entries = [self._entry_of(t) for t, _ in members]
+            verdicts = await self.frontiers[name].admit_entries([e for e in entries if e])
+            pushing = await self._admitted(name, members, verdicts)
+            todo += [t for (t, _), push in zip(members, pushing, strict=True) if push]
+            # a URL admitted for another task (its own push died after its admission
+            # was refused): this one is a duplicate nobody was told was routed
+            dropped = [t for (t, _), push in zip(members, pushing, strict=True) if not push]
+            if dropped:
+                await self.state.intake_abort([t.intake for t in dropped], release=False)
         if not todo:
             return 0
         log.warning("intake: pushing %d tasks a stopped process recorded but did not push",

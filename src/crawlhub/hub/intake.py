@@ -7,11 +7,15 @@ whose push failed, free to take over) live beside the ledger, in the same SQLite
 Redis server, so every hub process sees them. Mixed into the state classes of
 :mod:`crawlhub.hub.state`; :class:`crawlhub.hub.hub.Hub` drives them (see its ``_intake``).
 
-``intake_begin`` answers per task: ``N`` new (recorded, unpushed), ``R`` recorded again
-to be pushed (its own earlier record, or the gate it needs, was unpushed for longer than
-the grace: its process died), ``A`` already routed (a task with this uuid is recorded and
-pushed or being pushed: do not push again), ``D`` its gate is held by another task being
-pushed right now (a duplicate URL).
+``intake_begin`` answers per task: ``N`` new (recorded, unpushed); ``T`` recorded, and it
+took over its gate from a task whose push failed or whose process died (the URL was
+admitted for that task: push this one, whatever the frontier says now); ``R`` its own
+earlier record was unpushed for longer than the grace (its process died) and is taken
+up again; ``A`` already routed (a task with this uuid is recorded and pushed or being
+pushed: do not push again); ``D`` its gate is held by another task being pushed right
+now (a duplicate URL). A gate taken over is *inherited*: the hub pushes its holder
+without asking the frontier again; any other gate's admission is the frontier's word
+(:meth:`Frontier.admitted_by` says for which task a URL was admitted).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 
 from crawlhub import jsoncodec
 
-NEW, RECORDED_AGAIN, ALREADY_ROUTED, GATE_HELD = "N", "R", "A", "D"
+NEW, TOOK_OVER, RECORDED_AGAIN, ALREADY_ROUTED, GATE_HELD = "N", "T", "R", "A", "D"
 
 
 @dataclass(slots=True)
@@ -34,6 +38,8 @@ class Intake:
     outbound: str
     deadline: float | None
     gate: str | None = None
+    #: the gate was taken over (see the module docstring); set by intake_claim
+    inherited: bool = False
 
     @property
     def uuid(self) -> str:
@@ -66,7 +72,8 @@ def parse_gate(gate: str) -> tuple[str, int, str]:
 INTAKE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS unpushed (task_uuid TEXT PRIMARY KEY, since REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS unpushed_since ON unpushed(since);
-CREATE TABLE IF NOT EXISTS gates (gate TEXT PRIMARY KEY, task_uuid TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS gates (gate TEXT PRIMARY KEY, task_uuid TEXT NOT NULL,
+                                  inherited INTEGER NOT NULL DEFAULT 0);
 """
 _IN = 500  # uuids per "IN (...)" lookup
 
@@ -115,7 +122,13 @@ class SqliteIntake:
                     continue
                 seen.add(uuid)
                 if uuid in known:
-                    flag = RECORDED_AGAIN if stale(uuid) else ALREADY_ROUTED
+                    flag = ALREADY_ROUTED
+                    if stale(uuid):
+                        flag = RECORDED_AGAIN
+                        if gate and conn.execute(
+                                "SELECT 1 FROM gates WHERE gate = ? AND task_uuid = ?"
+                                " AND inherited = 1", (gate, uuid)).fetchone():
+                            flag = TOOK_OVER
                 else:
                     flag = NEW
                     if gate:
@@ -126,7 +139,7 @@ class SqliteIntake:
                             # the gate over and its unpushed holder goes
                             conn.execute("DELETE FROM ledger WHERE task_uuid = ?", (held[0],))
                             conn.execute("DELETE FROM unpushed WHERE task_uuid = ?", (held[0],))
-                            flag = RECORDED_AGAIN
+                            flag = TOOK_OVER
                         elif held is not None and (held[0] in taken or conn.execute(
                                 "SELECT 1 FROM unpushed WHERE task_uuid = ?",
                                 (held[0],)).fetchone()):
@@ -136,8 +149,11 @@ class SqliteIntake:
                     continue
                 fresh.append((uuid, raw))
                 taken.add(uuid)
-                if gate:
-                    conn.execute("INSERT OR REPLACE INTO gates(gate, task_uuid) VALUES (?, ?)",
+                if gate and flag != RECORDED_AGAIN:
+                    conn.execute("INSERT OR REPLACE INTO gates(gate, task_uuid, inherited)"
+                                 " VALUES (?, ?, ?)", (gate, uuid, int(flag == TOOK_OVER)))
+                elif gate:
+                    conn.execute("INSERT OR IGNORE INTO gates(gate, task_uuid) VALUES (?, ?)",
                                  (gate, uuid))
             conn.executemany(
                 "INSERT OR REPLACE INTO ledger(task_uuid, entry, deadline, expires)"
@@ -193,18 +209,24 @@ class SqliteIntake:
         """Unpushed records older than ``stale_before`` (their process died), claimed for
         ``now``: another claimer skips them until they are stale again."""
 
-        def claim(conn: sqlite3.Connection) -> list[str]:
+        def claim(conn: sqlite3.Connection) -> list[tuple[str, int]]:
             rows = conn.execute(
-                "SELECT u.task_uuid, l.entry FROM unpushed AS u LEFT JOIN ledger AS l"
+                "SELECT u.task_uuid, l.entry, (SELECT max(inherited) FROM gates AS g"
+                " WHERE g.task_uuid = u.task_uuid) FROM unpushed AS u LEFT JOIN ledger AS l"
                 " ON l.task_uuid = u.task_uuid WHERE u.since <= ? ORDER BY u.since LIMIT ?",
                 (stale_before, limit)).fetchall()
             conn.executemany("DELETE FROM unpushed WHERE task_uuid = ?",
-                             [(u,) for u, raw in rows if raw is None])
+                             [(u,) for u, raw, _ in rows if raw is None])
             conn.executemany("UPDATE unpushed SET since = ? WHERE task_uuid = ?",
-                             [(now, u) for u, raw in rows if raw is not None])
-            return [raw for _, raw in rows if raw is not None]
+                             [(now, u) for u, raw, _ in rows if raw is not None])
+            return [(raw, inherited) for _, raw, inherited in rows if raw is not None]
 
-        return [Intake.loads(raw) for raw in await self._intake(claim)]
+        out = []
+        for raw, inherited in await self._intake(claim):
+            intake = Intake.loads(raw)
+            intake.inherited = bool(inherited)
+            out.append(intake)
+        return out
 
 
 # ------------------------------------------------------------------ Redis
@@ -217,6 +239,10 @@ local function split(blob, lengths)
     pos = pos + n
   end
   return out
+end
+local function holds(gates, gate, id)
+  local v = redis.call('HGET', gates, gate)
+  return v == id or v == '+' .. id
 end
 local function csv(text)
   local out = {}
@@ -240,9 +266,14 @@ for i, id in ipairs(ids) do
   local gate, flag = gts[i], 'N'
   if redis.call('HEXISTS', ledger, id) == 1 then
     local since = unpushed_since(id)
-    if since and since <= stale then flag = 'R' else flag = 'A' end
+    flag = 'A'
+    if since and since <= stale then
+      flag = 'R'
+      if gate ~= '' and redis.call('HGET', gates, gate) == '+' .. id then flag = 'T' end
+    end
   elseif gate ~= '' then
     local held = redis.call('HGET', gates, gate)
+    if held and string.sub(held, 1, 1) == '+' then held = string.sub(held, 2) end
     if held then
       local since = held ~= '' and unpushed_since(held)
       if held == '' or (since and since <= stale) then
@@ -251,17 +282,23 @@ for i, id in ipairs(ids) do
           redis.call('ZREM', unpushed, held)
           redis.call('ZREM', retention, held)
         end
-        flag = 'R'
+        flag = 'T'
       elseif since then
         flag = 'D'
       end
     end
   end
-  if flag == 'N' or flag == 'R' then
+  if flag == 'N' or flag == 'R' or flag == 'T' then
     redis.call('HSET', ledger, id, entries[i])
     redis.call('ZADD', retention, expiry, id)
     redis.call('ZADD', unpushed, now, id)
-    if gate ~= '' then redis.call('HSET', gates, gate, id) end
+    if gate ~= '' and flag == 'N' then
+      redis.call('HSET', gates, gate, id)
+    elseif gate ~= '' and flag == 'T' then
+      redis.call('HSET', gates, gate, '+' .. id)
+    elseif gate ~= '' then
+      redis.call('HSETNX', gates, gate, id)
+    end
   end
   out[i] = flag
 end
@@ -278,9 +315,7 @@ for i, id in ipairs(ids) do
       and redis.call('HEXISTS', ledger, id) == 1 then
     redis.call('ZADD', deadlines, dls[i], id)
   end
-  if gts[i] ~= '' and redis.call('HGET', gates, gts[i]) == id then
-    redis.call('HDEL', gates, gts[i])
-  end
+  if gts[i] ~= '' and holds(gates, gts[i], id) then redis.call('HDEL', gates, gts[i]) end
 end
 for i = 6, #ARGV, 2 do redis.call('HINCRBY', KEYS[5], ARGV[i], ARGV[i + 1]) end
 return #ids
@@ -295,21 +330,29 @@ for i, id in ipairs(ids) do
     redis.call('HDEL', ledger, id)
     redis.call('ZREM', retention, id)
   end
-  if gts[i] ~= '' and redis.call('HGET', gates, gts[i]) == id then
+  if gts[i] ~= '' and holds(gates, gts[i], id) then
     if ARGV[5] == '1' then redis.call('HSET', gates, gts[i], '') else redis.call('HDEL', gates, gts[i]) end
   end
 end
 return #ids
 """
 
-# KEYS: ledger unpushed   ARGV: now stale_before limit
+# KEYS: ledger unpushed gates   ARGV: now stale_before limit. Returns entry, '1' if its
+# gate is inherited else '0', for each.
 _CLAIM = """
 local out = {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[2], 'LIMIT', 0, ARGV[3])) do
   local raw = redis.call('HGET', KEYS[1], id)
   if raw then
     redis.call('ZADD', KEYS[2], ARGV[1], id)
+    local ok, entry = pcall(cjson.decode, raw)
+    local inherited = '0'
+    if ok and type(entry) == 'table' and type(entry['g']) == 'string'
+        and redis.call('HGET', KEYS[3], entry['g']) == '+' .. id then
+      inherited = '1'
+    end
     out[#out + 1] = raw
+    out[#out + 1] = inherited
   else
     redis.call('ZREM', KEYS[2], id)
   end
@@ -353,9 +396,7 @@ for i, id in ipairs(ids) do
     if go then redis.call('ZADD', retention, expiry, id) end
   else
     go = redis.call('ZREM', unpushed, id) == 1 and redis.call('HEXISTS', ledger, id) == 1
-    if gts[i] ~= '' and redis.call('HGET', gates, gts[i]) == id then
-      redis.call('HDEL', gates, gts[i])
-    end
+    if gts[i] ~= '' and holds(gates, gts[i], id) then redis.call('HDEL', gates, gts[i]) end
   end
   if go then
     if dls[i] ~= '' then redis.call('ZADD', deadlines, dls[i], id) end
@@ -450,9 +491,14 @@ class RedisIntake:
     async def intake_claim(self, now: float, stale_before: float, limit: int = 500
                            ) -> list[Intake]:
         k = self._keys
-        raws = await self._script("claim")(keys=[k["ledger"], k["unpushed"]],
+        raws = await self._script("claim")(keys=[k["ledger"], k["unpushed"], k["gates"]],
                                            args=[repr(now), repr(stale_before), limit])
-        return [Intake.loads(raw) for raw in raws]
+        out = []
+        for i in range(0, len(raws), 2):
+            intake = Intake.loads(raws[i])
+            intake.inherited = raws[i + 1] in (b"1", "1")
+            out.append(intake)
+        return out
 
     async def intake_push(self, mode: str, items: Sequence[tuple[Intake, int, str, int]],
                           groups: Sequence[QueueGroup], registry: str, now: float,
