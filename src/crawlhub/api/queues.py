@@ -3,6 +3,7 @@ worker needs nothing but an HTTP client; ``/queues/{name}/dead`` peeks at dead l
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -11,13 +12,14 @@ from pydantic import BaseModel, Field
 from crawlhub import jsoncodec
 from crawlhub.api.deps import ApiError, services
 from crawlhub.api.openapi import BACKEND, BODY, errors
-from crawlhub.errors import QueueError
+from crawlhub.errors import CrawlhubError, QueueError
 from crawlhub.queues.base import Message, ReliableQueue
 from crawlhub.service import Services
 from crawlhub.storage.errors import is_unavailable, unavailable
 from crawlhub.storage.redact import redact_url
 
 router = APIRouter(tags=["queues"])
+log = logging.getLogger("crawlhub.api.queues")
 
 
 class LeaseRequest(BaseModel):
@@ -86,7 +88,10 @@ async def _encode_or_set_aside(queue: ReliableQueue, m: Message) -> bytes | None
         return jsoncodec.dumps_strict(item).encode()
     except (TypeError, ValueError, RecursionError) as exc:
         reason = f"undeliverable: cannot be sent as JSON ({type(exc).__name__}: {exc})"
-        await queue.nack([m.receipt], dead=True, reason=reason[:500])
+        try:
+            await queue.nack([m.receipt], dead=True, reason=reason[:500])
+        except CrawlhubError:  # its lease runs out and the next lease sets it aside
+            log.exception("queue %r: could not dead-letter message %s", queue.name, m.id)
         return None
 
 
