@@ -311,3 +311,19 @@ async def test_a_duplicate_killed_before_its_record_went_is_not_pushed_by_recove
     assert await svc.hub.recover_intake(time.time() + INTAKE_GRACE + 1) == 0
     assert [p["task_uuid"] for p in await drain(svc, "pages")] == ["first"]
     assert await svc.hub.recover_intake(time.time() + 2 * INTAKE_GRACE + 2) == 0
+
+
+async def test_an_outbound_delivery_limit_is_stored_with_its_queue_by_intake(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    from crawlhub.queues import open_backend
+
+    config = make_config(outbound=[{"name": "o", "init": {"max_attempts": 3}}])
+    svc = await open_services(config)
+    await svc.hub.submit([{"n": 1}])
+    # A worker's process that does not know the outbound's config sees the limit.
+    backend = open_backend(config.storage.queues.replace("{data_dir}", str(config.data_dir)),
+                           prefix=config.storage.redis_prefix)
+    try:
+        assert (await backend.queue("o").stats()).max_attempts == 3
+    finally:
+        await backend.close()

@@ -628,7 +628,8 @@ class Hub:
                 g = index[t.rule.name] = len(groups)
                 groups.append(QueueGroup([keys[k] for k in ("ready", "payloads", "priorities",
                                                             "stats", "seq")],
-                                         queue.name, t.rule.name))
+                                         queue.name, t.rule.name,
+                                         int(getattr(queue, "limit", 0) or 0)))
             payload, priority = encode_item((t.rule.params(t.task), _int(t.task.get("priority"))),
                                             len(items), queue.name)
             items.append((t.intake, g, payload, priority))

@@ -368,7 +368,8 @@ def _push_script() -> str:
     # (queue, outbound) the queue's ready payloads priorities stats seq.
     # ARGV: mode ('new' | 'commit') now stale_before expiry, ids, lengths, entries,
     # lengths, deadlines, group per task (1-based), payloads, lengths, priorities, gates,
-    # lengths, then per group its queue name and outbound name.
+    # lengths, then per group its queue name, outbound name and delivery limit (0: none
+    # configured; one > 0 is stored with the queue, as its own push does).
     # 'new': record each task whose uuid is new (or whose own record went stale) and
     # push it; 'commit': push each task recorded by intake_begin that is still unpushed.
     # Returns '1' per task pushed, '0' per task left alone.
@@ -412,11 +413,12 @@ for i, id in ipairs(ids) do
 end
 local names = {}
 for g, r in pairs(rows) do
-  local k = 7 + (g - 1) * 5
+  local k, a = 7 + (g - 1) * 5, 16 + (g - 1) * 3
   push_rows(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5],
             table.concat(r[1]), table.concat(r[2], ','), table.concat(r[3], ','))
-  names[#names + 1] = ARGV[14 + 2 * g]
-  redis.call('HINCRBY', counters, ARGV[15 + 2 * g] .. '\\31total', #r[1])
+  if tonumber(ARGV[a + 2]) > 0 then redis.call('HSET', KEYS[k + 4], 'max_attempts', ARGV[a + 2]) end
+  names[#names + 1] = ARGV[a]
+  redis.call('HINCRBY', counters, ARGV[a + 1] .. '\\31total', #r[1])
 end
 if #names > 0 then redis.call('SADD', registry, unpack(names)) end
 return table.concat(out)
@@ -435,6 +437,7 @@ class QueueGroup:
     keys: list[str]  # ready payloads priorities stats seq
     queue: str
     outbound: str
+    limit: int = 0  # the queue's configured delivery limit (0: none)
 
 
 class RedisIntake:
@@ -513,7 +516,7 @@ class RedisIntake:
         names: list[str] = []
         for g in groups:
             keys += g.keys
-            names += [g.queue, g.outbound]
+            names += [g.queue, g.outbound, str(g.limit)]
         intakes = [i for i, _, _, _ in items]
         ids, id_lens = _packed([i.uuid for i in intakes])
         entries, entry_lens = (_packed([i.dumps() for i in intakes]) if mode == "new"
