@@ -285,3 +285,18 @@ def test_model_is_usable_without_the_loader() -> None:
     assert cfg.outbound[0].label == "outbound 'x'"
     assert cfg.outbound_named("x") is cfg.outbound[0]
     assert cfg.outbound_named("y") is None
+
+
+def test_a_config_built_in_python_keeps_default_storage_under_its_data_dir(
+        tmp_path: Path) -> None:
+    """Without the loader, ``{data_dir}`` in default URLs is still filled in (before, a
+    literal ``{data_dir}/`` folder appeared in the working directory)."""
+    cfg = CrawlhubConfig.model_validate({"data_dir": str(tmp_path)})
+    assert cfg.storage.queues == f"sqlite:///{tmp_path}/queues.db"
+    assert cfg.storage.state == f"sqlite:///{tmp_path}/hub.db"
+    assert cfg.storage.metadata == f"sqlite:///{tmp_path}/meta.db"
+    assert cfg.storage.frontier == f"sqlite:///{tmp_path}/frontier.db"
+    assert cfg.failure.path == f"{tmp_path}/failures.jsonl"
+    mine = CrawlhubConfig.model_validate({"data_dir": str(tmp_path),
+                                          "storage": {"queues": "redis://h:1/0"}})
+    assert mine.storage.queues == "redis://h:1/0"

@@ -423,6 +423,18 @@ class CrawlhubConfig(_Section):
     def _none_is_empty(cls, value: Any) -> Any:
         return [] if value is None else value
 
+    @model_validator(mode="after")
+    def _defaults_under_data_dir(self) -> CrawlhubConfig:
+        """Default storage URLs and the failure file live under ``data_dir``, also for a
+        config built in Python (the loader fills every other placeholder)."""
+        for section in (self.storage, self.failure):
+            for name in type(section).model_fields:
+                value = getattr(section, name)
+                if (name not in section.model_fields_set and isinstance(value, str)
+                        and "{data_dir}" in value):
+                    setattr(section, name, value.replace("{data_dir}", self.data_dir))
+        return self
+
     @property
     def config_path(self) -> Path | None:
         """The main config file, or None for the built-in default config."""
