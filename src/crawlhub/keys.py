@@ -42,9 +42,12 @@ def hub_keys(prefix: str) -> dict[str, str]:
         "leases": f"{prefix}hub:leases",
         "pending": f"{prefix}hub:pending",
         "rate": f"{prefix}hub:rate:",
-        # intake (hub.py _intake): uuid -> when its push began, for tasks recorded and
-        # not yet known pushed; frontier gate (frontier, segment, key) -> uuid holding it
+        # intake (hub/intake.py): uuid -> when its push began, for tasks recorded and
+        # not yet known pushed, and the hub process pushing it; hub process -> its last
+        # heartbeat; frontier gate (frontier, segment, key) -> uuid holding it
         "unpushed": f"{prefix}hub:unpushed",
+        "owners": f"{prefix}hub:owners",
+        "alive": f"{prefix}hub:alive",
         "gates": f"{prefix}hub:gates",
     }
 

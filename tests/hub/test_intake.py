@@ -18,7 +18,7 @@ import redis
 
 from crawlhub.api import create_app
 from crawlhub.errors import BackendUnavailable
-from crawlhub.hub.hub import INTAKE_GRACE, Hub
+from crawlhub.hub.hub import ALIVE_TTL, Hub
 from tests.servers import free_port
 
 Opener = Callable[[Any], Any]
@@ -160,21 +160,21 @@ async def test_a_url_admitted_by_a_hub_killed_before_its_push_is_pushed_by_recov
     await killed.close()
 
     svc = await open_services(config)
-    # The client's retry of the URL: already admitted, and in flight (the grace has not
-    # passed), so a duplicate; nothing is pushed twice.
+    # The client's retry of the URL: already admitted, and in flight, so a duplicate;
+    # nothing is pushed twice.
     [retry] = await svc.hub.submit([{"url": "http://example.com/a"}])
     assert retry.status == "duplicate"
     assert await svc.queues.queue("pages").length() == 0
-    # Recovery (every hub runs it) pushes the abandoned task once its grace passed.
+    # Recovery (every hub runs it) pushes the abandoned task once its hub is silent.
     assert await svc.hub.recover_intake(time.time()) == 0
-    assert await svc.hub.recover_intake(time.time() + INTAKE_GRACE + 1) == 1
+    assert await svc.hub.recover_intake(time.time() + ALIVE_TTL + 1) == 1
     assert [p["task_uuid"] for p in await drain(svc, "pages")] == ["first"]
-    assert await svc.hub.recover_intake(time.time() + 2 * INTAKE_GRACE + 2) == 0
+    assert await svc.hub.recover_intake(time.time() + 2 * ALIVE_TTL + 2) == 0
     [later] = await svc.hub.submit([{"url": "http://example.com/a"}])
     assert later.status == "duplicate"
 
 
-async def test_a_retry_after_the_grace_takes_over_the_abandoned_url(
+async def test_a_url_of_a_dead_hub_stays_a_duplicate_until_recovery_pushes_it(
         make_config: Callable[..., Any], open_services: Opener,
         monkeypatch: pytest.MonkeyPatch) -> None:
     config = make_config(frontier={"web": {}},
@@ -184,13 +184,12 @@ async def test_a_retry_after_the_grace_takes_over_the_abandoned_url(
     await killed.close()
 
     svc = await open_services(config)
-    later = time.time() + INTAKE_GRACE + 1
+    later = time.time() + ALIVE_TTL + 1  # the killed hub has stopped beating by then
     monkeypatch.setattr("crawlhub.hub.hub.time.time", lambda: later)
     [retry] = await svc.hub.submit([{"url": "http://example.com/a", "task_uuid": "second"}])
-    assert retry.status == "routed"
-    # The abandoned record went with the gate: recovery has nothing left to push.
-    assert await svc.hub.recover_intake(later + INTAKE_GRACE + 1) == 0
-    assert [p["task_uuid"] for p in await drain(svc, "pages")] == ["second"]
+    assert retry.status == "duplicate"
+    assert await svc.hub.recover_intake(later) == 1
+    assert [p["task_uuid"] for p in await drain(svc, "pages")] == ["first"]
 
 
 async def test_a_task_killed_after_its_record_is_pushed_by_recovery_once(
@@ -200,10 +199,10 @@ async def test_a_task_killed_after_its_record_is_pushed_by_recovery_once(
     await crash_after_admission(killed, {"url": "http://x/1", "task_uuid": "u1"})
     await killed.close()
     svc = await open_services(config)
-    # The same uuid sent again within the grace: already routed (recovery owns it).
+    # The same uuid sent again: already routed (recovery pushes it).
     [again] = await svc.hub.submit([{"url": "http://x/1", "task_uuid": "u1"}])
     assert again.status == "already_routed"
-    await svc.hub.recover_intake(time.time() + INTAKE_GRACE + 1)
+    await svc.hub.recover_intake(time.time() + ALIVE_TTL + 1)
     assert [p["task_uuid"] for p in await drain(svc, "o")] == ["u1"]
 
 
@@ -308,9 +307,9 @@ async def test_a_duplicate_killed_before_its_record_went_is_not_pushed_by_recove
     await killed.close()
 
     svc = await open_services(config)
-    assert await svc.hub.recover_intake(time.time() + INTAKE_GRACE + 1) == 0
+    assert await svc.hub.recover_intake(time.time() + ALIVE_TTL + 1) == 0
     assert [p["task_uuid"] for p in await drain(svc, "pages")] == ["first"]
-    assert await svc.hub.recover_intake(time.time() + 2 * INTAKE_GRACE + 2) == 0
+    assert await svc.hub.recover_intake(time.time() + 2 * ALIVE_TTL + 2) == 0
 
 
 async def test_an_outbound_delivery_limit_is_stored_with_its_queue_by_intake(

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from crawlhub.config.loader import load_config
-from crawlhub.hub.hub import INTAKE_GRACE
+from crawlhub.hub.hub import ALIVE_TTL
 from crawlhub.service import Services
 from tests.cli.conftest import write_yaml
 from tests.cli.serving import crawlhub_serve
@@ -110,7 +110,7 @@ async def test_no_url_answered_is_lost_when_the_server_is_killed(
             for task, result in zip(body, await svc.hub.submit(body), strict=True):
                 assert result.status in ("routed", "duplicate", "already_routed")
                 posting.told.setdefault(task["url"], result.status)
-        await svc.hub.recover_intake(time.time() + INTAKE_GRACE + 1)
+        await svc.hub.recover_intake(time.time() + ALIVE_TTL + 1)
         queue = svc.queues.queue("intake")
         messages = await queue.lease(100_000, 600)
         queued = Counter(m.payload["url"] for m in messages)

@@ -153,8 +153,8 @@ async def test_a_settled_task_is_no_longer_pushed_again_by_intake_recovery(
     now = time.time()
     task = {"task_uuid": "u", "routed_count": 1}
     # Recorded and pushed, and its result (a retry) came before the push was marked done.
-    assert await state.intake_begin([Intake(task, "o", None)], now, now - 60) == ["N"]
+    assert await state.intake_begin([Intake(task, "o", None)], now, "hub-a") == ["N"]
     retry = LedgerEntry({"task_uuid": "u", "routed_count": 2}, "o", None, pending="push")
     assert await state.settle(await read(state, "u"), retry, [("o", "retried", 1)],
                               lease_until=now + 30)
-    assert await state.intake_claim(now + 3600, now + 3600) == []
+    assert await state.intake_claim(now + 3600, now + 3600, "hub-b") == []

@@ -6,27 +6,31 @@ first matching outbound -> ledger + push. A result settles its ledger entry atom
 passing is a lost task, claimed as a lease and handled as a failure with status
 ``timeout``.
 
-Intake (``submit``) loses and doubles nothing (see :mod:`crawlhub.hub.intake`):
+Intake (``submit``) loses nothing and, where one store holds both, doubles nothing
+(see :mod:`crawlhub.hub.intake`):
 
-1. *record*: each task is written to the ledger as unpushed, only if its ``task_uuid``
-   is new (``already_routed`` otherwise); a task behind a frontier also takes its gate,
-   ``(frontier, segment, key)``, in the same step (a gate held by a task being pushed
-   right now answers ``duplicate``);
+1. *record*: each task is written to the ledger as unpushed, owned by this process,
+   only if its ``task_uuid`` is new (else ``already_routed``); a task behind a frontier
+   also takes its gate, ``(frontier, segment, key)``, in the same step (a gate held by a
+   task being pushed answers ``duplicate``);
 2. *admit*: the frontier admits the gated ones (a duplicate's record and gate go);
 3. *push*, then *mark pushed*: deadlines start, gates are freed, counters move.
 
-A push that fails is undone: the record goes and the gate is kept, released, so the
-client's retry of the URL takes it over and is pushed (the frontier keeps the admission;
-it cannot be taken back from a bloom filter). A process killed between 1 and 3 leaves
-the record unpushed: after ``INTAKE_GRACE`` a retry of the task or of its URL takes it
-over, and ``recover_intake`` (every hub process, at start and every ``RECOVER_EVERY``)
-admits the URL again if needed and pushes it. Cost per batch: 3 round trips (record,
-push, mark pushed), 4 with a frontier (+ admit). When the ledger and the queue
-outbounds share one Redis server, an ungated batch is recorded and pushed by one Lua
-script (1 round trip, and no window in which a kill could push twice); a gated batch
-is recorded, admitted, then pushed and marked pushed by one script (3 round trips).
-Elsewhere (ledger and queues in two stores) a kill after a push and before its mark
-pushes that task again on recovery: at least once, never lost.
+A push that fails is undone: the record goes and the gate stays, released, so the
+client's retry of the URL takes it over and is pushed (the frontier keeps the admission:
+a bloom filter cannot take it back). A process killed between 1 and 3 leaves records it
+owns unpushed; once it has not beaten for ``ALIVE_TTL`` seconds, ``recover_intake`` of
+any hub process (every ``RECOVER_EVERY``, and at start) pushes them - a gated one only
+if the frontier admitted its URL for it. Meanwhile a retry is answered
+``already_routed`` / ``duplicate``: the task will be pushed.
+
+Cost per batch: 3 round trips (record, push, mark pushed), 4 with a frontier (+ admit).
+When the ledger and the queue outbounds share one Redis server, an ungated batch is
+recorded and pushed by one Lua script (1 round trip) and a gated one is recorded,
+admitted, then pushed and marked pushed by one script (3); no kill can push a task twice
+there. With the ledger and the queues in two stores (SQLite's two files, a
+``redis_list`` outbound), a kill after a push and before its mark pushes it again on
+recovery: at least once, never lost.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -98,11 +103,12 @@ SETTLE_TRIES = 3
 RATE_WINDOW = 10
 #: Longest a dispatch count waits in one process before going to the shared counts.
 RATE_FLUSH = 0.2
-#: Seconds a task may stay recorded and not marked pushed before its push counts as
-#: abandoned (its process died): a retry of it, or of its URL, then pushes it, and so
-#: does recovery (every RECOVER_EVERY seconds in every hub process, and at start).
-INTAKE_GRACE = 10.0
-RECOVER_EVERY = 5.0
+#: A hub process silent (no heartbeat) this many seconds is dead: the tasks it recorded
+#: and did not mark pushed are pushed by the recovery of another (or its restart).
+ALIVE_TTL = 3.0
+#: Seconds between heartbeats, and between recovery passes, of every hub process.
+BEAT_EVERY = 0.5
+RECOVER_EVERY = 1.0
 #: Seconds an inbound source waits before sending tasks whose push failed again.
 OUTAGE_PAUSE = 1.0
 
@@ -221,6 +227,11 @@ class Hub:
         self.sources = dict(sources or {})
         self._lag_cache: dict[str, tuple[float, int]] = {}
         self._fused_cache: dict[str, bool] = {}
+        #: this process, as the owner of the tasks it records (see hub/intake.py)
+        self.instance = os.urandom(8).hex()
+        #: what an outage kept this process from finishing (see _leftovers)
+        self._leftover: list[tuple[str, _Todo]] = []
+        self._forget: list[Intake] = []
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         # Dispatch counts not yet added to the shared rate counts (see _note_dispatch).
@@ -298,6 +309,7 @@ class Hub:
         # Always: besides lost tasks, the sweep finishes what a process that died left
         # leased after settling a result (a push, a failure line).
         self._tasks.append(asyncio.create_task(self._sweep_forever(), name="hub:sweeper"))
+        self._tasks.append(asyncio.create_task(self._beat_forever(), name="hub:beat"))
         self._tasks.append(asyncio.create_task(self._recover_forever(), name="hub:intake"))
 
     async def stop(self) -> None:
@@ -474,8 +486,7 @@ class Hub:
                                ) -> dict[int, BaseException]:
         """The general path: record unpushed (one round trip), admit the gated ones (one
         per frontier), push (concurrently), mark pushed (one)."""
-        flags = await self.state.intake_begin([t.intake for t in todo], now,
-                                              now - INTAKE_GRACE)
+        flags = await self.state.intake_begin([t.intake for t in todo], now, self.instance)
         go: list[_Todo] = []
         admit: dict[str, list[tuple[_Todo, str]]] = defaultdict(list)
         admitting: set[str] = set()
@@ -601,10 +612,15 @@ class Hub:
             counts: dict[str, int] = defaultdict(int)
             for t in pushed:
                 counts[t.rule.name] += 1
-            await self.state.intake_commit([t.intake for t in pushed],
-                                           [(name, "total", n) for name, n in counts.items()])
             for name, n in counts.items():
                 self._dispatched(name, n, now)
+            try:
+                await self.state.intake_commit([t.intake for t in pushed],
+                                               [(name, "total", n) for name, n in counts.items()])
+            except Exception as exc:  # pushed all the same: marked pushed later
+                log.warning("intake: %d tasks pushed but not marked pushed (%s); trying"
+                            " again every %s s", len(pushed), exc, RECOVER_EVERY)
+                self._leftover += [("commit", t) for t in pushed]
         if lost and undo:
             await self._abort(lost, release=True)
         return errors
@@ -634,8 +650,7 @@ class Hub:
                                             len(items), queue.name)
             items.append((t.intake, g, payload, priority))
         state: Any = self.state
-        pushed: list[bool] = await state.intake_push(mode, items, groups, registry, now,
-                                                     now - INTAKE_GRACE)
+        pushed: list[bool] = await state.intake_push(mode, items, groups, registry, now)
         counts: dict[str, int] = defaultdict(int)
         for t, ok in zip(todo, pushed, strict=True):
             if ok:
@@ -659,13 +674,18 @@ class Hub:
         return fused
 
     async def _abort(self, todo: Sequence[_Todo], *, release: bool) -> None:
-        """Forget the records of tasks that were not pushed (logged if that fails too:
-        they stay recorded unpushed and recovery pushes them after the grace)."""
+        """Forget the records of tasks that were not pushed. If that fails too, they stay
+        recorded (a retry of them is answered already_routed): this process pushes the
+        ones whose push failed, and forgets the duplicates, later (``_leftovers``)."""
         try:
             await self.state.intake_abort([t.intake for t in todo], release=release)
         except Exception as exc:
-            log.warning("intake: could not undo the records of %d tasks (%s); recovery"
-                        " pushes them after %s s", len(todo), exc, INTAKE_GRACE)
+            log.warning("intake: could not undo the records of %d tasks (%s); trying"
+                        " again every %s s", len(todo), exc, RECOVER_EVERY)
+            if release:
+                self._leftover += [("push", t) for t in todo]
+            else:
+                self._forget += [t.intake for t in todo]
 
     def _dispatched(self, name: str, n: int, now: float) -> None:
         self.metrics.dispatched.labels(name).inc(n)
@@ -687,46 +707,100 @@ class Hub:
                          " nothing of it was kept, retry it")
 
     async def recover_intake(self, now: float | None = None) -> int:
-        """Push the tasks a process recorded and did not mark pushed within
-        :data:`INTAKE_GRACE` (it died in between): gated ones are admitted again first.
-        Returns how many were pushed."""
+        """Push the tasks a hub process recorded and did not mark pushed before it died
+        (silent for :data:`ALIVE_TTL`); a gated one only if its URL was admitted for it
+        (or its gate inherited). Also finishes what this process left to do after a
+        backend outage. Returns how many were pushed."""
         now = time.time() if now is None else now
-        claimed = await self.state.intake_claim(now, now - INTAKE_GRACE)
+        await self._leftovers(now)
+        claimed = await self.state.intake_claim(now, now - ALIVE_TTL, self.instance)
         todo: list[_Todo] = []
         for intake in claimed:
             rule = self.router.by_name.get(intake.outbound)
             if rule is None or intake.outbound not in self.transports:
                 log.warning("intake: task %s was recorded for outbound %r, which is gone;"
                             " dropped", intake.uuid, intake.outbound)
-                await self.state.intake_abort([intake], release=True)
+                self._forget.append(intake)
                 continue
             todo.append(_Todo(-1, Task(intake.task), rule, intake))
+        if todo:
+            log.warning("intake: pushing %d tasks a stopped process recorded but did not"
+                        " push", len(todo))
+        return await self._recover(todo, now)
+
+    async def _recover(self, todo: list[_Todo], now: float) -> int:
+        """Push claimed records (see ``recover_intake``); what fails is kept for the
+        next pass (this process owns them now: nobody else would)."""
         gated: dict[str, list[tuple[_Todo, str]]] = defaultdict(list)
-        ungated: list[_Todo] = []
+        ready: list[_Todo] = []
         for t in todo:
-            entry = self._entry_of(t)
-            if entry is None:
-                ungated.append(t)
+            if self._entry_of(t) is None:
+                ready.append(t)
             else:
                 flag = TOOK_OVER if t.intake.inherited else RECORDED_AGAIN
                 gated[parse_gate(t.intake.gate or "")[0]].append((t, flag))
-        todo = ungated
         for name, members in gated.items():
-            entries = [self._entry_of(t) for t, _ in members]
-            verdicts = await self.frontiers[name].admit_entries([e for e in entries if e])
-            pushing = await self._admitted(name, members, verdicts)
-            todo += [t for (t, _), push in zip(members, pushing, strict=True) if push]
-            # a URL admitted for another task (its own push died after its admission
-            # was refused): this one is a duplicate nobody was told was routed
-            dropped = [t for (t, _), push in zip(members, pushing, strict=True) if not push]
-            if dropped:
-                await self.state.intake_abort([t.intake for t in dropped], release=False)
-        if not todo:
+            try:
+                entries = [self._entry_of(t) for t, _ in members]
+                verdicts = await self.frontiers[name].admit_entries([e for e in entries if e])
+                pushing = await self._admitted(name, members, verdicts)
+            except Exception as exc:
+                log.warning("intake recovery: frontier %r failed (%s); trying again", name, exc)
+                self._leftover += [("recover", t) for t, _ in members]
+                continue
+            ready += [t for (t, _), push in zip(members, pushing, strict=True) if push]
+            # a URL admitted for another task (this one's process died after the
+            # frontier called it a duplicate): nobody was told it was routed
+            self._forget += [t.intake for (t, _), push in zip(members, pushing, strict=True)
+                             if not push]
+        if not ready:
             return 0
-        log.warning("intake: pushing %d tasks a stopped process recorded but did not push",
-                    len(todo))
-        errors = await self._push_recorded(todo, now, undo=False)
+        errors = await self._push_recorded(ready, now, undo=False)
+        self._leftover += [("recover", t) for t, e in zip(ready, errors, strict=True) if e]
         return sum(1 for e in errors if e is None)
+
+    async def _leftovers(self, now: float) -> None:
+        """Retry what an outage kept this process from finishing: marking pushed tasks
+        pushed, forgetting duplicates' records, pushing tasks whose push and undo failed."""
+        if self._forget:
+            forget, self._forget = self._forget, []
+            try:
+                await self.state.intake_abort(forget, release=False)
+            except Exception:
+                self._forget += forget
+                raise
+        if not self._leftover:
+            return
+        todo, self._leftover = self._leftover, []
+        by: dict[str, list[_Todo]] = defaultdict(list)
+        for action, t in todo:
+            by[action].append(t)
+        try:
+            if by["commit"]:
+                counts: dict[str, int] = defaultdict(int)
+                for t in by["commit"]:
+                    counts[t.rule.name] += 1
+                await self.state.intake_commit([t.intake for t in by["commit"]],
+                                               [(n, "total", c) for n, c in counts.items()])
+                by["commit"] = []
+            if by["push"]:
+                errors = await self._push_recorded(by["push"], now, undo=False)
+                by["push"] = [t for t, e in zip(by["push"], errors, strict=True) if e]
+            if by["recover"]:
+                again, by["recover"] = by["recover"], []
+                await self._recover(again, now)  # (what fails goes back on the list)
+        finally:
+            self._leftover += [(action, t) for action, ts in by.items() for t in ts]
+
+    async def _beat_forever(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await self.state.intake_beat(self.instance, time.time())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("intake heartbeat failed (%s); trying again", exc)
+            await asyncio.sleep(BEAT_EVERY)
 
     async def _recover_forever(self) -> None:
         while not self._stop.is_set():

@@ -1,21 +1,21 @@
 """The intake half of the hub ledger: a new task is recorded before it is pushed and
-marked pushed after, so neither a failed push nor a killed process loses it or doubles it.
+marked pushed after, so neither a failed push nor a killed process loses it.
 
-Ledger rows of tasks in flight (``unpushed``: uuid -> when their push began) and the
-frontier gates they hold (``gates``: ``frontier, segment, key`` -> uuid; ``''`` = a gate
-whose push failed, free to take over) live beside the ledger, in the same SQLite file or
-Redis server, so every hub process sees them. Mixed into the state classes of
-:mod:`crawlhub.hub.state`; :class:`crawlhub.hub.hub.Hub` drives them (see its ``_intake``).
+Beside the ledger, in the same SQLite file or Redis server (so every hub process sees
+them): ``unpushed`` (uuid -> when its push began) with its ``owner`` (the hub process
+pushing it), the hub processes ``alive`` (instance -> last heartbeat), and the frontier
+``gates`` the records hold (``frontier, segment, key`` -> uuid; ``''``: a gate whose push
+failed, free to take over; ``+uuid``: a gate taken over, *inherited*). Mixed into the
+state classes of :mod:`crawlhub.hub.state`; :class:`crawlhub.hub.hub.Hub` drives them.
 
-``intake_begin`` answers per task: ``N`` new (recorded, unpushed); ``T`` recorded, and it
-took over its gate from a task whose push failed or whose process died (the URL was
-admitted for that task: push this one, whatever the frontier says now); ``R`` its own
-earlier record was unpushed for longer than the grace (its process died) and is taken
-up again; ``A`` already routed (a task with this uuid is recorded and pushed or being
-pushed: do not push again); ``D`` its gate is held by another task being pushed right
-now (a duplicate URL). A gate taken over is *inherited*: the hub pushes its holder
-without asking the frontier again; any other gate's admission is the frontier's word
-(:meth:`Frontier.admitted_by` says for which task a URL was admitted).
+``intake_begin`` answers per task: ``N`` new (recorded unpushed, owned by the caller);
+``T`` new, and it took over a released gate (the URL was admitted for a task whose push
+failed: push this one, whatever the frontier says now); ``A`` already routed (a task
+with this uuid is recorded, pushed or being pushed: not pushed again); ``D`` its gate is
+held by another task being pushed (a duplicate URL). A record whose owner stopped
+beating is claimed by another process's ``intake_claim`` (recovery), which pushes it:
+an inherited gate's holder at once, any other gated record only if the frontier
+admitted its URL for it (:meth:`Frontier.admitted_by`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,6 @@ from typing import Any
 from crawlhub import jsoncodec
 
 NEW, TOOK_OVER, RECORDED_AGAIN, ALREADY_ROUTED, GATE_HELD = "N", "T", "R", "A", "D"
-
-
 @dataclass(slots=True)
 class Intake:
     """One task on its way in: its ledger entry, and the frontier gate it holds (if any)."""
@@ -70,8 +68,9 @@ def parse_gate(gate: str) -> tuple[str, int, str]:
 
 # ------------------------------------------------------------------ SQLite
 INTAKE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS unpushed (task_uuid TEXT PRIMARY KEY, since REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS unpushed_since ON unpushed(since);
+CREATE TABLE IF NOT EXISTS unpushed (task_uuid TEXT PRIMARY KEY, since REAL NOT NULL,
+                                     owner TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS alive (instance TEXT PRIMARY KEY, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS gates (gate TEXT PRIMARY KEY, task_uuid TEXT NOT NULL,
                                   inherited INTEGER NOT NULL DEFAULT 0);
 """
@@ -91,14 +90,21 @@ class SqliteIntake:
             self._intake_ready = True
         return await self._db.transaction(fn)
 
-    async def intake_begin(self, items: Sequence[Intake], now: float,
-                           stale_before: float) -> list[str]:
-        """Record ``items`` unpushed where their uuid is new (see the module docstring
-        for the answers), in one transaction."""
+    async def intake_beat(self, owner: str, now: float) -> None:
+        """``owner`` (a hub process) is alive at ``now``."""
+        await self._intake(lambda conn: conn.execute(
+            "INSERT OR REPLACE INTO alive(instance, at) VALUES (?, ?)", (owner, now)))
+
+    async def intake_begin(self, items: Sequence[Intake], now: float, owner: str
+                           ) -> list[str]:
+        """Record ``items`` unpushed, owned by ``owner``, where their uuid is new (see
+        the module docstring for the answers), in one transaction; ``owner`` beats."""
         rows = [(i.uuid, i.dumps(), i.gate) for i in items]
         expires = now + self.retention
 
         def begin(conn: sqlite3.Connection) -> list[str]:
+            conn.execute("INSERT OR REPLACE INTO alive(instance, at) VALUES (?, ?)",
+                         (owner, now))
             uuids = list({u for u, _, _ in rows})
             known: set[str] = set()
             for start in range(0, len(uuids), _IN):
@@ -106,60 +112,37 @@ class SqliteIntake:
                 marks = ",".join("?" * len(chunk))
                 known.update(u for (u,) in conn.execute(
                     f"SELECT task_uuid FROM ledger WHERE task_uuid IN ({marks})", chunk))
-
-            def stale(uuid: str) -> bool:
-                row = conn.execute("SELECT since FROM unpushed WHERE task_uuid = ?",
-                                   (uuid,)).fetchone()
-                return row is not None and row[0] <= stale_before
-
             out: list[str] = []
-            seen: set[str] = set()
             fresh: list[tuple[str, str]] = []
             taken: set[str] = set()  # recorded by this call (not in "unpushed" yet)
             for uuid, raw, gate in rows:
-                if uuid in seen:
+                if uuid in known or uuid in taken:
                     out.append(ALREADY_ROUTED)
                     continue
-                seen.add(uuid)
-                if uuid in known:
-                    flag = ALREADY_ROUTED
-                    if stale(uuid):
-                        flag = RECORDED_AGAIN
-                        if gate and conn.execute(
-                                "SELECT 1 FROM gates WHERE gate = ? AND task_uuid = ?"
-                                " AND inherited = 1", (gate, uuid)).fetchone():
-                            flag = TOOK_OVER
-                else:
-                    flag = NEW
-                    if gate:
-                        held = conn.execute("SELECT task_uuid FROM gates WHERE gate = ?",
-                                            (gate,)).fetchone()
-                        if held is not None and (held[0] == "" or stale(held[0])):
-                            # released, or its holder's process died: this task takes
-                            # the gate over and its unpushed holder goes
-                            conn.execute("DELETE FROM ledger WHERE task_uuid = ?", (held[0],))
-                            conn.execute("DELETE FROM unpushed WHERE task_uuid = ?", (held[0],))
-                            flag = TOOK_OVER
-                        elif held is not None and (held[0] in taken or conn.execute(
-                                "SELECT 1 FROM unpushed WHERE task_uuid = ?",
-                                (held[0],)).fetchone()):
-                            flag = GATE_HELD
+                flag = NEW
+                if gate:
+                    held = conn.execute("SELECT task_uuid FROM gates WHERE gate = ?",
+                                        (gate,)).fetchone()
+                    if held is not None and held[0] == "":
+                        flag = TOOK_OVER
+                    elif held is not None and (held[0] in taken or conn.execute(
+                            "SELECT 1 FROM unpushed WHERE task_uuid = ?",
+                            (held[0],)).fetchone()):
+                        flag = GATE_HELD
                 out.append(flag)
-                if flag == ALREADY_ROUTED or flag == GATE_HELD:
+                if flag == GATE_HELD:
                     continue
                 fresh.append((uuid, raw))
                 taken.add(uuid)
-                if gate and flag != RECORDED_AGAIN:
+                if gate:
                     conn.execute("INSERT OR REPLACE INTO gates(gate, task_uuid, inherited)"
                                  " VALUES (?, ?, ?)", (gate, uuid, int(flag == TOOK_OVER)))
-                elif gate:
-                    conn.execute("INSERT OR IGNORE INTO gates(gate, task_uuid) VALUES (?, ?)",
-                                 (gate, uuid))
             conn.executemany(
                 "INSERT OR REPLACE INTO ledger(task_uuid, entry, deadline, expires)"
                 " VALUES (?, ?, NULL, ?)", [(u, raw, expires) for u, raw in fresh])
-            conn.executemany("INSERT OR REPLACE INTO unpushed(task_uuid, since) VALUES (?, ?)",
-                             [(u, now) for u, _ in fresh])
+            conn.executemany(
+                "INSERT OR REPLACE INTO unpushed(task_uuid, since, owner) VALUES (?, ?, ?)",
+                [(u, now, owner) for u, _ in fresh])
             return out
 
         return await self._intake(begin)  # type: ignore[no-any-return]
@@ -204,21 +187,25 @@ class SqliteIntake:
 
         await self._intake(abort)
 
-    async def intake_claim(self, now: float, stale_before: float, limit: int = 500
-                           ) -> list[Intake]:
-        """Unpushed records older than ``stale_before`` (their process died), claimed for
-        ``now``: another claimer skips them until they are stale again."""
+    async def intake_claim(self, now: float, dead_before: float, owner: str,
+                           limit: int = 500) -> list[Intake]:
+        """Unpushed records whose owner has not beaten since ``dead_before`` (its process
+        died), made ``owner``'s; ``owner`` beats."""
 
         def claim(conn: sqlite3.Connection) -> list[tuple[str, int]]:
+            conn.execute("INSERT OR REPLACE INTO alive(instance, at) VALUES (?, ?)",
+                         (owner, now))
+            conn.execute("DELETE FROM alive WHERE at < ?", (dead_before - 3600,))
             rows = conn.execute(
                 "SELECT u.task_uuid, l.entry, (SELECT max(inherited) FROM gates AS g"
                 " WHERE g.task_uuid = u.task_uuid) FROM unpushed AS u LEFT JOIN ledger AS l"
-                " ON l.task_uuid = u.task_uuid WHERE u.since <= ? ORDER BY u.since LIMIT ?",
-                (stale_before, limit)).fetchall()
+                " ON l.task_uuid = u.task_uuid LEFT JOIN alive AS a ON a.instance = u.owner"
+                " WHERE a.at IS NULL OR a.at < ? ORDER BY u.since LIMIT ?",
+                (dead_before, limit)).fetchall()
             conn.executemany("DELETE FROM unpushed WHERE task_uuid = ?",
                              [(u,) for u, raw, _ in rows if raw is None])
-            conn.executemany("UPDATE unpushed SET since = ? WHERE task_uuid = ?",
-                             [(now, u) for u, raw, _ in rows if raw is not None])
+            conn.executemany("UPDATE unpushed SET since = ?, owner = ? WHERE task_uuid = ?",
+                             [(now, owner, u) for u, raw, _ in rows if raw is not None])
             return [(raw, inherited) for _, raw, inherited in rows if raw is not None]
 
         out = []
@@ -251,66 +238,46 @@ local function csv(text)
 end
 """
 
-# KEYS: ledger retention unpushed gates   ARGV: now stale_before expiry, ids, their lengths,
-# entries, their lengths, gates, their lengths. Returns one flag per task (N R A D).
+# KEYS: ledger retention unpushed gates owners alive   ARGV: now owner expiry, ids, their
+# lengths, entries, their lengths, gates, their lengths. Returns one flag per task.
 _BEGIN = _SPLIT + """
-local ledger, retention, unpushed, gates = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local now, stale, expiry = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local ledger, retention, unpushed, gates, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now, owner, expiry = ARGV[1], ARGV[2], ARGV[3]
 local ids, entries, gts = split(ARGV[4], ARGV[5]), split(ARGV[6], ARGV[7]), split(ARGV[8], ARGV[9])
-local function unpushed_since(id)
-  local since = redis.call('ZSCORE', unpushed, id)
-  return since and tonumber(since)
-end
+redis.call('ZADD', KEYS[6], now, owner)
 local out = {}
 for i, id in ipairs(ids) do
   local gate, flag = gts[i], 'N'
   if redis.call('HEXISTS', ledger, id) == 1 then
-    local since = unpushed_since(id)
     flag = 'A'
-    if since and since <= stale then
-      flag = 'R'
-      if gate ~= '' and redis.call('HGET', gates, gate) == '+' .. id then flag = 'T' end
-    end
   elseif gate ~= '' then
     local held = redis.call('HGET', gates, gate)
     if held and string.sub(held, 1, 1) == '+' then held = string.sub(held, 2) end
-    if held then
-      local since = held ~= '' and unpushed_since(held)
-      if held == '' or (since and since <= stale) then
-        if held ~= '' then
-          redis.call('HDEL', ledger, held)
-          redis.call('ZREM', unpushed, held)
-          redis.call('ZREM', retention, held)
-        end
-        flag = 'T'
-      elseif since then
-        flag = 'D'
-      end
+    if held == '' then
+      flag = 'T'
+    elseif held and redis.call('ZSCORE', unpushed, held) then
+      flag = 'D'
     end
   end
-  if flag == 'N' or flag == 'R' or flag == 'T' then
+  if flag == 'N' or flag == 'T' then
     redis.call('HSET', ledger, id, entries[i])
     redis.call('ZADD', retention, expiry, id)
     redis.call('ZADD', unpushed, now, id)
-    if gate ~= '' and flag == 'N' then
-      redis.call('HSET', gates, gate, id)
-    elseif gate ~= '' and flag == 'T' then
-      redis.call('HSET', gates, gate, '+' .. id)
-    elseif gate ~= '' then
-      redis.call('HSETNX', gates, gate, id)
-    end
+    redis.call('HSET', owners, id, owner)
+    if gate ~= '' then redis.call('HSET', gates, gate, flag == 'T' and '+' .. id or id) end
   end
   out[i] = flag
 end
 return table.concat(out)
 """
 
-# KEYS: ledger deadlines unpushed gates counters   ARGV: ids, lengths, deadlines ('' none),
-# gates, lengths, then counter field / increment pairs
+# KEYS: ledger deadlines unpushed gates counters owners   ARGV: ids, lengths, deadlines
+# ('' none), gates, lengths, then counter field / increment pairs
 _COMMIT = _SPLIT + """
 local ledger, deadlines, unpushed, gates = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ids, dls, gts = split(ARGV[1], ARGV[2]), csv(ARGV[3]), split(ARGV[4], ARGV[5])
 for i, id in ipairs(ids) do
+  redis.call('HDEL', KEYS[6], id)
   if redis.call('ZREM', unpushed, id) == 1 and dls[i] ~= ''
       and redis.call('HEXISTS', ledger, id) == 1 then
     redis.call('ZADD', deadlines, dls[i], id)
@@ -321,11 +288,13 @@ for i = 6, #ARGV, 2 do redis.call('HINCRBY', KEYS[5], ARGV[i], ARGV[i + 1]) end
 return #ids
 """
 
-# KEYS: ledger retention unpushed gates   ARGV: ids, lengths, gates, lengths, release '1'/'0'
+# KEYS: ledger retention unpushed gates owners   ARGV: ids, lengths, gates, lengths,
+# release '1'/'0'
 _ABORT = _SPLIT + """
 local ledger, retention, unpushed, gates = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ids, gts = split(ARGV[1], ARGV[2]), split(ARGV[3], ARGV[4])
 for i, id in ipairs(ids) do
+  redis.call('HDEL', KEYS[5], id)
   if redis.call('ZREM', unpushed, id) == 1 then
     redis.call('HDEL', ledger, id)
     redis.call('ZREM', retention, id)
@@ -337,24 +306,36 @@ end
 return #ids
 """
 
-# KEYS: ledger unpushed gates   ARGV: now stale_before limit. Returns entry, '1' if its
-# gate is inherited else '0', for each.
+# KEYS: ledger unpushed gates owners alive   ARGV: now dead_before owner limit. Claims
+# records whose owner has not beaten since dead_before; returns entry, '1' if its gate
+# is inherited else '0', for each.
 _CLAIM = """
+local ledger, unpushed, gates, owners, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now, dead_before, owner, limit = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+redis.call('ZADD', alive, now, owner)
+redis.call('ZREMRANGEBYSCORE', alive, '-inf', dead_before - 3600)
 local out = {}
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[2], 'LIMIT', 0, ARGV[3])) do
-  local raw = redis.call('HGET', KEYS[1], id)
-  if raw then
-    redis.call('ZADD', KEYS[2], ARGV[1], id)
-    local ok, entry = pcall(cjson.decode, raw)
-    local inherited = '0'
-    if ok and type(entry) == 'table' and type(entry['g']) == 'string'
-        and redis.call('HGET', KEYS[3], entry['g']) == '+' .. id then
-      inherited = '1'
+for _, id in ipairs(redis.call('ZRANGE', unpushed, 0, -1)) do
+  if #out >= 2 * limit then break end
+  local was = redis.call('HGET', owners, id)
+  local beat = was and redis.call('ZSCORE', alive, was)
+  if not beat or tonumber(beat) < dead_before then
+    local raw = redis.call('HGET', ledger, id)
+    if raw then
+      redis.call('ZADD', unpushed, now, id)
+      redis.call('HSET', owners, id, owner)
+      local ok, entry = pcall(cjson.decode, raw)
+      local inherited = '0'
+      if ok and type(entry) == 'table' and type(entry['g']) == 'string'
+          and redis.call('HGET', gates, entry['g']) == '+' .. id then
+        inherited = '1'
+      end
+      out[#out + 1] = raw
+      out[#out + 1] = inherited
+    else
+      redis.call('ZREM', unpushed, id)
+      redis.call('HDEL', owners, id)
     end
-    out[#out + 1] = raw
-    out[#out + 1] = inherited
-  else
-    redis.call('ZREM', KEYS[2], id)
   end
 end
 return out
@@ -364,19 +345,19 @@ return out
 def _push_script() -> str:
     from crawlhub.queues.redis import PUSH_ROWS_LUA
 
-    # KEYS: ledger deadlines retention unpushed gates counters registry, then per group
-    # (queue, outbound) the queue's ready payloads priorities stats seq.
-    # ARGV: mode ('new' | 'commit') now stale_before expiry, ids, lengths, entries,
+    # KEYS: ledger deadlines retention unpushed gates counters registry owners, then per
+    # group (queue, outbound) the queue's ready payloads priorities stats seq.
+    # ARGV: mode ('new' | 'commit') now (unused) expiry, ids, lengths, entries,
     # lengths, deadlines, group per task (1-based), payloads, lengths, priorities, gates,
     # lengths, then per group its queue name, outbound name and delivery limit (0: none
     # configured; one > 0 is stored with the queue, as its own push does).
-    # 'new': record each task whose uuid is new (or whose own record went stale) and
-    # push it; 'commit': push each task recorded by intake_begin that is still unpushed.
+    # 'new': record each task whose uuid is new and push it; 'commit': push each task
+    # intake_begin recorded that is still unpushed, and mark it pushed.
     # Returns '1' per task pushed, '0' per task left alone.
     return _SPLIT + PUSH_ROWS_LUA + """
 local ledger, deadlines, retention, unpushed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local gates, counters, registry = KEYS[5], KEYS[6], KEYS[7]
-local mode, stale, expiry = ARGV[1], tonumber(ARGV[3]), ARGV[4]
+local gates, counters, registry, owners = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local mode, expiry = ARGV[1], ARGV[4]
 local ids, entries = split(ARGV[5], ARGV[6]), split(ARGV[7], ARGV[8])
 local dls, grp = csv(ARGV[9]), csv(ARGV[10])
 local payloads, prios, gts = split(ARGV[11], ARGV[12]), csv(ARGV[13]), split(ARGV[14], ARGV[15])
@@ -384,18 +365,10 @@ local rows, out = {}, {}
 for i, id in ipairs(ids) do
   local go = false
   if mode == 'new' then
-    if redis.call('HSETNX', ledger, id, entries[i]) == 1 then
-      go = true
-    else
-      local since = redis.call('ZSCORE', unpushed, id)
-      if since and tonumber(since) <= stale then
-        redis.call('HSET', ledger, id, entries[i])
-        redis.call('ZREM', unpushed, id)
-        go = true
-      end
-    end
+    go = redis.call('HSETNX', ledger, id, entries[i]) == 1
     if go then redis.call('ZADD', retention, expiry, id) end
   else
+    redis.call('HDEL', owners, id)
     go = redis.call('ZREM', unpushed, id) == 1 and redis.call('HEXISTS', ledger, id) == 1
     if gts[i] ~= '' and holds(gates, gts[i], id) then redis.call('HDEL', gates, gts[i]) end
   end
@@ -413,7 +386,7 @@ for i, id in ipairs(ids) do
 end
 local names = {}
 for g, r in pairs(rows) do
-  local k, a = 7 + (g - 1) * 5, 16 + (g - 1) * 3
+  local k, a = 8 + (g - 1) * 5, 16 + (g - 1) * 3
   push_rows(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5],
             table.concat(r[1]), table.concat(r[2], ','), table.concat(r[3], ','))
   if tonumber(ARGV[a + 2]) > 0 then redis.call('HSET', KEYS[k + 4], 'max_attempts', ARGV[a + 2]) end
@@ -457,16 +430,20 @@ class RedisIntake:
                  ("push", _push_script()))}
         return self._intake_scripts[name]
 
-    async def intake_begin(self, items: Sequence[Intake], now: float,
-                           stale_before: float) -> list[str]:
+    async def intake_beat(self, owner: str, now: float) -> None:
+        await self._redis.zadd(self._keys["alive"], {owner: now})
+
+    async def intake_begin(self, items: Sequence[Intake], now: float, owner: str
+                           ) -> list[str]:
         k = self._keys
         ids, id_lens = _packed([i.uuid for i in items])
         entries, entry_lens = _packed([i.dumps() for i in items])
         gates, gate_lens = _packed([i.gate or "" for i in items])
         flags = await self._script("begin")(
-            keys=[k["ledger"], k["retention"], k["unpushed"], k["gates"]],
-            args=[repr(now), repr(stale_before), repr(now + self.retention), ids, id_lens,
-                  entries, entry_lens, gates, gate_lens])
+            keys=[k["ledger"], k["retention"], k["unpushed"], k["gates"], k["owners"],
+                  k["alive"]],
+            args=[repr(now), owner, repr(now + self.retention), ids, id_lens, entries,
+                  entry_lens, gates, gate_lens])
         text = flags.decode() if isinstance(flags, bytes) else str(flags)
         return list(text)
 
@@ -480,7 +457,8 @@ class RedisIntake:
         for outbound, field, n in counters:
             args += [f"{outbound}\x1f{field}", n]
         await self._script("commit")(
-            keys=[k["ledger"], k["deadlines"], k["unpushed"], k["gates"], k["counters"]],
+            keys=[k["ledger"], k["deadlines"], k["unpushed"], k["gates"], k["counters"],
+                  k["owners"]],
             args=args)
 
     async def intake_abort(self, items: Sequence[Intake], *, release: bool) -> None:
@@ -488,14 +466,15 @@ class RedisIntake:
         ids, id_lens = _packed([i.uuid for i in items])
         gates, gate_lens = _packed([i.gate or "" for i in items])
         await self._script("abort")(
-            keys=[k["ledger"], k["retention"], k["unpushed"], k["gates"]],
+            keys=[k["ledger"], k["retention"], k["unpushed"], k["gates"], k["owners"]],
             args=[ids, id_lens, gates, gate_lens, "1" if release else "0"])
 
-    async def intake_claim(self, now: float, stale_before: float, limit: int = 500
-                           ) -> list[Intake]:
+    async def intake_claim(self, now: float, dead_before: float, owner: str,
+                           limit: int = 500) -> list[Intake]:
         k = self._keys
-        raws = await self._script("claim")(keys=[k["ledger"], k["unpushed"], k["gates"]],
-                                           args=[repr(now), repr(stale_before), limit])
+        raws = await self._script("claim")(
+            keys=[k["ledger"], k["unpushed"], k["gates"], k["owners"], k["alive"]],
+            args=[repr(now), repr(dead_before), owner, limit])
         out = []
         for i in range(0, len(raws), 2):
             intake = Intake.loads(raws[i])
@@ -504,15 +483,15 @@ class RedisIntake:
         return out
 
     async def intake_push(self, mode: str, items: Sequence[tuple[Intake, int, str, int]],
-                          groups: Sequence[QueueGroup], registry: str, now: float,
-                          stale_before: float) -> list[bool]:
+                          groups: Sequence[QueueGroup], registry: str, now: float
+                          ) -> list[bool]:
         """One script: ``mode='new'`` records each item whose uuid is new and pushes it;
         ``mode='commit'`` pushes each item :meth:`intake_begin` recorded that is still
         unpushed and marks it pushed. ``items``: (intake, group index, payload JSON,
         priority). Returns per item whether it was pushed."""
         k = self._keys
         keys = [k["ledger"], k["deadlines"], k["retention"], k["unpushed"], k["gates"],
-                k["counters"], registry]
+                k["counters"], registry, k["owners"]]
         names: list[str] = []
         for g in groups:
             keys += g.keys
@@ -524,7 +503,7 @@ class RedisIntake:
         payloads, payload_lens = _packed([p for _, _, p, _ in items])
         gates, gate_lens = _packed([i.gate or "" for i in intakes])
         args: list[Any] = [
-            mode, repr(now), repr(stale_before), repr(now + self.retention), ids, id_lens,
+            mode, repr(now), "0", repr(now + self.retention), ids, id_lens,
             entries, entry_lens,
             ",".join("" if i.deadline is None else repr(i.deadline) for i in intakes),
             ",".join(str(g + 1) for _, g, _, _ in items),

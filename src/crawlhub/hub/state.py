@@ -68,9 +68,14 @@ class HubState(Protocol):
         ...
 
     # Intake (crawlhub.hub.intake): a new task recorded unpushed, then pushed or undone.
-    async def intake_begin(self, items: Sequence[Intake], now: float,
-                           stale_before: float) -> list[str]:
-        """Record tasks whose uuid is new as unpushed; one flag per task (N R A D)."""
+    async def intake_beat(self, owner: str, now: float) -> None:
+        """Hub process ``owner`` is alive at ``now``."""
+        ...
+
+    async def intake_begin(self, items: Sequence[Intake], now: float, owner: str
+                           ) -> list[str]:
+        """Record tasks whose uuid is new as unpushed by ``owner``; one flag per task
+        (N T A D)."""
         ...
 
     async def intake_commit(self, items: Sequence[Intake],
@@ -83,9 +88,10 @@ class HubState(Protocol):
         for the next task of the same URL to take over."""
         ...
 
-    async def intake_claim(self, now: float, stale_before: float, limit: int = 500
-                           ) -> list[Intake]:
-        """Claim records left unpushed since before ``stale_before`` (recovery)."""
+    async def intake_claim(self, now: float, dead_before: float, owner: str,
+                           limit: int = 500) -> list[Intake]:
+        """Claim for ``owner`` the unpushed records of processes silent since
+        ``dead_before`` (recovery)."""
         ...
 
     async def get(self, task_uuid: str) -> LedgerEntry | None: ...
