@@ -326,3 +326,30 @@ async def test_an_outbound_delivery_limit_is_stored_with_its_queue_by_intake(
         assert (await backend.queue("o").stats()).max_attempts == 3
     finally:
         await backend.close()
+
+
+@pytest.mark.parametrize("gated", [False, True], ids=["plain", "frontier"])
+async def test_a_hub_killed_after_a_push_and_before_marking_it_is_not_pushed_twice(
+        make_config: Callable[..., Any], open_services: Opener, gated: bool) -> None:
+    outbound: dict[str, Any] = {"name": "o", **({"frontier": "web"} if gated else {})}
+    config = make_config(frontier={"web": {}}, outbound=[outbound])
+    killed = await open_services(config)
+    state: Any = killed.hub.state
+
+    async def die(*args: Any, **kwargs: Any) -> Any:
+        raise Crash
+
+    state.intake_commit = die  # (on Redis the push marks itself: nothing to kill there)
+    try:
+        await killed.hub.submit([{"url": "http://x/1", "task_uuid": "u1"}])
+    except Crash:
+        pass
+    await killed.close()
+
+    svc = await open_services(config)
+    [again] = await svc.hub.submit([{"url": "http://x/1", "task_uuid": "u1"}])
+    assert again.status == "already_routed"
+    await svc.hub.recover_intake(time.time() + ALIVE_TTL + 1)
+    assert [p["task_uuid"] for p in await drain(svc, "o")] == ["u1"]
+    assert await svc.hub.recover_intake(time.time() + 2 * ALIVE_TTL + 2) == 0
+    assert (await svc.state.counters())["o"]["total"] == 1

@@ -27,10 +27,11 @@ if the frontier admitted its URL for it. Meanwhile a retry is answered
 Cost per batch: 3 round trips (record, push, mark pushed), 4 with a frontier (+ admit).
 When the ledger and the queue outbounds share one Redis server, an ungated batch is
 recorded and pushed by one Lua script (1 round trip) and a gated one is recorded,
-admitted, then pushed and marked pushed by one script (3); no kill can push a task twice
-there. With the ledger and the queues in two stores (SQLite's two files, a
-``redis_list`` outbound), a kill after a push and before its mark pushes it again on
-recovery: at least once, never lost.
+admitted, then pushed and marked pushed by one script (3). A kill after a push and
+before its mark cannot push a task twice there, nor on a SQLite queue, whose push
+stores the task uuids as marks in the same transaction (recovery asks it first; the
+marks go with a later push). Only a ``redis_list`` outbound, or queues on another Redis
+than the ledger, are at least once in that window.
 """
 
 from __future__ import annotations
@@ -109,6 +110,8 @@ ALIVE_TTL = 3.0
 #: Seconds between heartbeats, and between recovery passes, of every hub process.
 BEAT_EVERY = 0.5
 RECOVER_EVERY = 1.0
+#: Push marks (SQLite queues) a process drops with one push at most.
+FORGET_MAX = 5000
 #: Seconds an inbound source waits before sending tasks whose push failed again.
 OUTAGE_PAUSE = 1.0
 
@@ -232,6 +235,8 @@ class Hub:
         #: what an outage kept this process from finishing (see _leftovers)
         self._leftover: list[tuple[str, _Todo]] = []
         self._forget: list[Intake] = []
+        #: per queue backend (id): push marks to drop with its next push
+        self._forget_marks: dict[int, list[str]] = {}
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         # Dispatch counts not yet added to the shared rate counts (see _note_dispatch).
@@ -581,8 +586,9 @@ class Hub:
     async def _push_recorded(self, todo: Sequence[_Todo], now: float, *, undo: bool = True
                              ) -> list[BaseException | None]:
         """Push recorded tasks and mark them pushed; a failed push is undone (its gate
-        released) if ``undo``, else left recorded for recovery to try again. One error
-        (or None) per task."""
+        released) if ``undo``, else left recorded for recovery to try again (and then a
+        queue that keeps push marks is asked first which were pushed already: those are
+        only marked pushed). One error (or None) per task."""
         errors: list[BaseException | None] = [None] * len(todo)
         fused = [k for k, t in enumerate(todo) if self._fused(t.rule.name)]
         if fused:
@@ -597,12 +603,19 @@ class Hub:
         for k, t in enumerate(todo):
             if not self._fused(t.rule.name):
                 others[t.rule.name].append(k)
-        if not others:
-            return errors
+        pushed: list[_Todo] = []
+        if not undo:  # recovery: a push marked in its queue happened
+            for name in list(others):
+                backend: Any = getattr(self.transports[name], "backend", None)
+                if hasattr(backend, "pushed"):
+                    done = await backend.pushed([todo[k].intake.uuid for k in others[name]])
+                    pushed += [todo[k] for k in others[name] if todo[k].intake.uuid in done]
+                    others[name] = [k for k in others[name] if todo[k].intake.uuid not in done]
+                    if not others[name]:
+                        del others[name]
         ready = [(todo[ks[0]].rule, self.transports[name], [todo[k].task for k in ks])
                  for name, ks in others.items()]
-        sent = await self._send(ready)
-        pushed: list[_Todo] = []
+        sent = await self._send(ready, marks=True) if ready else []
         lost: list[_Todo] = []
         for ks, error in zip(others.values(), sent, strict=True):
             for k in ks:
@@ -617,6 +630,7 @@ class Hub:
             try:
                 await self.state.intake_commit([t.intake for t in pushed],
                                                [(name, "total", n) for name, n in counts.items()])
+                self._note_forget(pushed)
             except Exception as exc:  # pushed all the same: marked pushed later
                 log.warning("intake: %d tasks pushed but not marked pushed (%s); trying"
                             " again every %s s", len(pushed), exc, RECOVER_EVERY)
@@ -624,6 +638,15 @@ class Hub:
         if lost and undo:
             await self._abort(lost, release=True)
         return errors
+
+    def _note_forget(self, pushed: Sequence[_Todo]) -> None:
+        """Marked pushed in the ledger: their push marks can go with the next push."""
+        for t in pushed:
+            backend = getattr(self.transports.get(t.rule.name), "backend", None)
+            if hasattr(backend, "pushed"):
+                forget = self._forget_marks.setdefault(id(backend), [])
+                if len(forget) < FORGET_MAX:  # (beyond, the queue's expiry drops them)
+                    forget.append(t.intake.uuid)
 
     async def _push_fused(self, mode: str, todo: Sequence[_Todo], now: float) -> list[bool]:
         """Record (``new``) or mark pushed (``commit``) and push, in one script on the
@@ -831,11 +854,13 @@ class Hub:
                 await asyncio.sleep(0.5)
                 self._lag_cache.pop(name, None)
 
-    async def _send(self, ready: Sequence[tuple[OutboundRule, OutboundTransport, list[Task]]]
-                    ) -> list[BaseException | None]:
+    async def _send(self, ready: Sequence[tuple[OutboundRule, OutboundTransport, list[Task]]],
+                    *, marks: bool = False) -> list[BaseException | None]:
         """Push every group concurrently: queue outbounds sharing a backend in one
         ``push_multi`` call, others through their transport. One error (or None) per
-        group, in order."""
+        group, in order. ``marks``: a backend that keeps push marks (SQLite) stores the
+        task uuids with the push (intake recovery asks it), and drops those of pushes
+        since marked pushed in the ledger."""
         calls: list[Any] = []
         covers: list[list[int]] = []
         shared: dict[int, tuple[QueueBackend, dict[str, list[tuple[dict[str, Any], int]]],
@@ -851,8 +876,13 @@ class Hub:
             else:
                 calls.append(transport.send(items))
                 covers.append([index])
-        for backend, groups, indexes in shared.values():
-            calls.append(backend.push_multi(groups))
+        for key, (backend, groups, indexes) in shared.items():
+            if marks and hasattr(backend, "pushed"):
+                uuids = [t.task_uuid for i in indexes for t in ready[i][2]]
+                forget, self._forget_marks[key] = self._forget_marks.get(key, []), []
+                calls.append(self._push_marked(backend, groups, uuids, forget, key))
+            else:
+                calls.append(backend.push_multi(groups))
             covers.append(indexes)
         outcomes = await asyncio.gather(*calls, return_exceptions=True)
         errors: list[BaseException | None] = [None] * len(ready)
@@ -861,6 +891,14 @@ class Hub:
                 for index in indexes:
                     errors[index] = outcome
         return errors
+
+    async def _push_marked(self, backend: Any, groups: Any, marks: list[str],
+                           forget: list[str], key: int) -> None:
+        try:
+            await backend.push_multi(groups, marks=marks, forget=forget)
+        except BaseException:
+            self._forget_marks.setdefault(key, []).extend(forget)
+            raise
 
     async def _take_tokens(self, rule: OutboundRule, n: int, *, wait: bool) -> int:
         """How many of ``n`` tasks the token scope lets through now (all, if ``wait``)."""

@@ -74,10 +74,20 @@ CREATE TABLE IF NOT EXISTS queue_dead_counts (
     n INTEGER NOT NULL,
     PRIMARY KEY (queue, kind)
 );
+CREATE TABLE IF NOT EXISTS queue_pushed (
+    mark TEXT PRIMARY KEY,
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS queue_pushed_at ON queue_pushed (at);
 """
 # queue_reasons: why each dead letter died (by message id); queue_limits: the delivery
 # limit an outbound configured; queue_dead_counts: messages ever dead-lettered, by kind.
+# queue_pushed: marks a push_multi stored with its messages (the hub's task uuids), so a
+# pusher that died before noting its push done can tell it happened (see push_multi).
 # Tables of their own, so files made before them just gain them by CREATE IF NOT EXISTS.
+
+#: Seconds a push mark is kept when its pusher does not forget it (it died).
+MARK_KEEP = 86400.0
 
 _COUNTER_NAMES = ("total", "success", "failed", "retried", "ready", "leased", "dead")
 
@@ -233,19 +243,46 @@ class SqliteQueueBackend:
             ) from exc
 
     async def push_multi(
-        self, groups: Mapping[str, Sequence[tuple[dict[str, Any], int]]]
+        self, groups: Mapping[str, Sequence[tuple[dict[str, Any], int]]], *,
+        marks: Sequence[str] = (), forget: Sequence[str] = (),
     ) -> dict[str, list[str]]:
+        """Also stores ``marks`` (e.g. task uuids) in the same transaction, so whether
+        this push happened can be asked later (:meth:`pushed`), and drops the marks in
+        ``forget`` (the pusher no longer needs them); marks are kept a day at most."""
         encoded = encode_groups(groups)
         if not encoded:
             return {}
         limits = {q: self._queues[q].limit for q in encoded if q in self._queues}
+        now = self.clock()
 
         def push(conn: sqlite3.Connection) -> dict[str, list[str]]:
             with _write(conn):
-                return {q: [str(n) for n in _insert(conn, q, rows, limits.get(q, 0))]
-                        for q, rows in encoded.items()}
+                ids = {q: [str(n) for n in _insert(conn, q, rows, limits.get(q, 0))]
+                       for q, rows in encoded.items()}
+                if marks or forget:
+                    conn.executemany("DELETE FROM queue_pushed WHERE mark = ?",
+                                     [(m,) for m in forget])
+                    conn.executemany("INSERT OR REPLACE INTO queue_pushed (mark, at)"
+                                     " VALUES (?, ?)", [(m, now) for m in marks])
+                    conn.execute("DELETE FROM queue_pushed WHERE at < ?", (now - MARK_KEEP,))
+                return ids
 
         return await self.run(f"push to queues {', '.join(map(repr, encoded))}", push)
+
+    async def pushed(self, marks: Sequence[str]) -> set[str]:
+        """Which of ``marks`` a :meth:`push_multi` stored (and nobody forgot)."""
+        wanted = list(dict.fromkeys(marks))
+
+        def read(conn: sqlite3.Connection) -> set[str]:
+            found: set[str] = set()
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start:start + 500]
+                found.update(m for (m,) in conn.execute(
+                    "SELECT mark FROM queue_pushed WHERE mark IN"
+                    f" ({','.join('?' * len(chunk))})", chunk))
+            return found
+
+        return await self.run("read push marks", read)
 
 
 def _insert(conn: sqlite3.Connection, q: str, rows: list[tuple[str, int]], limit: int = 0
