@@ -46,12 +46,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from crawlhub import jsoncodec
 from crawlhub.errors import (
     BackpressureError,
     ConfigError,
     ConvertError,
     CrawlhubError,
     FrontierError,
+    QueueError,
 )
 from crawlhub.frontier.store import Entry
 from crawlhub.hub.converters import Converter, build_converter
@@ -82,7 +84,7 @@ from crawlhub.hub.state import CLAIM_LEASE, HubState, LedgerEntry
 from crawlhub.keys import queue_keys, queue_registry
 from crawlhub.loading import import_object
 from crawlhub.queues.base import QueueBackend
-from crawlhub.queues.common import encode_item
+from crawlhub.queues.common import PRIORITY_MAX, PRIORITY_MIN, encode_item
 from crawlhub.selectors import SelectorSet, compile_selectors
 from crawlhub.storage.errors import is_unavailable, unavailable
 from crawlhub.storage.redact import redact_url
@@ -440,17 +442,19 @@ class Hub:
         fused = [t for t in todo if t.intake.gate is None and self._fused(t.rule.name)]
         if fused:
             try:
-                pushed = await self._push_fused("new", fused, now)
+                pushed, refused = await self._push_fused("new", fused, now)
             except Exception as exc:
-                pushed = [False] * len(fused)
                 for t in fused:
                     self._unavailable(results[t.index], exc)
                     failed[t.index] = exc
             else:
-                for t, ok in zip(fused, pushed, strict=True):
+                for k, (t, ok) in enumerate(zip(fused, pushed, strict=True)):
                     if ok:
                         results[t.index].outbound = t.rule.name
-                    elif t.index not in failed:
+                    elif k in refused:
+                        results[t.index].status = "rejected"
+                        results[t.index].reason = refused[k]
+                    else:
                         self._already_routed(results[t.index])
         rest = [t for t in todo if not (t.intake.gate is None and self._fused(t.rule.name))]
         if rest:
@@ -593,12 +597,18 @@ class Hub:
         fused = [k for k, t in enumerate(todo) if self._fused(t.rule.name)]
         if fused:
             try:
-                await self._push_fused("commit", [todo[k] for k in fused], now)
+                _, refused = await self._push_fused("commit", [todo[k] for k in fused], now)
             except Exception as exc:
                 if undo:
                     await self._abort([todo[k] for k in fused], release=True)
                 for k in fused:
                     errors[k] = exc
+            else:
+                bad = [todo[fused[j]] for j in refused]
+                for j, reason in refused.items():
+                    errors[fused[j]] = QueueError(reason)
+                if bad:
+                    await self._abort(bad, release=True)
         others: dict[str, list[int]] = defaultdict(list)
         for k, t in enumerate(todo):
             if not self._fused(t.rule.name):
@@ -648,39 +658,61 @@ class Hub:
                 if len(forget) < FORGET_MAX:  # (beyond, the queue's expiry drops them)
                     forget.append(t.intake.uuid)
 
-    async def _push_fused(self, mode: str, todo: Sequence[_Todo], now: float) -> list[bool]:
+    async def _push_fused(self, mode: str, todo: Sequence[_Todo], now: float
+                          ) -> tuple[list[bool], dict[int, str]]:
         """Record (``new``) or mark pushed (``commit``) and push, in one script on the
-        Redis that holds both the ledger and the queues."""
+        Redis that holds both the ledger and the queues. Returns per task whether it
+        was pushed, and why (by position) those that cannot be stored were not."""
         index: dict[str, int] = {}
         groups: list[QueueGroup] = []
         items: list[tuple[Intake, int, str, int]] = []
+        sent: list[int] = []
+        refused: dict[int, str] = {}
         registry = ""
-        for t in todo:
+        for k, t in enumerate(todo):
+            g = index.get(t.rule.name)
             transport = self.transports[t.rule.name]
             assert isinstance(transport, QueueOutbound)
-            queue, backend = transport.queue, transport.backend
-            prefix = getattr(backend, "prefix", "crawlhub:")
-            registry = queue_registry(prefix)
-            g = index.get(t.rule.name)
+            queue = transport.queue
             if g is None:
+                prefix = getattr(transport.backend, "prefix", "crawlhub:")
+                registry = queue_registry(prefix)
                 keys = queue_keys(prefix, queue.name)
                 g = index[t.rule.name] = len(groups)
                 groups.append(QueueGroup([keys[k] for k in ("ready", "payloads", "priorities",
                                                             "stats", "seq")],
                                          queue.name, t.rule.name,
                                          int(getattr(queue, "limit", 0) or 0)))
-            payload, priority = encode_item((t.rule.params(t.task), _int(t.task.get("priority"))),
-                                            len(items), queue.name)
+            item = (t.rule.params(t.task), _int(t.task.get("priority")))
+            try:
+                if mode == "new":
+                    # The entry holds the whole task: checked strictly (no NaN) once, its
+                    # params are encoded as they are (checked through the entry).
+                    t.intake.raw = t.intake.dumps(strict=True)
+                    if not PRIORITY_MIN <= item[1] <= PRIORITY_MAX:
+                        raise QueueError(f"priority must be an int in [{PRIORITY_MIN},"
+                                         f" {PRIORITY_MAX}], got {item[1]}")
+                    payload, priority = jsoncodec.dumps(item[0]), item[1]
+                else:
+                    payload, priority = encode_item(item, len(items), queue.name)
+            except (ValueError, TypeError, QueueError) as exc:
+                refused[k] = f"cannot be stored: {exc}"
+                continue
             items.append((t.intake, g, payload, priority))
-        state: Any = self.state
-        pushed: list[bool] = await state.intake_push(mode, items, groups, registry, now)
+            sent.append(k)
+        pushed = [False] * len(todo)
+        if items:
+            state: Any = self.state
+            flags: list[bool] = await state.intake_push(mode, items, groups, registry, now)
+            for k, ok in zip(sent, flags, strict=True):
+                pushed[k] = ok
         counts: dict[str, int] = defaultdict(int)
         for t, ok in zip(todo, pushed, strict=True):
             if ok:
                 counts[t.rule.name] += 1
         for name, n in counts.items():
             self._dispatched(name, n, now)
-        return pushed
+        return pushed, refused
 
     def _fused(self, outbound: str) -> bool:
         """True when ``outbound`` is a queue on the Redis server (and db) of the ledger."""

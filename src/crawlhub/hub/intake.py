@@ -38,17 +38,20 @@ class Intake:
     gate: str | None = None
     #: the gate was taken over (see the module docstring); set by intake_claim
     inherited: bool = False
+    #: the entry as encoded already (``dumps``), if it was
+    raw: str | None = None
 
     @property
     def uuid(self) -> str:
         return str(self.task["task_uuid"])
 
-    def dumps(self) -> str:
-        """The ledger entry (the layout of hub/state.py, plus ``g``: the gate)."""
+    def dumps(self, *, strict: bool = False) -> str:
+        """The ledger entry (the layout of hub/state.py, plus ``g``: the gate);
+        ``strict``: NaN and infinities raise ValueError instead of becoming null."""
         data: dict[str, Any] = {"t": self.task, "o": self.outbound, "d": self.deadline}
         if self.gate:
             data["g"] = self.gate
-        return jsoncodec.dumps(data)
+        return jsoncodec.dumps_strict(data) if strict else jsoncodec.dumps(data)
 
     @classmethod
     def loads(cls, raw: str | bytes) -> Intake:
@@ -361,34 +364,54 @@ local mode, expiry = ARGV[1], ARGV[4]
 local ids, entries = split(ARGV[5], ARGV[6]), split(ARGV[7], ARGV[8])
 local dls, grp = csv(ARGV[9]), csv(ARGV[10])
 local payloads, prios, gts = split(ARGV[11], ARGV[12]), csv(ARGV[13]), split(ARGV[14], ARGV[15])
-local rows, out = {}, {}
+local rows, out, kept, timed, fresh = {}, {}, {}, {}, {}
+local function flush()
+  if #kept > 0 then redis.call('ZADD', retention, unpack(kept)); kept = {} end
+  if #timed > 0 then redis.call('ZADD', deadlines, unpack(timed)); timed = {} end
+  if #fresh > 0 then redis.call('HSET', ledger, unpack(fresh)); fresh = {} end
+end
+-- which uuids the ledger holds, in one call per CHUNK (a uuid twice: the first is new)
+local known, seen = {}, {}
+if mode == 'new' then
+  for s = 1, #ids, 500 do
+    local chunk = {}
+    for i = s, math.min(s + 499, #ids) do chunk[#chunk + 1] = ids[i] end
+    local found = redis.call('HMGET', ledger, unpack(chunk))
+    for j, v in ipairs(chunk) do if found[j] then known[v] = true end end
+  end
+end
 for i, id in ipairs(ids) do
   local go = false
   if mode == 'new' then
-    go = redis.call('HSETNX', ledger, id, entries[i]) == 1
-    if go then redis.call('ZADD', retention, expiry, id) end
+    go = not known[id] and not seen[id]
+    if go then
+      seen[id] = true
+      fresh[#fresh + 1] = id; fresh[#fresh + 1] = entries[i]
+      kept[#kept + 1] = expiry; kept[#kept + 1] = id
+    end
   else
     redis.call('HDEL', owners, id)
     go = redis.call('ZREM', unpushed, id) == 1 and redis.call('HEXISTS', ledger, id) == 1
     if gts[i] ~= '' and holds(gates, gts[i], id) then redis.call('HDEL', gates, gts[i]) end
   end
   if go then
-    if dls[i] ~= '' then redis.call('ZADD', deadlines, dls[i], id) end
+    if dls[i] ~= '' then timed[#timed + 1] = dls[i]; timed[#timed + 1] = id end
+    if #kept >= 1000 or #timed >= 1000 then flush() end
     local g = tonumber(grp[i])
     local r = rows[g]
-    if not r then r = {{}, {}, {}}; rows[g] = r end
+    if not r then r = {{}, {}}; rows[g] = r end
     local n = #r[1] + 1
-    r[1][n] = payloads[i]; r[2][n] = #payloads[i]; r[3][n] = prios[i]
+    r[1][n] = payloads[i]; r[2][n] = prios[i]
     out[i] = '1'
   else
     out[i] = '0'
   end
 end
+flush()
 local names = {}
 for g, r in pairs(rows) do
   local k, a = 8 + (g - 1) * 5, 16 + (g - 1) * 3
-  push_rows(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5],
-            table.concat(r[1]), table.concat(r[2], ','), table.concat(r[3], ','))
+  push_list(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], r[1], r[2])
   if tonumber(ARGV[a + 2]) > 0 then redis.call('HSET', KEYS[k + 4], 'max_attempts', ARGV[a + 2]) end
   names[#names + 1] = ARGV[a]
   redis.call('HINCRBY', counters, ARGV[a + 1] .. '\\31total', #r[1])
@@ -498,7 +521,7 @@ class RedisIntake:
             names += [g.queue, g.outbound, str(g.limit)]
         intakes = [i for i, _, _, _ in items]
         ids, id_lens = _packed([i.uuid for i in intakes])
-        entries, entry_lens = (_packed([i.dumps() for i in intakes]) if mode == "new"
+        entries, entry_lens = (_packed([i.raw or i.dumps() for i in intakes]) if mode == "new"
                                else (b"", ",".join("0" for _ in intakes)))
         payloads, payload_lens = _packed([p for _, _, p, _ in items])
         gates, gate_lens = _packed([i.gate or "" for i in intakes])

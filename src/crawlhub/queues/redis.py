@@ -123,25 +123,21 @@ end
 
 # push_rows(ready, payloads, priorities, stats, seq, blob, lens, prios): payloads
 # concatenated, their byte lengths 'l1,l2,..', their priorities 'p1,p2,..'; returns the
-# first id. Also run by the hub's intake script (hub/state.py) when its ledger shares
+# first id (push_list: the same from Lua lists). Also run by the hub's intake script (hub/state.py) when its ledger shares
 # the server, so a task's ledger entry and its push are one atomic step.
 PUSH_ROWS_LUA = """
-local function push_rows(ready, payloads, priorities, stats, seq, blob, lens_arg, prios_arg)
-  local lens, prios = {}, {}
-  for x in string.gmatch(lens_arg, '%d+') do lens[#lens + 1] = tonumber(x) end
-  for x in string.gmatch(prios_arg, '[^,]+') do prios[#prios + 1] = x end
-  local n = #lens
+-- push_list: the same with the payloads and priorities as Lua lists
+local function push_list(ready, payloads, priorities, stats, seq, items, prios)
+  local n = #items
   if n == 0 then return 0 end
   local first = redis.call('INCRBY', seq, n) - n + 1
-  local pos = 1
   local z, p, q = {}, {}, {}
   for i = 1, n do
     local id = string.format('%016d', first + i - 1)
-    local stop = pos + lens[i]
-    z[#z + 1] = -tonumber(prios[i]); z[#z + 1] = id
-    p[#p + 1] = id; p[#p + 1] = string.sub(blob, pos, stop - 1)
-    q[#q + 1] = id; q[#q + 1] = prios[i]
-    pos = stop
+    local prio = prios[i]
+    z[#z + 1] = prio == '0' and 0 or -tonumber(prio); z[#z + 1] = id
+    p[#p + 1] = id; p[#p + 1] = items[i]
+    q[#q + 1] = id; q[#q + 1] = prio
     if #q >= 2000 or i == n then
       redis.call('ZADD', ready, unpack(z))
       redis.call('HSET', payloads, unpack(p))
@@ -151,6 +147,17 @@ local function push_rows(ready, payloads, priorities, stats, seq, blob, lens_arg
   end
   redis.call('HINCRBY', stats, 'total', n)
   return first
+end
+
+local function push_rows(ready, payloads, priorities, stats, seq, blob, lens_arg, prios_arg)
+  local items, prios, pos = {}, {}, 1
+  for x in string.gmatch(lens_arg, '%d+') do
+    local stop = pos + tonumber(x)
+    items[#items + 1] = string.sub(blob, pos, stop - 1)
+    pos = stop
+  end
+  for x in string.gmatch(prios_arg, '[^,]+') do prios[#prios + 1] = x end
+  return push_list(ready, payloads, priorities, stats, seq, items, prios)
 end
 """
 
