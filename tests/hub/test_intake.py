@@ -353,3 +353,16 @@ async def test_a_hub_killed_after_a_push_and_before_marking_it_is_not_pushed_twi
     assert [p["task_uuid"] for p in await drain(svc, "o")] == ["u1"]
     assert await svc.hub.recover_intake(time.time() + 2 * ALIVE_TTL + 2) == 0
     assert (await svc.state.counters())["o"]["total"] == 1
+
+
+async def test_a_long_batch_pushes_each_task_once_across_its_scripts(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    from crawlhub.hub.hub import FUSED_CHUNK
+
+    svc = await open_services(make_config(outbound=[{"name": "o"}]))
+    n = 2 * FUSED_CHUNK + 10
+    tasks = [{"n": i, "task_uuid": f"u{i}"} for i in range(n)]
+    tasks[-1]["task_uuid"] = "u3"  # the same uuid as a task in the first script
+    results = await svc.hub.submit(tasks)
+    assert [r.status for r in results] == ["routed"] * (n - 1) + ["already_routed"]
+    assert sorted(p["n"] for p in await drain(svc, "o")) == list(range(n - 1))

@@ -112,6 +112,8 @@ ALIVE_TTL = 3.0
 #: Seconds between heartbeats, and between recovery passes, of every hub process.
 BEAT_EVERY = 0.5
 RECOVER_EVERY = 1.0
+#: Tasks per script of the one-script push (a batch goes as several, overlapped).
+FUSED_CHUNK = 50
 #: Push marks (SQLite queues) a process drops with one push at most.
 FORGET_MAX = 5000
 #: Seconds an inbound source waits before sending tasks whose push failed again.
@@ -173,6 +175,16 @@ class Inbound:
                     f"inbound {self.name!r}: convert[{index}]"
                     f" ({type(converter).__name__}) failed on a message: {exc}") from exc
         return data
+
+
+class _PartlyPushed(Exception):
+    """A one-script push of which some chunks failed: ``pushed`` and ``refused`` say
+    what happened to each task anyway."""
+
+    def __init__(self, error: BaseException, pushed: list[bool], refused: dict[int, str]
+                 ) -> None:
+        super().__init__(str(error))
+        self.error, self.pushed, self.refused = error, pushed, refused
 
 
 @dataclass(slots=True)
@@ -441,21 +453,24 @@ class Hub:
         # Ungated tasks for queues on the ledger's own Redis: record and push, one script.
         fused = [t for t in todo if t.intake.gate is None and self._fused(t.rule.name)]
         if fused:
+            error: BaseException | None = None
             try:
                 pushed, refused = await self._push_fused("new", fused, now)
-            except Exception as exc:
-                for t in fused:
-                    self._unavailable(results[t.index], exc)
-                    failed[t.index] = exc
-            else:
-                for k, (t, ok) in enumerate(zip(fused, pushed, strict=True)):
-                    if ok:
-                        results[t.index].outbound = t.rule.name
-                    elif k in refused:
-                        results[t.index].status = "rejected"
-                        results[t.index].reason = refused[k]
-                    else:
-                        self._already_routed(results[t.index])
+            except _PartlyPushed as partly:
+                error, pushed, refused = partly.error, partly.pushed, partly.refused
+            for k, (t, ok) in enumerate(zip(fused, pushed, strict=True)):
+                if ok:
+                    results[t.index].outbound = t.rule.name
+                elif k in refused:
+                    results[t.index].status = "rejected"
+                    results[t.index].reason = refused[k]
+                elif error is not None:
+                    # (a chunk that failed, or whose answer was lost: not recorded, or
+                    # recorded and pushed - then a retry of it is already_routed)
+                    self._unavailable(results[t.index], error)
+                    failed[t.index] = error
+                else:
+                    self._already_routed(results[t.index])
         rest = [t for t in todo if not (t.intake.gate is None and self._fused(t.rule.name))]
         if rest:
             failed.update(await self._record_and_push(rest, gates, results, now))
@@ -598,11 +613,12 @@ class Hub:
         if fused:
             try:
                 _, refused = await self._push_fused("commit", [todo[k] for k in fused], now)
-            except Exception as exc:
+            except _PartlyPushed as partly:
+                missed = [k for j, k in enumerate(fused) if not partly.pushed[j]]
                 if undo:
-                    await self._abort([todo[k] for k in fused], release=True)
-                for k in fused:
-                    errors[k] = exc
+                    await self._abort([todo[k] for k in missed], release=True)
+                for k in missed:
+                    errors[k] = partly.error
             else:
                 bad = [todo[fused[j]] for j in refused]
                 for j, reason in refused.items():
@@ -662,14 +678,58 @@ class Hub:
                           ) -> tuple[list[bool], dict[int, str]]:
         """Record (``new``) or mark pushed (``commit``) and push, in one script on the
         Redis that holds both the ledger and the queues. Returns per task whether it
-        was pushed, and why (by position) those that cannot be stored were not."""
+        was pushed, and why (by position) those that cannot be stored were not.
+
+        A long batch goes as scripts of FUSED_CHUNK tasks: each is sent before the next
+        is encoded, so Redis runs one while Python prepares the next. A chunk that
+        fails raises once every chunk sent has answered (the others' tasks stand)."""
+        state: Any = self.state
+        pushed = [False] * len(todo)
+        refused: dict[int, str] = {}
+        sent: list[tuple[list[int], Any]] = []
+        error: BaseException | None = None
+        for start in range(0, len(todo), FUSED_CHUNK):
+            part = range(start, min(start + FUSED_CHUNK, len(todo)))
+            items, groups, registry, positions = self._fused_items(mode, todo, part, refused)
+            if not items:
+                continue
+            try:
+                sent.append((positions, await state.intake_push_sent(mode, items, groups,
+                                                                     registry, now)))
+            except Exception as exc:
+                error = exc
+                break
+        for positions, reply in sent:
+            try:
+                flags = await reply
+            except Exception as exc:
+                error = error or exc
+                continue
+            for k, ok in zip(positions, flags, strict=True):
+                pushed[k] = ok
+        counts: dict[str, int] = defaultdict(int)
+        for t, ok in zip(todo, pushed, strict=True):
+            if ok:
+                counts[t.rule.name] += 1
+        for name, n in counts.items():
+            self._dispatched(name, n, now)
+        if error is not None:
+            raise _PartlyPushed(error, pushed, refused)
+        return pushed, refused
+
+    def _fused_items(self, mode: str, todo: Sequence[_Todo], part: Iterable[int],
+                     refused: dict[int, str]
+                     ) -> tuple[list[tuple[Intake, int, str, int]], list[QueueGroup], str,
+                                list[int]]:
+        """Encode the tasks ``todo[part]`` for the one-script push: the items, the queue
+        groups they go to, the queue registry key and their positions in ``todo``."""
         index: dict[str, int] = {}
         groups: list[QueueGroup] = []
         items: list[tuple[Intake, int, str, int]] = []
-        sent: list[int] = []
-        refused: dict[int, str] = {}
+        positions: list[int] = []
         registry = ""
-        for k, t in enumerate(todo):
+        for k in part:
+            t = todo[k]
             g = index.get(t.rule.name)
             transport = self.transports[t.rule.name]
             assert isinstance(transport, QueueOutbound)
@@ -699,20 +759,8 @@ class Hub:
                 refused[k] = f"cannot be stored: {exc}"
                 continue
             items.append((t.intake, g, payload, priority))
-            sent.append(k)
-        pushed = [False] * len(todo)
-        if items:
-            state: Any = self.state
-            flags: list[bool] = await state.intake_push(mode, items, groups, registry, now)
-            for k, ok in zip(sent, flags, strict=True):
-                pushed[k] = ok
-        counts: dict[str, int] = defaultdict(int)
-        for t, ok in zip(todo, pushed, strict=True):
-            if ok:
-                counts[t.rule.name] += 1
-        for name, n in counts.items():
-            self._dispatched(name, n, now)
-        return pushed, refused
+            positions.append(k)
+        return items, groups, registry, positions
 
     def _fused(self, outbound: str) -> bool:
         """True when ``outbound`` is a queue on the Redis server (and db) of the ledger."""

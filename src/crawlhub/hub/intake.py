@@ -20,6 +20,8 @@ admitted its URL for it (:meth:`Frontier.admitted_by`).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -505,13 +507,9 @@ class RedisIntake:
             out.append(intake)
         return out
 
-    async def intake_push(self, mode: str, items: Sequence[tuple[Intake, int, str, int]],
-                          groups: Sequence[QueueGroup], registry: str, now: float
-                          ) -> list[bool]:
-        """One script: ``mode='new'`` records each item whose uuid is new and pushes it;
-        ``mode='commit'`` pushes each item :meth:`intake_begin` recorded that is still
-        unpushed and marks it pushed. ``items``: (intake, group index, payload JSON,
-        priority). Returns per item whether it was pushed."""
+    def _push_call(self, mode: str, items: Sequence[tuple[Intake, int, str, int]],
+                   groups: Sequence[QueueGroup], registry: str, now: float
+                   ) -> tuple[list[str], list[Any]]:
         k = self._keys
         keys = [k["ledger"], k["deadlines"], k["retention"], k["unpushed"], k["gates"],
                 k["counters"], registry, k["owners"]]
@@ -532,6 +530,50 @@ class RedisIntake:
             ",".join(str(g + 1) for _, g, _, _ in items),
             payloads, payload_lens, ",".join(str(p) for _, _, _, p in items),
             gates, gate_lens, *names]
-        flags = await self._script("push")(keys=keys, args=args)
+        return keys, args
+
+    async def intake_push(self, mode: str, items: Sequence[tuple[Intake, int, str, int]],
+                          groups: Sequence[QueueGroup], registry: str, now: float
+                          ) -> list[bool]:
+        """One script: ``mode='new'`` records each item whose uuid is new and pushes it;
+        ``mode='commit'`` pushes each item :meth:`intake_begin` recorded that is still
+        unpushed and marks it pushed. ``items``: (intake, group index, payload JSON,
+        priority). Returns per item whether it was pushed."""
+        return await (await self.intake_push_sent(mode, items, groups, registry, now))
+
+    async def intake_push_sent(self, mode: str, items: Sequence[tuple[Intake, int, str, int]],
+                               groups: Sequence[QueueGroup], registry: str, now: float
+                               ) -> asyncio.Future[list[bool]]:
+        """:meth:`intake_push`, returning once the script is on its way to Redis: the
+        future gives its answer, so the caller can prepare the next batch meanwhile."""
+        keys, args = self._push_call(mode, items, groups, registry, now)
+        script = self._script("push")
+        pool = self._redis.connection_pool
+        conn = await pool.get_connection()
+        try:
+            await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await conn.disconnect()
+            await pool.release(conn)
+            raise
+        return asyncio.ensure_future(self._push_reply(conn, script, keys, args))
+
+    async def _push_reply(self, conn: Any, script: Any, keys: list[str], args: list[Any]
+                          ) -> list[bool]:
+        from redis.exceptions import NoScriptError
+
+        pool = self._redis.connection_pool
+        try:
+            try:
+                flags = await conn.read_response()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await conn.disconnect()
+                raise
+            finally:
+                await pool.release(conn)
+        except NoScriptError:  # a server that has not seen it yet (it did nothing): load, run
+            flags = await script(keys=keys, args=args)
         text = flags.decode() if isinstance(flags, bytes) else str(flags)
         return [c == "1" for c in text]
