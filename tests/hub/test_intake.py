@@ -366,3 +366,30 @@ async def test_a_long_batch_pushes_each_task_once_across_its_scripts(
     results = await svc.hub.submit(tasks)
     assert [r.status for r in results] == ["routed"] * (n - 1) + ["already_routed"]
     assert sorted(p["n"] for p in await drain(svc, "o")) == list(range(n - 1))
+
+
+async def test_a_push_whose_mark_failed_is_marked_later_not_pushed_again(
+        make_config: Callable[..., Any], open_services: Opener,
+        throwaway: Throwaway) -> None:
+    config = make_config(outbound=[{"name": "far", "class": "redis_list",
+                                    "init": {"url": throwaway.url, "key": "far"}}])
+    hub_a = await open_services(config)
+    state: Any = hub_a.hub.state
+    commit = state.intake_commit
+    calls = 0
+
+    async def flaky(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ConnectionError("the state backend blinked")
+        return await commit(*args, **kwargs)
+
+    state.intake_commit = flaky
+    [result] = await hub_a.hub.submit([{"n": 1, "task_uuid": "u"}])
+    assert result.status == "routed"  # pushed: the answer does not depend on the mark
+    await hub_a.hub.recover_intake()  # this process retries its mark
+    assert calls == 2
+    hub_b = await open_services(config)
+    assert await hub_b.hub.recover_intake(time.time() + ALIVE_TTL + 1) == 0
+    assert len(throwaway.list("far")) == 1
