@@ -61,7 +61,7 @@ async def main() -> int:
                              redis_restarts=args.redis_restarts, seed=args.seed)
             Console(stderr=True).print(f"running {spec.label} ...")
             reports.append(await run_chaos(spec))
-    Console().print(table(reports, args.n))
+    Console(width=220).print(table(reports, args.n))
     bad = [r for r in reports if r.lost or r.doubled or r.answered != args.n]
     for r in bad:
         print(f"FAILED {r.spec.label}: lost {r.lost} (e.g. {r.lost_sample}),"

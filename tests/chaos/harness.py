@@ -51,6 +51,7 @@ class ChaosSpec:
     kills: int = 3
     redis_restarts: int = 1
     seed: int = 0
+    timeout: float = 900.0  # the whole run, seconds
 
     @property
     def label(self) -> str:
@@ -201,7 +202,9 @@ async def client(server: Server, batches: asyncio.Queue[list[dict[str, Any]]],
                 try:
                     async with session.post(f"{server.url}/task/", json=batch) as resp:
                         status = resp.status
-                        body = await resp.json(content_type=None) if status == 200 else None
+                        # 207: some tasks of the list were taken, others not (an outage).
+                        body = (await resp.json(content_type=None) if status in (200, 207)
+                                else None)
                         retry_after = resp.headers.get("Retry-After")
                 except (aiohttp.ClientError, TimeoutError, ValueError):
                     report.failures["connection"] += 1
@@ -209,6 +212,7 @@ async def client(server: Server, batches: asyncio.Queue[list[dict[str, Any]]],
                     continue
                 if status != 200:
                     report.failures[str(status)] += 1
+                if status not in (200, 207):
                     await asyncio.sleep(min(float(retry_after or 0.2), 0.5))
                     continue
                 answers = body["tasks"] if isinstance(body, dict) and "tasks" in body else body
@@ -289,9 +293,23 @@ async def run_chaos(spec: ChaosSpec, *, settle: float = 3.0, log_dir: Path | Non
             start = time.perf_counter()
             clients = [asyncio.create_task(client(server, queue, report, taken))
                        for _ in range(spec.clients)]
-            for kind, threshold in events:
-                while report.answered < threshold and not all(c.done() for c in clients):
+            deadline = time.monotonic() + spec.timeout
+
+            async def watch(until: int) -> None:
+                """Wait until ``until`` tasks are taken (or the clients are done); a
+                server that died by itself or a run past its deadline ends the run."""
+                while report.answered < until and not all(c.done() for c in clients):
+                    if not server.alive() or time.monotonic() > deadline:
+                        for c in clients:
+                            c.cancel()
+                        why = "exited by itself" if not server.alive() else "timed out"
+                        raise RuntimeError(
+                            f"{spec.label}: crawlhub serve {why} with {report.answered}"
+                            f" of {spec.tasks} tasks taken:\n{server.output()[-3000:]}")
                     await asyncio.sleep(0.005)
+
+            for kind, threshold in events:
+                await watch(threshold)
                 if kind == "kill":
                     # A random moment inside the request stream, not only between batches.
                     await asyncio.sleep(rng.random() * 0.05)
@@ -305,6 +323,7 @@ async def run_chaos(spec: ChaosSpec, *, settle: float = 3.0, log_dir: Path | Non
                     report.redis_restarts += 1
                     await asyncio.sleep(1.0)  # clients meet the outage meanwhile
                     redis.start()
+            await watch(spec.tasks)
             await asyncio.gather(*clients)
             report.seconds = time.perf_counter() - start
             # One undisturbed run lets recovery finish, then a clean stop.
