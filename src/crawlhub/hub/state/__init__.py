@@ -1,0 +1,49 @@
+"""The hub's shared state: the ledger of dispatched tasks, per-outbound counters and
+token buckets, on SQLite (one process) or Redis (every hub process sees the same).
+
+The ledger is what makes results and lost-task detection work: a dispatched task is
+recorded with a deadline; a result settles it (in one atomic step: the entry closed or
+replaced by the next dispatch, the counters moved); a deadline passing leases it to one
+sweeping process as lost. What a settle leaves to do (push the next dispatch, log the
+failure) stays leased in the ledger until done, so a process killed in between loses
+nothing: the next sweep finishes it.
+
+One file per backend: :mod:`.base` (the :class:`HubState` protocol and the ledger
+entry), :mod:`.sqlite`, :mod:`.redis`; :func:`open_state` picks one from a URL.
+Leases and deadlines follow the convention of :mod:`crawlhub.clock`.
+"""
+
+from __future__ import annotations
+
+from crawlhub.hub.state.base import (
+    CLAIM_LEASE,
+    COUNTER_FIELDS,
+    DEFAULT_RETENTION,
+    RATE_KEEP,
+    HubState,
+    LedgerEntry,
+)
+from crawlhub.hub.state.redis import RedisHubState
+from crawlhub.hub.state.sqlite import SqliteHubState
+from crawlhub.storage.urls import parse_backend_url
+
+__all__ = [
+    "CLAIM_LEASE",
+    "COUNTER_FIELDS",
+    "DEFAULT_RETENTION",
+    "RATE_KEEP",
+    "HubState",
+    "LedgerEntry",
+    "RedisHubState",
+    "SqliteHubState",
+    "open_state",
+]
+
+
+def open_state(url: str, *, prefix: str = "crawlhub:") -> HubState:
+    """The hub state on ``url``: a SQLite file or a Redis/Valkey server."""
+    backend = parse_backend_url(url, kinds=("sqlite", "redis"), what="hub state",
+                                key="storage.state")
+    if backend.kind == "sqlite":
+        return SqliteHubState(url)
+    return RedisHubState(url, prefix=prefix)
