@@ -52,6 +52,24 @@ def hub_keys(prefix: str) -> dict[str, str]:
     }
 
 
+def agent_keys(prefix: str) -> dict[str, str]:
+    """Keys of the agent registry and the domain gate (hash-tagged ``{agents}``: one slot,
+    so one Lua script may touch them all). ``info`` (agent id -> registration JSON),
+    ``beat`` (agent id -> last heartbeat JSON), ``seen`` (sorted set: agent id -> last
+    sign of life, epoch seconds); ``domain`` is the stem of the gate's per-domain keys
+    (``<domain>:slots`` sorted set slot id -> lease expiry, ``<domain>:pace`` hash of
+    next start / backoff end) and ``robots`` the stem of the robots.txt cache
+    (``<origin>`` hash of body, status, expiry, fetch claim)."""
+    base = f"{prefix}ag:{{agents}}"
+    return {
+        "info": f"{base}:info",
+        "beat": f"{base}:beat",
+        "seen": f"{base}:seen",
+        "domain": f"{base}:d:",
+        "robots": f"{base}:r:",
+    }
+
+
 def sink_stream_index(prefix: str, stream: str) -> str:
     """The hash of record key -> content hash a Redis stream sink has written.
 

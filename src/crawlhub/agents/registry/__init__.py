@@ -1,0 +1,53 @@
+"""The agent registry: agents register once, heartbeat separately, and are listed with
+their liveness; the download center's list of live agents.
+
+One file per backend: :mod:`.base` (the :class:`AgentRegistry` protocol and its
+records), :mod:`.sqlite`, :mod:`.redis`; :func:`open_registry` picks one from a URL (the
+``storage.agents`` setting, which defaults to ``storage.state``). Liveness follows the
+lease convention of :mod:`crawlhub.clock`.
+"""
+
+from __future__ import annotations
+
+from crawlhub.agents.registry.base import (
+    DEFAULT_DEAD_AFTER,
+    DEFAULT_RETENTION,
+    AgentInfo,
+    AgentRegistry,
+    AgentStatus,
+    Heartbeat,
+)
+from crawlhub.clock import Clock, system_clock
+from crawlhub.keys import DEFAULT_PREFIX
+from crawlhub.storage.urls import parse_backend_url
+
+__all__ = [
+    "DEFAULT_DEAD_AFTER",
+    "DEFAULT_RETENTION",
+    "AgentInfo",
+    "AgentRegistry",
+    "AgentStatus",
+    "Heartbeat",
+    "open_registry",
+]
+
+
+def open_registry(url: str, *, prefix: str = DEFAULT_PREFIX,
+                  dead_after: float = DEFAULT_DEAD_AFTER,
+                  retention: float = DEFAULT_RETENTION,
+                  clock: Clock = system_clock) -> AgentRegistry:
+    """The agent registry on ``url``: a SQLite file or a Redis/Valkey server."""
+    if dead_after <= 0 or retention < 0:
+        raise ValueError(f"dead_after must be > 0 and retention >= 0, got {dead_after!r},"
+                         f" {retention!r}")
+    backend = parse_backend_url(url, kinds=("sqlite", "redis"), what="agent registry",
+                                key="storage.agents")
+    if backend.kind == "sqlite":
+        from crawlhub.agents.registry.sqlite import SqliteAgentRegistry
+
+        return SqliteAgentRegistry(url, dead_after=dead_after, retention=retention,
+                                   clock=clock)
+    from crawlhub.agents.registry.redis import RedisAgentRegistry
+
+    return RedisAgentRegistry(url, prefix=prefix, dead_after=dead_after,
+                              retention=retention, clock=clock)

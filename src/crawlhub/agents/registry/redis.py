@@ -1,0 +1,147 @@
+"""The agent registry on Redis (distributed mode): registrations and last heartbeats in
+two hashes, last signs of life in a sorted set, so the live agents are one range read."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from crawlhub import jsoncodec
+from crawlhub.agents.registry.base import (
+    DEFAULT_DEAD_AFTER,
+    DEFAULT_RETENTION,
+    AgentInfo,
+    AgentStatus,
+    Heartbeat,
+)
+from crawlhub.clock import Clock, system_clock
+from crawlhub.keys import DEFAULT_PREFIX, agent_keys
+from crawlhub.storage.redis import redis_client
+
+# Forget agents last seen at or before ARGV[1] (KEYS: info, beat, seen); how many.
+_FORGET = """
+local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[1])
+for _, id in ipairs(old) do
+  redis.call('HDEL', KEYS[1], id)
+  redis.call('HDEL', KEYS[2], id)
+  redis.call('ZREM', KEYS[3], id)
+end
+return #old
+"""
+
+# Heartbeats (KEYS: info, beat, seen; ARGV: now, then agent id / heartbeat pairs): a
+# registered agent's beat is stored and it is seen now; an unknown one gets 0.
+_BEAT = """
+local out = {}
+for i = 2, #ARGV, 2 do
+  if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 1 then
+    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+    redis.call('ZADD', KEYS[3], ARGV[1], ARGV[i])
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+return out
+"""
+
+# Forget agents last seen at or before ARGV[1], then return every registration, every
+# heartbeat and every last-seen time (KEYS: info, beat, seen).
+_LIST = _FORGET.replace("return #old", "") + """
+return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2]),
+        redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')}
+"""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _pairs(flat: Sequence[Any]) -> dict[str, Any]:
+    return {_text(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}
+
+
+class RedisAgentRegistry:
+    """:class:`~crawlhub.agents.registry.base.AgentRegistry` on a Redis/Valkey server."""
+
+    def __init__(self, url: str, *, prefix: str = DEFAULT_PREFIX,
+                 dead_after: float = DEFAULT_DEAD_AFTER,
+                 retention: float = DEFAULT_RETENTION, clock: Clock = system_clock) -> None:
+        self.url = url
+        self.dead_after = dead_after
+        self.retention = retention
+        self.clock = clock
+        self._redis = redis_client(url, name="agent registry")
+        k = agent_keys(prefix)
+        self._keys = [k["info"], k["beat"], k["seen"]]
+        self._forget = self._redis.register_script(_FORGET)
+        self._beat = self._redis.register_script(_BEAT)
+        self._list = self._redis.register_script(_LIST)
+
+    def _status(self, info: Any, beat: Any, seen: Any, now: float) -> AgentStatus:
+        last = float(seen)
+        return AgentStatus(
+            info=AgentInfo.from_dict(jsoncodec.loads(info)),
+            beat=None if beat is None else Heartbeat.from_dict(jsoncodec.loads(beat)),
+            last_seen=last, alive=now - last < self.dead_after)
+
+    async def register(self, info: AgentInfo) -> None:
+        now = self.clock()
+        info_key, beat_key, seen_key = self._keys
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(info_key, info.agent_id, jsoncodec.dumps(info.as_dict()))
+            pipe.hdel(beat_key, info.agent_id)
+            pipe.zadd(seen_key, {info.agent_id: now})
+            await pipe.execute()
+
+    async def heartbeat(self, agent_id: str, beat: Heartbeat) -> bool:
+        return (await self.heartbeat_many([(agent_id, beat)]))[0]
+
+    async def heartbeat_many(self, beats: Sequence[tuple[str, Heartbeat]]) -> list[bool]:
+        if not beats:
+            return []
+        args: list[str] = [repr(self.clock())]
+        for agent_id, beat in beats:
+            args += [agent_id, jsoncodec.dumps(beat.as_dict())]
+        return [bool(x) for x in await self._beat(keys=self._keys, args=args)]
+
+    async def unregister(self, agent_id: str) -> bool:
+        info_key, beat_key, seen_key = self._keys
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hdel(info_key, agent_id)
+            pipe.hdel(beat_key, agent_id)
+            pipe.zrem(seen_key, agent_id)
+            dropped, _, _ = await pipe.execute()
+        return bool(dropped)
+
+    async def get(self, agent_id: str) -> AgentStatus | None:
+        now = self.clock()
+        info_key, beat_key, seen_key = self._keys
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hget(info_key, agent_id)
+            pipe.hget(beat_key, agent_id)
+            pipe.zscore(seen_key, agent_id)
+            info, beat, seen = await pipe.execute()
+        if info is None or seen is None:
+            return None
+        return self._status(info, beat, seen, now)
+
+    async def agents(self) -> list[AgentStatus]:
+        now = self.clock()
+        cutoff = now - self.dead_after - self.retention
+        infos, beats, seen = await self._list(keys=self._keys, args=[repr(cutoff)])
+        info_by_id, beat_by_id, seen_by_id = _pairs(infos), _pairs(beats), _pairs(seen)
+        return [self._status(info_by_id[i], beat_by_id.get(i), seen_by_id[i], now)
+                for i in sorted(info_by_id) if i in seen_by_id]
+
+    async def live(self) -> list[str]:
+        since = self.clock() - self.dead_after
+        ids = await self._redis.zrangebyscore(self._keys[2], f"({since!r}", "+inf")
+        return sorted(_text(i) for i in ids)
+
+    async def forget_dead(self) -> int:
+        cutoff = self.clock() - self.dead_after - self.retention
+        return int(await self._forget(keys=self._keys, args=[repr(cutoff)]))
+
+    async def close(self) -> None:
+        await self._redis.aclose()

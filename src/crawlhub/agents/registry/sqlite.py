@@ -1,0 +1,117 @@
+"""The agent registry in a SQLite file (embedded mode): one table, one transaction per
+call; several processes on one machine share the file."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from crawlhub import jsoncodec
+from crawlhub.agents.registry.base import (
+    DEFAULT_DEAD_AFTER,
+    DEFAULT_RETENTION,
+    AgentInfo,
+    AgentStatus,
+    Heartbeat,
+)
+from crawlhub.clock import Clock, system_clock
+from crawlhub.storage.sqlite import SqliteDB
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS agents (
+    agent_id TEXT PRIMARY KEY,
+    info TEXT NOT NULL,
+    beat TEXT,
+    seen REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS agents_seen ON agents(seen)
+"""
+
+Row = tuple[str, str | None, float]
+
+
+class SqliteAgentRegistry:
+    """:class:`~crawlhub.agents.registry.base.AgentRegistry` on one SQLite file."""
+
+    def __init__(self, url: str, *, dead_after: float = DEFAULT_DEAD_AFTER,
+                 retention: float = DEFAULT_RETENTION, clock: Clock = system_clock) -> None:
+        self.url = url
+        self.dead_after = dead_after
+        self.retention = retention
+        self.clock = clock
+        self._db = SqliteDB(url, schema=_SCHEMA, name=f"agent registry {url}")
+
+    def _status(self, row: Row, now: float) -> AgentStatus:
+        info, beat, seen = row
+        return AgentStatus(
+            info=AgentInfo.from_dict(jsoncodec.loads(info)),
+            beat=None if beat is None else Heartbeat.from_dict(jsoncodec.loads(beat)),
+            last_seen=float(seen), alive=now - float(seen) < self.dead_after)
+
+    async def register(self, info: AgentInfo) -> None:
+        now = self.clock()
+        row = (info.agent_id, jsoncodec.dumps(info.as_dict()), now)
+        await self._db.transaction(lambda conn: conn.execute(
+            "INSERT OR REPLACE INTO agents(agent_id, info, beat, seen) VALUES (?, ?, NULL, ?)",
+            row))
+
+    async def heartbeat(self, agent_id: str, beat: Heartbeat) -> bool:
+        return (await self.heartbeat_many([(agent_id, beat)]))[0]
+
+    async def heartbeat_many(self, beats: Sequence[tuple[str, Heartbeat]]) -> list[bool]:
+        now = self.clock()
+        rows = [(jsoncodec.dumps(b.as_dict()), now, agent_id) for agent_id, b in beats]
+
+        def _beat(conn: sqlite3.Connection) -> list[bool]:
+            return [conn.execute("UPDATE agents SET beat = ?, seen = ? WHERE agent_id = ?",
+                                 row).rowcount > 0 for row in rows]
+
+        return await self._db.transaction(_beat) if rows else []
+
+    async def unregister(self, agent_id: str) -> bool:
+        def _drop(conn: sqlite3.Connection) -> bool:
+            return conn.execute("DELETE FROM agents WHERE agent_id = ?",
+                                (agent_id,)).rowcount > 0
+
+        return await self._db.transaction(_drop)
+
+    async def get(self, agent_id: str) -> AgentStatus | None:
+        now = self.clock()
+
+        def _get(conn: sqlite3.Connection) -> Row | None:
+            return conn.execute("SELECT info, beat, seen FROM agents WHERE agent_id = ?",
+                                (agent_id,)).fetchone()
+
+        row = await self._db.run(_get)
+        return None if row is None else self._status(row, now)
+
+    async def agents(self) -> list[AgentStatus]:
+        now = self.clock()
+        cutoff = now - self.dead_after - self.retention
+
+        def _list(conn: sqlite3.Connection) -> list[Row]:
+            conn.execute("DELETE FROM agents WHERE seen <= ?", (cutoff,))
+            return conn.execute(
+                "SELECT info, beat, seen FROM agents ORDER BY agent_id").fetchall()
+
+        return [self._status(row, now) for row in await self._db.transaction(_list)]
+
+    async def live(self) -> list[str]:
+        since = self.clock() - self.dead_after
+
+        def _live(conn: sqlite3.Connection) -> list[str]:
+            return [r[0] for r in conn.execute(
+                "SELECT agent_id FROM agents WHERE seen > ? ORDER BY agent_id", (since,))]
+
+        return await self._db.run(_live)
+
+    async def forget_dead(self) -> int:
+        cutoff = self.clock() - self.dead_after - self.retention
+
+        def _forget(conn: sqlite3.Connection) -> int:
+            return conn.execute("DELETE FROM agents WHERE seen <= ?", (cutoff,)).rowcount
+
+        return await self._db.transaction(_forget)
+
+    async def close(self) -> None:
+        await self._db.close()
