@@ -1,0 +1,508 @@
+"""The downloader: one request in, one ``Fetched`` out, whatever happened on the way.
+
+It owns one aiohttp connector (the connection pool) shared by per-job sessions, so each
+job has its own cookie jar; follows redirects itself (with a limit), stops reading a body
+past ``max_size``, and applies ban rules: a banned response retires its proxy for a
+cooldown, clears the job's cookies and retries on another proxy, up to ``ban.retries``.
+
+It takes ``crawlhub.fetch.http.Request`` as input but answers ``Fetched``, not
+``fetch.http.Response``: a ``Response`` promises a complete HTTP response, while a download
+can end without one (timeout, connection error, too large, banned with no proxy left), and
+the agent needs the outcome name and the proxy used. ``Fetched.response()`` gives the
+``Response`` view of a download that has one.
+
+Hot-path cost per request: a dict lookup for the job's session, one aiohttp request (no
+session, timeout object or regex created per request), the body read once (``read()`` when
+the length is known and the body is not compressed, else streamed in chunks), one
+``frozenset`` test and at most one precompiled bytes-regex search for the ban rules.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import aiohttp
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from yarl import URL
+
+from crawlhub.agents.codes import (
+    BANNED,
+    CONNECTION_ERROR,
+    HTTP_ERROR,
+    SUCCESS,
+    TIMEOUT,
+    TOO_LARGE,
+    TOO_MANY_REDIRECTS,
+    config_error,
+)
+from crawlhub.agents.proxies import ProxyConfig, ProxyPool
+from crawlhub.fetch.http import Request, Response
+from crawlhub.storage.redact import redact_url
+
+_REDIRECTS = frozenset((301, 302, 303, 307, 308))
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+DEFAULT_USER_AGENT = "crawlhub/0.1 (+https://github.com/crawlhub)"
+
+
+class BanRules(BaseModel):
+    """Config key ``downloader.ban``: a response whose status is in ``statuses`` or whose
+    body matches ``body_regex`` is banned. Its proxy is retired for ``cooldown`` s (the
+    pool's own cooldown when unset), the job's cookies are cleared and the request is tried
+    again on another proxy, at most ``retries`` more times."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    statuses: list[int] = []
+    body_regex: str | None = None
+    retries: int = Field(default=3, ge=0)
+    cooldown: float | None = Field(default=None, gt=0)
+
+    @field_validator("statuses")
+    @classmethod
+    def _statuses(cls, value: list[int]) -> list[int]:
+        for status in value:
+            if not 100 <= status <= 599:
+                raise ValueError(f"{status} is not an HTTP status (100..599)")
+        return value
+
+    @field_validator("body_regex")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value.encode())
+            except re.error as exc:
+                raise ValueError(f"{value!r} is not a valid regular expression: {exc}") from None
+        return value
+
+
+class DownloaderConfig(BaseModel):
+    """Config key ``downloader``.
+
+    ``timeout`` s per request hop (``connect_timeout`` for the connection alone);
+    ``max_redirects`` hops followed (more is the outcome ``too_many_redirects``);
+    ``max_size`` bytes of body at most (more is ``too_large``, the read stops there);
+    ``concurrency`` connections in the shared pool (``per_host`` per host, 0 = no limit);
+    ``session_idle`` s after which a job's unused session (its cookies) is released;
+    ``headers`` sent with every request; ``ban`` the ban rules; ``proxies`` the pool.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    timeout: float = Field(default=30.0, gt=0)
+    connect_timeout: float | None = Field(default=10.0, gt=0)
+    max_redirects: int = Field(default=10, ge=0)
+    max_size: int = Field(default=10 * 1024 * 1024, gt=0)
+    concurrency: int = Field(default=100, ge=1)
+    per_host: int = Field(default=0, ge=0)
+    session_idle: float = Field(default=300.0, gt=0)
+    headers: dict[str, str] = {"User-Agent": DEFAULT_USER_AGENT}
+    ban: BanRules = BanRules()
+    proxies: ProxyConfig = ProxyConfig()
+
+    @classmethod
+    def from_config(
+        cls, data: Mapping[str, Any] | None, *, file: str | None = None, key: str = "downloader"
+    ) -> DownloaderConfig:
+        """Validate a ``downloader`` mapping; a bad entry is a ``ConfigError`` naming its key
+        (e.g. ``downloader.ban.body_regex``)."""
+        try:
+            return cls.model_validate(dict(data or {}))
+        except ValidationError as exc:
+            raise config_error(exc, file=file, prefix=key) from None
+
+
+@dataclass(slots=True)
+class Fetched:
+    """What one download ended in.
+
+    ``outcome`` is a name from ``crawlhub.agents.codes`` (``success``, ``http_error``,
+    ``timeout``, ``connection_error``, ``banned``, ``too_large``, ``too_many_redirects``);
+    ``ResultCodes.code(outcome, status)`` turns it into the result code. ``status`` is 0
+    and ``body`` empty when no response came; ``final_url`` is where redirects ended;
+    ``proxy`` the proxy of the last attempt (``None`` when direct); ``attempts`` counts
+    tries (more than 1 after bans); ``error`` says what went wrong, credentials masked.
+    """
+
+    url: str
+    final_url: str
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+    elapsed: float
+    proxy: str | None
+    outcome: str
+    redirects: int = 0
+    attempts: int = 1
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == SUCCESS
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("Content-Type", "")
+
+    def response(self, request: Request | None = None) -> Response | None:
+        """This download as a ``fetch.http.Response`` (``None`` when no response came)."""
+        if not self.status:
+            return None
+        return Response(
+            request=request or Request(self.url),
+            status=self.status,
+            body=self.body,
+            headers=self.headers,
+            url=self.final_url,
+            elapsed=self.elapsed,
+        )
+
+
+@dataclass(slots=True)
+class _JobSession:
+    session: aiohttp.ClientSession
+    last_used: float
+    active: int = 0
+
+
+class Downloader:
+    """Fetch URLs for many jobs over one connection pool.
+
+    Use as ``async with Downloader(config) as d: fetched = await d.fetch(url, job="j1")``.
+    ``clock`` (seconds, e.g. ``time.monotonic`` or a test's FakeClock) drives idle session
+    release and proxy cooldowns; a ``proxies`` pool given here wins over ``config.proxies``.
+    The downloader lives on one event loop; ``fetch`` may be called concurrently.
+    """
+
+    def __init__(
+        self,
+        config: DownloaderConfig | None = None,
+        *,
+        proxies: ProxyPool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config = config or DownloaderConfig()
+        self._clock = clock
+        self.proxies = proxies if proxies is not None else ProxyPool.from_config(
+            config.proxies, clock=clock
+        )
+        self._timeout = aiohttp.ClientTimeout(
+            total=config.timeout, sock_connect=config.connect_timeout
+        )
+        self._max_size = config.max_size
+        self._max_redirects = config.max_redirects
+        self._ban_statuses = frozenset(config.ban.statuses)
+        body_regex = config.ban.body_regex
+        self._ban_search = re.compile(body_regex.encode()).search if body_regex else None
+        self._ban_retries = config.ban.retries
+        self._ban_cooldown = config.ban.cooldown
+        self._idle = config.session_idle
+        self._next_sweep = clock() + self._idle
+        self._connector: aiohttp.TCPConnector | None = None
+        self._sessions: dict[str, _JobSession] = {}
+        self._plain: aiohttp.ClientSession | None = None
+        self._closed = False
+        # stats (see ``stats``): plain ints on the hot path, named on the way out
+        self.requests = 0
+        self.bans = 0
+        self.retries = 0
+        self.redirects = 0
+        self.bytes = 0
+        self.sessions_created = 0
+        self.sessions_released = 0
+        self.outcomes: dict[str, int] = {}
+
+    async def __aenter__(self) -> Downloader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- sessions -------------------------------------------------------------------
+
+    def _connector_now(self) -> aiohttp.TCPConnector:
+        if self._connector is None or self._connector.closed:
+            if self._closed:
+                raise RuntimeError("the downloader is closed")
+            self._connector = aiohttp.TCPConnector(
+                limit=self.config.concurrency,
+                limit_per_host=self.config.per_host,
+                ttl_dns_cache=300,
+            )
+        return self._connector
+
+    def _new_session(self) -> aiohttp.ClientSession:
+        self.sessions_created += 1
+        return aiohttp.ClientSession(
+            connector=self._connector_now(),
+            connector_owner=False,
+            # unsafe: keep cookies of sites addressed by IP too (127.0.0.1, intranets)
+            cookie_jar=aiohttp.CookieJar(unsafe=True),
+            headers=self.config.headers,
+            timeout=self._timeout,
+        )
+
+    @property
+    def sessions(self) -> list[str]:
+        """The jobs that hold a session (cookie jar) now."""
+        return list(self._sessions)
+
+    def cookies(self, job: str = "") -> dict[str, str]:
+        """The cookies the job's session holds now, name -> value (empty when it has none)."""
+        held = self._sessions.get(job)
+        if held is None:
+            return {}
+        return {c.key: c.value for c in held.session.cookie_jar}
+
+    async def release(self, job: str) -> bool:
+        """Drop the job's session and cookies now (e.g. when the job ends)."""
+        held = self._sessions.pop(job, None)
+        if held is None:
+            return False
+        self.sessions_released += 1
+        await held.session.close()  # connector_owner=False: the pool stays open
+        return True
+
+    async def release_idle(self) -> int:
+        """Release every session unused for ``session_idle`` s with no request in flight;
+        return how many. ``fetch`` calls this by itself at most every ``session_idle`` s."""
+        now = self._clock()
+        self._next_sweep = now + self._idle
+        idle = [
+            job
+            for job, held in self._sessions.items()
+            if held.active == 0 and now - held.last_used >= self._idle
+        ]
+        for job in idle:
+            await self.release(job)
+        return len(idle)
+
+    # --- fetching -------------------------------------------------------------------
+
+    async def fetch(self, request: Request | str, *, job: str = "") -> Fetched:
+        """Download ``request`` (a URL or a ``fetch.http.Request``) in ``job``'s session.
+
+        Never raises for what the network or the site does: every end is a ``Fetched``
+        with an outcome. Bans are retried here on other proxies; timeouts, connection
+        errors and HTTP errors are returned at once for the hub's retry rules to judge.
+        """
+        req = Request(request) if isinstance(request, str) else request
+        clock = self._clock
+        now = clock()
+        if now >= self._next_sweep:
+            await self.release_idle()
+        pool = self.proxies
+        use_proxies = pool.configured
+        tried: set[str] | None = None
+        attempts = 0
+        result: Fetched | None = None
+        while True:
+            attempts += 1
+            proxy: str | None = None
+            if use_proxies:
+                if pool.provider_url is not None and pool.due_refresh():
+                    await pool.refresh(self._plain_session())
+                proxy = pool.pick(tried or ())
+                if proxy is None:
+                    if result is not None:
+                        return result  # the last banned try: nothing left to retry on
+                    return self._count(self._no_proxy(req, attempts))
+            held = self._sessions.get(job)
+            if held is None:
+                held = self._sessions[job] = _JobSession(self._new_session(), now)
+            held.active += 1
+            try:
+                result, proxy_failed = await self._attempt(held.session, req, proxy)
+            finally:
+                held.active -= 1
+                held.last_used = clock()
+            result.attempts = attempts
+            if result.outcome != BANNED and not proxy_failed:
+                return self._count(result)
+            if result.outcome == BANNED:
+                self.bans += 1
+                held.session.cookie_jar.clear()  # the site knows this session: start afresh
+            if proxy is not None:
+                pool.retire(proxy, self._ban_cooldown)
+                if tried is None:
+                    tried = set()
+                tried.add(proxy)
+            if attempts > self._ban_retries:
+                return self._count(result)
+            self.retries += 1
+
+    def _count(self, result: Fetched) -> Fetched:
+        self.requests += 1
+        outcomes = self.outcomes
+        outcomes[result.outcome] = outcomes.get(result.outcome, 0) + 1
+        self.bytes += len(result.body)
+        self.redirects += result.redirects
+        return result
+
+    def _no_proxy(self, req: Request, attempts: int) -> Fetched:
+        return Fetched(
+            req.url, req.url, 0, _NO_HEADERS, b"", 0.0, None, BANNED,
+            attempts=attempts,
+            error=f"no proxy available: all {len(self.proxies.proxies)} are retired "
+                  "or none came from the provider",
+        )
+
+    async def _attempt(
+        self, session: aiohttp.ClientSession, req: Request, proxy: str | None
+    ) -> tuple[Fetched, bool]:
+        """One try through ``proxy``, redirects included. Returns the result and whether
+        the proxy itself failed (refused, or answered a CONNECT with an error)."""
+        url: str | URL = req.url
+        method = req.method
+        data = req.data
+        json = req.json
+        params = _params(req.params)
+        headers = req.headers
+        timeout = self._timeout if req.timeout is None else aiohttp.ClientTimeout(
+            total=req.timeout, sock_connect=self.config.connect_timeout
+        )
+        hops = 0
+        started = time.perf_counter()
+        try:
+            while True:
+                async with session.request(
+                    method, url,
+                    params=params, headers=headers, data=data, json=json,
+                    proxy=proxy, allow_redirects=False, timeout=timeout,
+                ) as resp:
+                    status = resp.status
+                    if status in _REDIRECTS:
+                        location = resp.headers.get("Location")
+                        if location:
+                            target = resp.url.join(URL(location, encoded=False))
+                            if target.scheme in ("http", "https"):
+                                hops += 1
+                                if hops > self._max_redirects:
+                                    resp.close()
+                                    return Fetched(
+                                        req.url, str(target), status, resp.headers, b"",
+                                        time.perf_counter() - started, proxy,
+                                        TOO_MANY_REDIRECTS, redirects=hops - 1,
+                                        error=f"more than {self._max_redirects} redirects",
+                                    ), False
+                                if status == 303 or (status in (301, 302) and method == "POST"):
+                                    method, data, json = "GET", None, None
+                                url, params = target, None
+                                continue
+                    body = await self._read(resp)
+                    final_url = str(resp.url)
+                    if body is None:
+                        return Fetched(
+                            req.url, final_url, status, resp.headers, b"",
+                            time.perf_counter() - started, proxy, TOO_LARGE, redirects=hops,
+                            error=f"body larger than max_size {self._max_size} bytes",
+                        ), False
+                    if status in self._ban_statuses or (
+                        self._ban_search is not None and self._ban_search(body) is not None
+                    ):
+                        outcome = BANNED
+                    elif status >= 400:
+                        outcome = HTTP_ERROR
+                    else:
+                        outcome = SUCCESS
+                    return Fetched(
+                        req.url, final_url, status, resp.headers, body,
+                        time.perf_counter() - started, proxy, outcome, redirects=hops,
+                    ), False
+        except TimeoutError:
+            limit = timeout.total
+            return self._failed(req, url, started, proxy, hops, TIMEOUT,
+                                f"no complete response within {limit:g}s"), False
+        except (aiohttp.ClientProxyConnectionError, aiohttp.ClientHttpProxyError) as exc:
+            return self._failed(req, url, started, proxy, hops, CONNECTION_ERROR,
+                                f"proxy failed: {type(exc).__name__}: {exc}"[:300]), True
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            return self._failed(req, url, started, proxy, hops, CONNECTION_ERROR,
+                                f"{type(exc).__name__}: {exc}"[:300]), False
+
+    @staticmethod
+    def _failed(
+        req: Request, url: str | URL, started: float, proxy: str | None, hops: int,
+        outcome: str, error: str,
+    ) -> Fetched:
+        return Fetched(
+            req.url, str(url), 0, _NO_HEADERS, b"", time.perf_counter() - started, proxy,
+            outcome, redirects=hops, error=redact_url(error),
+        )
+
+    async def _read(self, resp: aiohttp.ClientResponse) -> bytes | None:
+        """The whole body, or ``None`` once it passes ``max_size`` (the connection is closed
+        then, so no more of it is read)."""
+        limit = self._max_size
+        length = resp.content_length
+        if length is not None:
+            if length > limit:
+                resp.close()
+                return None
+            if "Content-Encoding" not in resp.headers:
+                return await resp.read()  # the length bounds it: the fast path
+        chunks = []
+        total = 0
+        async for chunk in resp.content.iter_any():
+            total += len(chunk)
+            if total > limit:
+                resp.close()
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _plain_session(self) -> aiohttp.ClientSession:
+        """A cookie-less session for the proxy provider."""
+        if self._plain is None or self._plain.closed:
+            self._plain = aiohttp.ClientSession(
+                connector=self._connector_now(), connector_owner=False,
+                cookie_jar=aiohttp.DummyCookieJar(), timeout=self._timeout,
+            )
+        return self._plain
+
+    # --- the rest -------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Namespaced counters: ``downloader/requests``, ``downloader/outcome/<name>``,
+        ``downloader/bans``, ``downloader/ban_retries``, ``downloader/redirects``,
+        ``downloader/bytes``, ``downloader/sessions/{open,created,released}`` and the proxy
+        pool's ``proxies/...``."""
+        out: dict[str, Any] = {
+            "downloader/requests": self.requests,
+            "downloader/bans": self.bans,
+            "downloader/ban_retries": self.retries,
+            "downloader/redirects": self.redirects,
+            "downloader/bytes": self.bytes,
+            "downloader/sessions/open": len(self._sessions),
+            "downloader/sessions/created": self.sessions_created,
+            "downloader/sessions/released": self.sessions_released,
+        }
+        for name, n in self.outcomes.items():
+            out[f"downloader/outcome/{name}"] = n
+        if self.proxies.configured:
+            out.update(self.proxies.stats())
+        return out
+
+    async def close(self) -> None:
+        """Close every session and the connection pool."""
+        self._closed = True
+        for job in list(self._sessions):
+            await self.release(job)
+        if self._plain is not None:
+            await self._plain.close()
+        if self._connector is not None:
+            await self._connector.close()
+
+
+def _params(params: Mapping[str, Any] | None) -> dict[str, str] | None:
+    if not params:
+        return None
+    return {str(k): str(v) for k, v in params.items() if v is not None}
+
+
+__all__ = ["BanRules", "Downloader", "DownloaderConfig", "Fetched"]
