@@ -13,16 +13,23 @@ from typing import Any
 
 import aiohttp
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from yarl import URL
 
 from crawlhub.agents.codes import config_error
 from crawlhub.storage.redact import redact_url
 
-_SCHEMES = ("http://", "https://", "socks5://", "socks4://")
-
-
 def _check_proxy(value: str) -> str:
+    """``value`` stripped, if it is an http(s) proxy URL (aiohttp speaks no SOCKS)."""
     value = value.strip()
-    if not value.startswith(_SCHEMES) or len(value) <= len(value.split("://", 1)[0]) + 3:
+    try:
+        url = URL(value)
+        good = (
+            url.scheme in ("http", "https") and bool(url.host) and url.path in ("", "/")
+            and not url.query_string and not any(c.isspace() for c in value)
+        )
+    except (ValueError, TypeError):
+        good = False
+    if not good:
         raise ValueError(f"{redact_url(value)!r} is not a proxy URL like http://host:port")
     return value
 
