@@ -18,6 +18,7 @@ from yarl import URL
 from crawlhub.agents.codes import config_error
 from crawlhub.storage.redact import redact_url
 
+
 def _check_proxy(value: str) -> str:
     """``value`` stripped, if it is an http(s) proxy URL (aiohttp speaks no SOCKS)."""
     value = value.strip()
