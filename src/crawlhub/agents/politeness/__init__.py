@@ -1,0 +1,85 @@
+"""Politeness across agents: the :class:`DomainGate` (per-domain concurrency, delay
+between starts, 429 / 503 / Retry-After backoff) and robots.txt, shared by every agent
+on one backend (a SQLite file, or a Redis server).
+
+One file per piece: :mod:`.gate` (the gate agents call), :mod:`.robots` (the shared
+robots.txt cache), :mod:`.base` (rules, records and the :class:`GateStore` protocol),
+:mod:`.sqlite` and :mod:`.redis` (the stores). :func:`open_gate` builds a gate from a
+URL - the ``storage.agents`` setting, where the agent registry lives too. Slots follow
+the lease convention of :mod:`crawlhub.clock`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from crawlhub.agents.politeness.base import DomainRules, GateStore, Grant, Release, RobotsEntry
+from crawlhub.agents.politeness.gate import (
+    BACKOFF_STATUSES,
+    DomainGate,
+    Sleep,
+    Slot,
+    domain_of,
+    retry_after_seconds,
+)
+from crawlhub.agents.politeness.robots import (
+    DEFAULT_ERROR_TTL,
+    DEFAULT_TTL,
+    MAX_BYTES,
+    RobotsCache,
+    RobotsFetcher,
+    http_fetcher,
+    origin_of,
+)
+from crawlhub.clock import Clock, system_clock
+from crawlhub.keys import DEFAULT_PREFIX
+from crawlhub.storage.urls import parse_backend_url
+
+__all__ = [
+    "BACKOFF_STATUSES",
+    "DomainGate",
+    "DomainRules",
+    "GateStore",
+    "Grant",
+    "Release",
+    "RobotsCache",
+    "RobotsEntry",
+    "Slot",
+    "domain_of",
+    "open_gate",
+    "open_gate_store",
+    "origin_of",
+    "retry_after_seconds",
+]
+
+
+def open_gate_store(url: str, *, prefix: str = DEFAULT_PREFIX) -> GateStore:
+    """The gate's store on ``url``: a SQLite file or a Redis/Valkey server."""
+    backend = parse_backend_url(url, kinds=("sqlite", "redis"), what="domain gate",
+                                key="storage.agents")
+    if backend.kind == "sqlite":
+        from crawlhub.agents.politeness.sqlite import SqliteGateStore
+
+        return SqliteGateStore(url)
+    from crawlhub.agents.politeness.redis import RedisGateStore
+
+    return RedisGateStore(url, prefix=prefix)
+
+
+def open_gate(url: str, *, prefix: str = DEFAULT_PREFIX, rules: DomainRules | None = None,
+              domains: Mapping[str, DomainRules] | None = None, robots: bool = False,
+              user_agent: str = "crawlhub", robots_ttl: float = DEFAULT_TTL,
+              robots_error_ttl: float = DEFAULT_ERROR_TTL, robots_max_bytes: int = MAX_BYTES,
+              fetcher: RobotsFetcher | None = None, clock: Clock = system_clock,
+              sleep: Sleep = asyncio.sleep) -> DomainGate:
+    """A :class:`DomainGate` on ``url``; ``robots`` turns robots.txt checks on (fetched
+    with ``fetcher``, by default aiohttp sending ``user_agent``)."""
+    store = open_gate_store(url, prefix=prefix)
+    cache = None
+    if robots:
+        cache = RobotsCache(store, fetcher or http_fetcher(user_agent), ttl=robots_ttl,
+                            error_ttl=robots_error_ttl, max_bytes=robots_max_bytes,
+                            clock=clock, sleep=sleep)
+    return DomainGate(store, rules=rules, domains=domains, robots=cache,
+                      user_agent=user_agent, clock=clock, sleep=sleep)

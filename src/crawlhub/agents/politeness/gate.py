@@ -1,0 +1,214 @@
+"""The domain gate: per-domain concurrency and a minimum delay between request starts,
+enforced across every agent on one backend, with 429 / 503 / Retry-After backoff.
+
+An agent asks for a slot before each request to a domain and hands it back when the
+response is in: ``slot = await gate.acquire(domain)`` ... ``await gate.release(slot,
+status, retry_after)``. Slots are leases (:mod:`crawlhub.clock`): a slot its agent never
+returns (SIGKILL) comes back ``rules.lease`` seconds after it was granted.
+
+Cost in round trips: :meth:`DomainGate.acquire_many` grants up to ``n`` slots of a
+domain in one trip when it has room (one slot per trip when a delay is set: the delay
+paces starts anyway); :meth:`DomainGate.release` coalesces every release made while the
+previous one is on the wire into a single trip (group commit), so at any request rate
+the gate costs about one trip per batch of leased tasks plus one per round trip time.
+A waiting acquire sleeps until the pace or backoff ends, or, when every slot is held,
+until a release by this process or a short poll (doubling up to ``max_poll``) - never a
+busy loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import itertools
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from crawlhub.agents.politeness.base import DomainRules, GateStore, Release
+from crawlhub.agents.politeness.robots import RobotsCache
+from crawlhub.clock import Clock, system_clock
+
+Sleep = Callable[[float], Awaitable[Any]]
+
+#: Statuses that back the whole domain off even without a Retry-After header.
+BACKOFF_STATUSES = frozenset({429, 503})
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """The right to run one request to ``domain``, leased until ``expires`` (epoch s)."""
+
+    domain: str
+    id: str
+    expires: float
+
+
+def domain_of(url: str) -> str:
+    """The domain a URL's requests count against: its host name, lower case."""
+    host = urlsplit(url).hostname
+    if not host:
+        raise ValueError(f"{url!r} has no host: the domain gate needs an absolute URL")
+    return host
+
+
+def retry_after_seconds(value: str | None, now: float) -> float | None:
+    """A ``Retry-After`` header in seconds from ``now``: delta-seconds or an HTTP date;
+    None if absent or unreadable (then the status alone decides)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+class DomainGate:
+    """Per-domain slots and pace shared by every agent whose gate opens the same store.
+
+    ``rules`` apply to every domain but those named in ``domains``. ``robots`` (None:
+    robots.txt is not consulted) answers :meth:`allowed`.
+    """
+
+    def __init__(self, store: GateStore, *, rules: DomainRules | None = None,
+                 domains: Mapping[str, DomainRules] | None = None,
+                 robots: RobotsCache | None = None, user_agent: str = "crawlhub",
+                 clock: Clock = system_clock, sleep: Sleep = asyncio.sleep,
+                 min_poll: float = 0.005, max_poll: float = 0.25) -> None:
+        self.store = store
+        self.rules = rules or DomainRules()
+        self.domains = {k.lower(): v for k, v in (domains or {}).items()}
+        self.robots = robots
+        self.user_agent = user_agent
+        self.clock = clock
+        self.sleep = sleep
+        self.min_poll = min_poll
+        self.max_poll = max_poll
+        self._name = uuid.uuid4().hex[:12]
+        self._counter = itertools.count()
+        #: domain -> event set when this process releases one of its slots
+        self._freed: dict[str, asyncio.Event] = {}
+        self._pending: list[Release] = []
+        self._batch: asyncio.Future[None] | None = None
+        self._flusher: asyncio.Task[None] | None = None
+
+    def rules_for(self, domain: str) -> DomainRules:
+        return self.domains.get(domain, self.rules)
+
+    async def acquire(self, domain: str) -> Slot:
+        """Wait for one slot of ``domain`` and return it."""
+        return (await self.acquire_many(domain, 1))[0]
+
+    async def acquire_many(self, domain: str, n: int) -> list[Slot]:
+        """Wait until ``domain`` has room, then return between 1 and ``n`` slots (one
+        when the domain has a delay), all granted in one round trip."""
+        if n < 1:
+            raise ValueError(f"acquire_many needs n >= 1, not {n!r}")
+        rules = self.rules_for(domain)
+        poll = self.min_poll
+        while True:
+            now = self.clock()
+            token = f"{self._name}.{next(self._counter)}"
+            grant = await self.store.acquire(domain, n, now, rules, token)
+            if grant.ids:
+                return [Slot(domain, i, now + rules.lease) for i in grant.ids]
+            if grant.reason == "pace":
+                await self.sleep(grant.wait)
+            else:
+                await self._wait_freed(domain, min(max(grant.wait, 0.0), poll))
+                poll = min(poll * 2, self.max_poll)
+
+    def backoff_for(self, domain: str, status: int | None, retry_after: float | None
+                    ) -> float | None:
+        """Seconds a response makes ``domain`` pause: its Retry-After (capped), else the
+        rules' backoff for a 429 or 503; None for no pause."""
+        rules = self.rules_for(domain)
+        if retry_after is not None:
+            seconds = min(max(0.0, retry_after), rules.backoff_cap)
+        elif status in BACKOFF_STATUSES:
+            seconds = min(rules.backoff, rules.backoff_cap)
+        else:
+            return None
+        return seconds or None
+
+    async def release(self, slot: Slot, status: int | None = None,
+                      retry_after: float | None = None) -> None:
+        """Hand ``slot`` back; ``status`` / ``retry_after`` (seconds, see
+        :func:`retry_after_seconds`) of its response may pause its domain."""
+        await self.release_many([(slot, status, retry_after)])
+
+    async def release_many(self, items: Sequence[tuple[Slot, int | None, float | None]]
+                           ) -> None:
+        """:meth:`release` for several slots; joins the batch being gathered."""
+        if not items:
+            return
+        now = self.clock()
+        for slot, status, retry_after in items:
+            pause = self.backoff_for(slot.domain, status, retry_after)
+            self._pending.append(Release(slot.domain, slot.id,
+                                         None if pause is None else now + pause))
+        if self._batch is None:
+            self._batch = asyncio.get_running_loop().create_future()
+        batch = self._batch
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush())
+        await asyncio.shield(batch)
+
+    async def _flush(self) -> None:
+        while self._pending:
+            releases, self._pending = self._pending, []
+            batch, self._batch = self._batch, None
+            try:
+                await self.store.release(releases, self.clock())
+            except BaseException as exc:
+                if batch is not None and not batch.done():
+                    batch.set_exception(exc)
+                    batch.exception()  # retrieved by its awaiters; none may be left
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            if batch is not None and not batch.done():
+                batch.set_result(None)
+            for domain in {r.domain for r in releases}:
+                freed = self._freed.pop(domain, None)
+                if freed is not None:
+                    freed.set()
+
+    async def _wait_freed(self, domain: str, seconds: float) -> None:
+        freed = self._freed.setdefault(domain, asyncio.Event())
+        waiter = asyncio.ensure_future(freed.wait())
+        sleeper = asyncio.ensure_future(self.sleep(seconds))
+        try:
+            await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (waiter, sleeper):
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+
+    async def held(self, domain: str) -> int:
+        """Slots of ``domain`` held now by every agent."""
+        return await self.store.held(domain, self.clock())
+
+    async def allowed(self, url: str, user_agent: str | None = None) -> bool:
+        """Whether robots.txt lets ``user_agent`` (default: the gate's) fetch ``url``;
+        always True when the gate was opened without robots."""
+        if self.robots is None:
+            return True
+        return await self.robots.allowed(url, user_agent or self.user_agent)
+
+    async def close(self) -> None:
+        if self._flusher is not None and not self._flusher.done():
+            with contextlib.suppress(Exception):
+                await self._flusher
+        await self.store.close()
