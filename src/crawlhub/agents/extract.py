@@ -311,7 +311,11 @@ class ExtractionRules:
         if self._tree_fields:
             root = self._root(text, url)
             for name, xpath, every in self._tree_fields:
-                values = [_to_text(v) for v in xpath(root)]
+                result = xpath(root)
+                if not isinstance(result, list):  # count(), string(), boolean()...
+                    fields[name] = [result] if every else result
+                    continue
+                values = [_to_text(v) for v in result]
                 fields[name] = values if every else (values[0] if values else None)
         for name, pattern, every in self._regex_fields:
             if every:
