@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from crawlhub.agents.registry import AgentRegistry, open_registry
 from crawlhub.hub.hub import Hub
 from crawlhub.hub.state import HubState, open_state
 from crawlhub.queues import open_backend
@@ -20,13 +21,17 @@ log = logging.getLogger("crawlhub.service")
 
 
 class Services:
-    """Queues, hub state, hub, frontiers and jobs of one crawlhub process."""
+    """Queues, hub state, hub, frontiers, jobs and the agent registry of one crawlhub
+    process (the registry on ``storage.agents``, by default the hub state's backend)."""
 
     def __init__(self, config: Any, *, queues: QueueBackend, state: HubState, hub: Hub,
-                 frontiers: dict[str, Any], jobs: Any | None = None) -> None:
+                 frontiers: dict[str, Any], jobs: Any | None = None,
+                 agents: AgentRegistry | None = None) -> None:
         self.config = config
         self.queues = queues
         self.state = state
+        self.agents = agents or open_registry(config.storage.agents_url,
+                                              prefix=config.storage.redis_prefix)
         self.hub = hub
         self.frontiers = frontiers
         self.jobs = jobs
@@ -76,6 +81,8 @@ class Services:
         for frontier in self.frontiers.values():
             with contextlib.suppress(Exception):
                 await frontier.close()
+        with contextlib.suppress(Exception):
+            await self.agents.close()
         await self.state.close()
         await self.queues.close()
         self._started = False

@@ -18,7 +18,17 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from crawlhub import __version__
-from crawlhub.api import docs, errors, health, inbounds, openapi, outbounds, queues, tasks
+from crawlhub.api import (
+    agents,
+    docs,
+    errors,
+    health,
+    inbounds,
+    openapi,
+    outbounds,
+    queues,
+    tasks,
+)
 from crawlhub.api.body import BodyGuard
 from crawlhub.service import Services
 
@@ -96,7 +106,7 @@ def create_app(config: Any | None = None, *, services: Services | None = None) -
     # With a token, every route but the public ones can also answer 401.
     openapi.install(app, token_paths=(lambda path: path not in PUBLIC_PATHS) if token else None)
 
-    for module in (tasks, inbounds, outbounds, queues, health):
+    for module in (tasks, inbounds, outbounds, queues, agents, health):
         app.include_router(module.router)
     for name in OPTIONAL_ROUTERS:
         try:

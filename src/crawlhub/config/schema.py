@@ -109,12 +109,25 @@ class StorageConfig(_Section):
     state: str = "sqlite:///{data_dir}/hub.db"
     metadata: str = "sqlite:///{data_dir}/meta.db"
     frontier: str = "sqlite:///{data_dir}/frontier.db"
+    #: The agent registry and the domain gate (slots, pace, robots.txt cache) that every
+    #: agent and the API share; None: the same backend as ``state``.
+    agents: str | None = None
     redis_prefix: str = "crawlhub:"
 
     @field_validator("queues", "state", "frontier")
     @classmethod
     def _queue_like(cls, value: str) -> str:
         return _check_scheme(value, _QUEUE_SCHEMES, "storage")
+
+    @field_validator("agents")
+    @classmethod
+    def _agents_like(cls, value: str | None) -> str | None:
+        return None if value is None else _check_scheme(value, _QUEUE_SCHEMES, "storage")
+
+    @property
+    def agents_url(self) -> str:
+        """Where agents register and share politeness: ``agents``, else ``state``."""
+        return self.agents or self.state
 
     @field_validator("metadata")
     @classmethod
