@@ -100,6 +100,7 @@ class Site(_Server):
         r.add_get("/held", self.held_page)
         r.add_get("/set-cookie", self.set_cookie)
         r.add_get("/cookies", self.cookies)
+        r.add_get("/guarded", self.guarded)
         r.add_get("/latin1", self.latin1)
         r.add_get("/proxies.txt", self.proxies)
         self.app.middlewares.append(self._count)
@@ -181,6 +182,12 @@ class Site(_Server):
 
     async def cookies(self, request: web.Request) -> web.Response:
         return web.json_response(dict(request.cookies))
+
+    async def guarded(self, request: web.Request) -> web.Response:
+        """403 for a client that carries a ``sid`` cookie: the site knows that session."""
+        if "sid" in request.cookies:
+            return web.Response(status=403, text="we know you")
+        return web.Response(text="welcome, stranger")
 
     async def latin1(self, request: web.Request) -> web.Response:
         body = "<html><head><title>Caf\u00e9 cr\u00e8me</title></head><body>\u00e9t\u00e9</body></html>"

@@ -279,3 +279,27 @@ def test_bad_downloader_config_is_a_config_error_naming_the_key() -> None:
     with pytest.raises(ConfigError) as err:
         DownloaderConfig.from_config({"timeout": 0})
     assert err.value.key == "downloader.timeout"
+
+
+async def test_without_proxies_a_ban_retires_the_session_and_retries_with_fresh_cookies() -> None:
+    async with Site() as site, Downloader(config(ban={"statuses": [403]})) as d:
+        await d.fetch(f"{site.url}/set-cookie?sid=tracked", job="j")
+        got = await d.fetch(f"{site.url}/guarded", job="j")
+    assert got.outcome == codes.SUCCESS and got.attempts == 2
+    assert got.body == b"welcome, stranger"
+    assert site.hits["/guarded"] == 2
+
+
+async def test_with_no_ban_retries_a_banned_response_is_reported_at_once() -> None:
+    async with Site() as site, Downloader(config(ban={"statuses": [403], "retries": 0})) as d:
+        await d.fetch(f"{site.url}/set-cookie?sid=tracked", job="j")
+        got = await d.fetch(f"{site.url}/guarded", job="j")
+    assert got.outcome == codes.BANNED and got.status == 403 and got.attempts == 1
+    assert site.hits["/guarded"] == 1
+
+
+async def test_a_closed_downloader_refuses_new_requests_plainly() -> None:
+    d = Downloader()
+    await d.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        await d.fetch("http://127.0.0.1:1/")
