@@ -547,7 +547,8 @@ async def _dead(storage: Any, name: str, n: int) -> list[Any]:
 def _mount_optional() -> None:
     for module_name, command in (("crawlhub.cli.frontier", "frontier"),
                                  ("crawlhub.cli.collect", "collect"),
-                                 ("crawlhub.cli.demo", "demo")):
+                                 ("crawlhub.cli.demo", "demo"),
+                                 ("crawlhub.cli.agents", "agents")):
         try:
             module = importlib.import_module(module_name)
         except ImportError:

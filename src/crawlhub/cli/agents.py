@@ -1,0 +1,76 @@
+"""``crawlhub agents``: the downloader agents registered on ``storage.agents`` (by
+default the hub state's backend), alive or dead, with their last heartbeat."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, get_config, out, run
+from crawlhub.storage.redact import redact_url
+
+
+def agents_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (the GET /agents/"
+                                                          " body) instead of a table.")
+                       ] = False,
+    config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt = None,
+) -> None:
+    """Registered agents with their liveness and last heartbeat.
+
+    An agent silent for dead_after seconds (11) is dead; it stays listed until the
+    registry forgets it (an hour later).
+    """
+    cfg = get_config(config, data_dir, sets)
+    url = cfg.storage.agents_url
+    listing = run(_listing(url, cfg.storage.redis_prefix))
+    if as_json:
+        out.print(json.dumps(listing, ensure_ascii=False), markup=False, highlight=False,
+                  soft_wrap=True)
+        return
+    out.print(_table(listing, redact_url(url), time.time()))
+
+
+async def _listing(url: str, prefix: str) -> dict[str, Any]:
+    from crawlhub.agents.registry import open_registry
+
+    registry = open_registry(url, prefix=prefix)
+    try:
+        rows = [s.as_dict() for s in await registry.agents()]
+    finally:
+        await registry.close()
+    live = sum(1 for r in rows if r["alive"])
+    return {"dead_after": registry.dead_after, "alive": live, "dead": len(rows) - live,
+            "agents": rows}
+
+
+def _table(listing: dict[str, Any], where: str, now: float) -> Table:
+    scheme = where.split("://", 1)[0]
+    table = Table(title=f"agents on {scheme}: {listing['alive']} alive, {listing['dead']}"
+                  " dead", collapse_padding=True,
+                  caption=f"dead: silent for {listing['dead_after']:g} s; seen: seconds ago")
+    for name, justify in (("agent", "left"), ("host", "left"), ("pid", "right"),
+                          ("state", "left"), ("seen", "right"), ("busy", "right"),
+                          ("qps", "right"), ("pages", "right"), ("errors", "right"),
+                          ("MB", "right"), ("cpu%", "right"), ("queues", "left")):
+        # fold: a cut agent id could not be looked up
+        table.add_column(name, justify=justify,  # type: ignore[arg-type]
+                         overflow="fold" if name in ("agent", "queues") else "ellipsis")
+    for r in listing["agents"]:
+        beats = r["beats"]
+        table.add_row(
+            escape(r["agent_id"]), escape(r["host"]), str(r["pid"]),
+            "alive" if r["alive"] else "[red]dead[/]",
+            f"{max(0.0, now - r['last_seen']):.0f}",
+            f"{r['in_flight']}/{r['concurrency']}" if beats else "-",
+            f"{r['qps']:.1f}" if beats else "-",
+            str(r["pages"]), str(r["errors"]),
+            f"{r['memory'] / 2**20:.0f}" if beats else "-",
+            f"{r['cpu']:.0f}" if beats else "-",
+            escape(",".join(r["queues"])))
+    return table
