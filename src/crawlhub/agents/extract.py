@@ -24,8 +24,6 @@ from urllib.parse import urljoin
 
 import orjson
 from lxml import etree
-from parsel import Selector
-from parsel.csstranslator import HTMLTranslator
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from w3lib.encoding import html_to_unicode, http_content_type_encoding
 
@@ -41,12 +39,15 @@ class ParseError(CrawlhubError):
 # --- config ---------------------------------------------------------------------------
 
 _XPATH_NS = {"re": "http://exslt.org/regular-expressions"}
-_translator = HTMLTranslator()
 
 
 def _compile_css(css: str) -> etree.XPath:
+    # parsel is imported when a rule needs it: a crawl of titles and links never does
+    from parsel.csstranslator import HTMLTranslator
+
     try:
-        return etree.XPath(_translator.css_to_xpath(css), namespaces=_XPATH_NS, smart_strings=False)
+        xpath = HTMLTranslator().css_to_xpath(css)
+        return etree.XPath(xpath, namespaces=_XPATH_NS, smart_strings=False)
     except Exception as exc:  # cssselect's SelectorError or lxml's XPathSyntaxError
         raise ValueError(f"{css!r} is not a valid CSS selector: {exc}") from None
 
@@ -340,6 +341,8 @@ class ExtractionRules:
 
     @staticmethod
     def _root(text: str, url: str) -> Any:
+        from parsel import Selector
+
         try:
             return Selector(text=text or "<html></html>", base_url=url).root
         except Exception as exc:
