@@ -303,3 +303,14 @@ async def test_a_closed_downloader_refuses_new_requests_plainly() -> None:
     await d.close()
     with pytest.raises(RuntimeError, match="closed"):
         await d.fetch("http://127.0.0.1:1/")
+
+
+async def test_concurrent_first_requests_wait_for_the_one_provider_read(clock: FakeClock) -> None:
+    async with Site() as site, ForwardProxy() as proxy:
+        site.proxy_list = proxy.url
+        cfg = config(proxies={"provider_url": f"{site.url}/proxies.txt"})
+        async with Downloader(cfg, clock=clock) as d:
+            got = await asyncio.gather(*(d.fetch(f"{site.url}/page/{i}") for i in range(20)))
+    assert [g.outcome for g in got] == [codes.SUCCESS] * 20
+    assert {g.proxy for g in got} == {proxy.url}
+    assert site.hits["/proxies.txt"] == 1

@@ -307,8 +307,8 @@ class Downloader:
             attempts += 1
             proxy: str | None = None
             if use_proxies:
-                if pool.provider_url is not None and pool.due_refresh():
-                    await pool.refresh(self._plain_session())
+                if pool.provider_url is not None and (pool.refreshing or pool.due_refresh()):
+                    await pool.maybe_refresh(self._plain_session())
                 proxy = pool.pick(tried or ())
                 if proxy is None:
                     if result is not None:

@@ -7,6 +7,7 @@ Cost: ``pick`` is O(1) amortised (a cursor over the list, skipping retired proxi
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
@@ -111,6 +112,7 @@ class ProxyPool:
         self._cursor = 0
         self._retired: dict[str, float] = {}  # proxy -> back at (clock)
         self._next_refresh = float("-inf") if provider_url else float("inf")
+        self._refreshing: asyncio.Future[None] | None = None
         self.picks: dict[str, int] = {}
         self.retirements: dict[str, int] = {}
         self.refreshes = 0
@@ -185,10 +187,33 @@ class ProxyPool:
     def due_refresh(self) -> bool:
         return self._clock() >= self._next_refresh
 
+    @property
+    def refreshing(self) -> bool:
+        """True while a provider refresh started by ``maybe_refresh`` is under way."""
+        return self._refreshing is not None
+
     async def maybe_refresh(self, session: aiohttp.ClientSession) -> None:
-        """Re-read the provider when ``refresh_every`` has passed (cheap check otherwise)."""
-        if self._clock() >= self._next_refresh:
-            await self.refresh(session)
+        """Re-read the provider when ``refresh_every`` has passed (cheap check otherwise).
+
+        Concurrent callers share one refresh: the caller that starts it waits for it, and
+        so does any caller while the pool has no proxy yet (the first requests of a run);
+        the others go on with the current list.
+        """
+        task = self._refreshing
+        if task is None:
+            if self._clock() < self._next_refresh:
+                return
+            task = self._refreshing = asyncio.ensure_future(self.refresh(session))
+            task.add_done_callback(self._refreshed)
+        elif self._proxies:
+            return
+        await asyncio.shield(task)
+
+    def _refreshed(self, task: asyncio.Future[None]) -> None:
+        self._refreshing = None
+        if not task.cancelled() and task.exception() is not None:
+            self.refresh_errors += 1
+            self.last_refresh_error = f"proxy provider: {task.exception()!r:.200}"
 
     async def refresh(self, session: aiohttp.ClientSession, timeout: float = 10.0) -> None:
         """Read the provider URL: one proxy URL per line (blank lines and ``#`` comments
