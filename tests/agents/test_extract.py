@@ -220,3 +220,22 @@ def test_a_bad_selector_regex_or_key_is_a_config_error_naming_the_key(
         ExtractionRules.from_config(config, file="crawl.yaml")
     assert err.value.key == key
     assert err.value.file == "crawl.yaml"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"\x00\x01<title>a\x00b</title><p>x\x00</p>",
+        bytes(range(256)) * 10,
+        b"<div>" * 100_000 + b"<p>deep</p>",
+        b"\xef\xbb\xbf<title>bom</title>",
+        b'<?xml version="1.0" encoding="utf-8"?><title>x</title>',
+    ],
+    ids=["empty", "nul-bytes", "binary", "deep-nesting", "bom", "xml-declaration"],
+)
+def test_hostile_bodies_give_a_result_not_a_crash(body: bytes) -> None:
+    ex = rules({"t": {"css": "title::text"}, "p": {"xpath": "//p/text()"}})
+    got = ex.extract(body, URL)
+    assert set(got.fields) == {"t", "p"}
+    assert got.title is None or "\x00" not in got.title

@@ -309,6 +309,8 @@ class ExtractionRules:
             title = title_match.group(1)
             if "&" in title:
                 title = html.unescape(title)
+            if "\x00" in title:
+                title = title.replace("\x00", "")
             out.title = " ".join(title.split())
         fields = out.fields
         if self._tree_fields:
