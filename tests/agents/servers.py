@@ -101,6 +101,8 @@ class Site(_Server):
         r.add_get("/set-cookie", self.set_cookie)
         r.add_get("/cookies", self.cookies)
         r.add_get("/guarded", self.guarded)
+        r.add_get("/login", self.login)
+        r.add_route("*", "/to", self.to)
         r.add_get("/latin1", self.latin1)
         r.add_get("/proxies.txt", self.proxies)
         self.app.middlewares.append(self._count)
@@ -182,6 +184,17 @@ class Site(_Server):
 
     async def cookies(self, request: web.Request) -> web.Response:
         return web.json_response(dict(request.cookies))
+
+    async def login(self, request: web.Request) -> web.Response:
+        """Set ``sid=logged`` and redirect to ``/cookies`` in the same answer."""
+        resp = web.Response(status=302, headers={"Location": "/cookies"})
+        resp.set_cookie("sid", "logged")
+        return resp
+
+    async def to(self, request: web.Request) -> web.Response:
+        """Redirect to ``?url=`` with ``?status=`` (302 by default)."""
+        status = int(request.query.get("status", "302"))
+        return web.Response(status=status, headers={"Location": request.query["url"]})
 
     async def guarded(self, request: web.Request) -> web.Response:
         """403 for a client that carries a ``sid`` cookie: the site knows that session."""

@@ -314,3 +314,27 @@ async def test_concurrent_first_requests_wait_for_the_one_provider_read(clock: F
     assert [g.outcome for g in got] == [codes.SUCCESS] * 20
     assert {g.proxy for g in got} == {proxy.url}
     assert site.hits["/proxies.txt"] == 1
+
+
+async def test_cookies_set_on_a_redirect_are_kept_for_the_next_hop() -> None:
+    async with Site() as site, Downloader() as d:
+        got = await d.fetch(f"{site.url}/login", job="j")
+    assert got.final_url == f"{site.url}/cookies" and json.loads(got.body) == {"sid": "logged"}
+
+
+async def test_credentials_are_not_sent_on_to_another_origin_after_a_redirect() -> None:
+    async with Site() as site, Site() as other, Downloader() as d:
+        secret = {"Authorization": "Bearer s3cret", "X-Keep": "1"}
+        same = await d.fetch(Request(f"{site.url}/to?url=/echo", headers=secret))
+        away = await d.fetch(Request(f"{site.url}/to?url={other.url}/echo", headers=secret))
+    assert json.loads(same.body)["headers"]["authorization"] == "Bearer s3cret"
+    sent_away = json.loads(away.body)["headers"]
+    assert "authorization" not in sent_away and sent_away["x-keep"] == "1"
+
+
+async def test_a_307_redirect_keeps_the_method_and_body() -> None:
+    async with Site() as site, Downloader() as d:
+        got = await d.fetch(Request(f"{site.url}/to?url=/echo&status=307", method="POST",
+                                    data=b"payload"))
+    echoed = json.loads(got.body)
+    assert echoed["method"] == "POST" and echoed["body"] == "payload"

@@ -394,6 +394,8 @@ class Downloader:
                                     ), False
                                 if status == 303 or (status in (301, 302) and method == "POST"):
                                     method, data, json = "GET", None, None
+                                if headers and target.origin() != resp.url.origin():
+                                    headers = _same_origin_only(headers)
                                 url, params = target, None
                                 continue
                     body = await self._read(resp)
@@ -499,6 +501,14 @@ class Downloader:
             await self._plain.close()
         if self._connector is not None:
             await self._connector.close()
+
+
+_ORIGIN_BOUND = frozenset(("authorization", "cookie", "proxy-authorization"))
+
+
+def _same_origin_only(headers: Mapping[str, str]) -> dict[str, str]:
+    """The request headers without credentials, for a redirect to another origin."""
+    return {k: v for k, v in headers.items() if k.lower() not in _ORIGIN_BOUND}
 
 
 def _params(params: Mapping[str, Any] | None) -> dict[str, str] | None:
