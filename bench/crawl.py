@@ -1,0 +1,178 @@
+"""Crawl: ``crawlhub crawl`` against a Scrapy spider on the same synthetic site.
+
+The site (``bench/crawl_site.py``) runs in its own process: N pages of ~2 KB, 10 links
+each, every page reachable from ``/p/0``. Its own capacity is measured once with a bare
+aiohttp client loop (concurrency 64, no parsing): the bound no crawler can pass. Then
+each crawler crawls all of it from ``/p/0`` at concurrency 64, writing ``{url, title}``
+items to a JSON lines file, as a child process whose CPU time and peak RSS come from
+``os.wait4``: Scrapy 2.x (``response.follow_all``, no autothrottle), ``crawlhub crawl``
+(one process, embedded SQLite), and two ``crawlhub agent`` processes on Redis fed by a
+hub in this process (``--only agents2``).
+
+Run:  python bench/crawl.py [--pages 20000] [--only bound,scrapy,crawlhub,agents2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+HERE = Path(__file__).resolve().parent
+CONCURRENCY = 64
+
+SPIDER = '''
+import scrapy
+
+class Site(scrapy.Spider):
+    name = "site"
+    start_urls = [{start!r}]
+
+    def parse(self, response):
+        yield {{"url": response.url, "title": response.css("title::text").get()}}
+        yield from response.follow_all(css="a")
+'''
+
+
+@dataclass
+class Run:
+    name: str
+    pages: int
+    seconds: float
+    cpu: float | None = None
+    rss_mb: float | None = None
+    note: str = ""
+
+    @property
+    def rate(self) -> float:
+        return self.pages / self.seconds if self.seconds else 0.0
+
+
+def start_site(pages: int) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen([sys.executable, str(HERE / "crawl_site.py"), "--pages", str(pages)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("ready"):
+        proc.kill()
+        raise SystemExit(f"the site did not start: {line!r}")
+    return proc, int(line.split()[1])
+
+
+async def bound(base: str, pages: int) -> Run:
+    import aiohttp
+
+    urls = iter(range(pages))
+    done = 0
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        nonlocal done
+        for i in urls:
+            async with session.get(f"{base}/p/{i}") as resp:
+                await resp.read()
+            done += 1
+
+    connector = aiohttp.TCPConnector(limit=CONCURRENCY)
+    start = time.perf_counter()
+    async with aiohttp.ClientSession(connector=connector) as session:
+        await asyncio.gather(*(worker(session) for _ in range(CONCURRENCY)))
+    return Run("site bound (bare aiohttp loop)", done, time.perf_counter() - start,
+               note="no parsing, in the bench process")
+
+
+def run_child(name: str, argv: list[str], out: Path, *, cwd: str | None = None,
+              env: dict[str, str] | None = None) -> Run:
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    urls = set()
+    rows = 0
+    if out.exists():
+        with out.open() as f:
+            for line in f:
+                if line.strip():
+                    rows += 1
+                    urls.add(json.loads(line)["url"])
+    note = f"{len(urls):,} unique urls in {rows:,} rows"
+    if proc.returncode:
+        note += f"; exit {proc.returncode}"
+    return Run(name, len(urls), seconds, usage.ru_utime + usage.ru_stime,
+               usage.ru_maxrss / 1024, note)
+
+
+def scrapy_run(base: str, work: Path) -> Run:
+    spider = work / "spider.py"
+    spider.write_text(SPIDER.format(start=f"{base}/p/0"))
+    out = work / "scrapy.jsonl"
+    argv = [sys.executable, "-m", "scrapy", "runspider", str(spider), "-o", f"{out}:jsonlines",
+            "-s", f"CONCURRENT_REQUESTS={CONCURRENCY}",
+            "-s", f"CONCURRENT_REQUESTS_PER_DOMAIN={CONCURRENCY}",
+            "-s", "AUTOTHROTTLE_ENABLED=False", "-s", "LOG_LEVEL=WARNING",
+            "-s", "ROBOTSTXT_OBEY=False", "-s", "TELNETCONSOLE_ENABLED=False",
+            "-s", "DOWNLOAD_DELAY=0"]
+    return run_child("scrapy", argv, out, cwd=str(work))
+
+
+def crawlhub_run(base: str, work: Path) -> Run:
+    out = work / "crawlhub.jsonl"
+    argv = [sys.executable, "-m", "crawlhub", "crawl", f"{base}/p/0", "--follow",
+            "--concurrency", str(CONCURRENCY), "--per-domain", str(CONCURRENCY),
+            "--out", str(out), "--data-dir", str(work / "crawl-data"), "--quiet"]
+    return run_child("crawlhub crawl (1 process, SQLite)", argv, out)
+
+
+def table(runs: list[Run], pages: int, load: str) -> Table:
+    t = Table(title=f"crawl of a {pages:,}-page site at concurrency {CONCURRENCY}"
+              f" (load before: {load})")
+    for column in ("crawler", "pages", "seconds", "pages/s", "CPU ms/page", "peak RSS MB",
+                   "x scrapy", "note"):
+        t.add_column(column, justify="left" if column in ("crawler", "note") else "right")
+    scrapy = next((r for r in runs if r.name == "scrapy"), None)
+    for r in runs:
+        ratio = f"{r.rate / scrapy.rate:.2f}" if scrapy and scrapy.rate else "-"
+        t.add_row(r.name, f"{r.pages:,}", f"{r.seconds:.1f}", f"{r.rate:,.0f}",
+                  f"{1000 * r.cpu / r.pages:.2f}" if r.cpu is not None and r.pages else "-",
+                  f"{r.rss_mb:.0f}" if r.rss_mb is not None else "-", ratio, r.note)
+    return t
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pages", type=int, default=20000)
+    parser.add_argument("--only", default="bound,scrapy,crawlhub")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    site, port = start_site(args.pages)
+    base = f"http://127.0.0.1:{port}"
+    runs: list[Run] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="crawl-bench-") as tmp:
+            work = Path(tmp)
+            if "bound" in only:
+                runs.append(asyncio.run(bound(base, args.pages)))
+            if "scrapy" in only:
+                runs.append(scrapy_run(base, work))
+            if "crawlhub" in only:
+                runs.append(crawlhub_run(base, work))
+    finally:
+        site.kill()
+        site.wait()
+    Console(width=200).print(table(runs, args.pages, load))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
