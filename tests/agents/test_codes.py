@@ -19,6 +19,7 @@ def test_defaults_map_each_outcome_to_its_documented_code() -> None:
     assert table.code(codes.PARSE_ERROR, 200) == 2005
     assert table.code(codes.TOO_MANY_REDIRECTS, 302) == 2006
     assert table.code(codes.ROBOTS_DISALLOWED) == 2007
+    assert table.code(codes.INVALID_URL) == 2008
 
 
 def test_an_http_error_reports_its_status_unless_one_code_is_configured() -> None:

@@ -338,3 +338,19 @@ async def test_a_307_redirect_keeps_the_method_and_body() -> None:
                                     data=b"payload"))
     echoed = json.loads(got.body)
     assert echoed["method"] == "POST" and echoed["body"] == "payload"
+
+
+@pytest.mark.parametrize(
+    "url", ["", "not a url", "ftp://x/", "http://[bad", "http://h:99999/", "http:///nohost"]
+)
+async def test_a_url_that_cannot_be_requested_is_the_invalid_url_outcome(url: str) -> None:
+    async with Downloader() as d:
+        got = await d.fetch(url)
+    assert got.outcome == codes.INVALID_URL and got.status == 0
+    assert ResultCodes().code(got.outcome) == 2008
+
+
+async def test_a_redirect_to_an_invalid_url_is_the_invalid_url_outcome() -> None:
+    async with Site() as site, Downloader() as d:
+        got = await d.fetch(f"{site.url}/to?url=http://h:99999/x")
+    assert got.outcome == codes.INVALID_URL

@@ -22,6 +22,7 @@ TOO_LARGE = "too_large"
 PARSE_ERROR = "parse_error"
 TOO_MANY_REDIRECTS = "too_many_redirects"
 ROBOTS_DISALLOWED = "robots_disallowed"
+INVALID_URL = "invalid_url"
 
 OUTCOMES = (
     SUCCESS,
@@ -33,6 +34,7 @@ OUTCOMES = (
     PARSE_ERROR,
     TOO_MANY_REDIRECTS,
     ROBOTS_DISALLOWED,
+    INVALID_URL,
 )
 
 
@@ -49,6 +51,7 @@ class ResultCodes(BaseModel):
         parse_error         2005
         too_many_redirects  2006
         robots_disallowed   2007
+        invalid_url         2008   not an http(s) URL one can request: retrying cannot help
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -62,6 +65,7 @@ class ResultCodes(BaseModel):
     parse_error: int = 2005
     too_many_redirects: int = 2006
     robots_disallowed: int = 2007
+    invalid_url: int = 2008
     statuses: dict[int, int] = {}
 
     @field_validator("statuses")
@@ -117,6 +121,7 @@ __all__ = [
     "BANNED",
     "CONNECTION_ERROR",
     "HTTP_ERROR",
+    "INVALID_URL",
     "OUTCOMES",
     "PARSE_ERROR",
     "ROBOTS_DISALLOWED",

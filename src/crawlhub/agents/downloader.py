@@ -36,6 +36,7 @@ from crawlhub.agents.codes import (
     BANNED,
     CONNECTION_ERROR,
     HTTP_ERROR,
+    INVALID_URL,
     SUCCESS,
     TIMEOUT,
     TOO_LARGE,
@@ -124,7 +125,8 @@ class Fetched:
     """What one download ended in.
 
     ``outcome`` is a name from ``crawlhub.agents.codes`` (``success``, ``http_error``,
-    ``timeout``, ``connection_error``, ``banned``, ``too_large``, ``too_many_redirects``);
+    ``timeout``, ``connection_error``, ``banned``, ``too_large``, ``too_many_redirects``,
+    ``invalid_url``);
     ``ResultCodes.code(outcome, status)`` turns it into the result code. ``status`` is 0
     and ``body`` empty when no response came; ``final_url`` is where redirects ended;
     ``proxy`` the proxy of the last attempt (``None`` when direct); ``attempts`` counts
@@ -381,7 +383,13 @@ class Downloader:
                     if status in _REDIRECTS:
                         location = resp.headers.get("Location")
                         if location:
-                            target = resp.url.join(URL(location, encoded=False))
+                            try:
+                                target = resp.url.join(URL(location, encoded=False))
+                            except ValueError as exc:
+                                return self._failed(
+                                    req, location, started, proxy, hops + 1, INVALID_URL,
+                                    f"redirect to an invalid URL: {exc}"[:300],
+                                ), False
                             if target.scheme in ("http", "https"):
                                 hops += 1
                                 if hops > self._max_redirects:
@@ -422,6 +430,9 @@ class Downloader:
             limit = timeout.total
             return self._failed(req, url, started, proxy, hops, TIMEOUT,
                                 f"no complete response within {limit:g}s"), False
+        except (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError) as exc:
+            return self._failed(req, url, started, proxy, hops, INVALID_URL,
+                                f"{type(exc).__name__}: {exc}"[:300]), False
         except (aiohttp.ClientProxyConnectionError, aiohttp.ClientHttpProxyError) as exc:
             return self._failed(req, url, started, proxy, hops, CONNECTION_ERROR,
                                 f"proxy failed: {type(exc).__name__}: {exc}"[:300]), True
