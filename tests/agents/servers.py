@@ -1,6 +1,7 @@
 """Local HTTP servers for agent tests, on 127.0.0.1 (aiohttp.web, started in the test's loop).
 
-``Site``: a link graph (``/page/{n}``), redirects and a redirect loop, huge bodies (with a
+``Site``: a link graph (``/page/{n}``), any status (``/status/{code}``), 429/503 with
+``Retry-After`` (``/retry-after/{s}``), redirects and a redirect loop, huge bodies (with a
 length, chunked, gzip), a slow page, a page held until the test lets it go, cookies, a
 non-UTF-8 page, a proxy list for a provider, per-path request counts and the peak number
 of requests in flight. ``ForwardProxy``: a plain-HTTP forward proxy that can be told to
@@ -89,6 +90,7 @@ class Site(_Server):
         r = self.app.router
         r.add_get("/page/{n}", self.page)
         r.add_get("/status/{code}", self.status)
+        r.add_get("/retry-after/{seconds}", self.retry_after)
         r.add_get("/redirect/{n}", self.redirect)
         r.add_get("/loop", self.loop)
         r.add_post("/post-redirect", self.post_redirect)
@@ -125,6 +127,12 @@ class Site(_Server):
 
     async def status(self, request: web.Request) -> web.Response:
         return web.Response(status=int(request.match_info["code"]), text="status page")
+
+    async def retry_after(self, request: web.Request) -> web.Response:
+        """429 with ``Retry-After: {seconds}`` (``?status=503`` for a 503)."""
+        status = int(request.query.get("status", "429"))
+        return web.Response(status=status, text="slow down",
+                            headers={"Retry-After": request.match_info["seconds"]})
 
     async def redirect(self, request: web.Request) -> web.Response:
         n = int(request.match_info["n"])

@@ -354,3 +354,10 @@ async def test_a_redirect_to_an_invalid_url_is_the_invalid_url_outcome() -> None
     async with Site() as site, Downloader() as d:
         got = await d.fetch(f"{site.url}/to?url=http://h:99999/x")
     assert got.outcome == codes.INVALID_URL
+
+
+async def test_response_headers_such_as_retry_after_reach_the_caller() -> None:
+    async with Site() as site, Downloader() as d:
+        got = await d.fetch(f"{site.url}/retry-after/7")
+    assert got.outcome == codes.HTTP_ERROR and got.status == 429
+    assert got.headers["retry-after"] == "7"
