@@ -1,4 +1,5 @@
-"""What only the Redis backend promises: its key layout, server clock and error messages."""
+"""What only the Redis backend promises: its key layout, the caller's clock and error
+messages."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from crawlhub.errors import QueueError
 from crawlhub.keys import queue_keys, queue_registry
 from crawlhub.queues.redis import RedisQueueBackend
 from crawlhub.storage.errors import is_unavailable
+from tests.helpers import FakeClock
 from tests.servers import throwaway_valkey
 
 from .conftest import delete_prefix
@@ -49,15 +51,26 @@ async def test_every_key_lives_under_the_prefix_and_purge_keeps_only_the_id_coun
         await client.aclose()
 
 
-async def test_deadlines_follow_the_server_clock(backend: RedisQueueBackend) -> None:
-    q = backend.queue("jobs")
-    await q.push({"n": 1})
-
-    before, _ = await backend.redis.time()
-    (m,) = await q.lease(1, visibility_timeout=3600)
-    after, micros = await backend.redis.time()
-
-    assert before + 3600 <= m.lease_until <= after + micros / 1e6 + 3600
+async def test_deadlines_follow_the_callers_clock_not_the_servers(
+        redis_url: str, unique_name: str) -> None:
+    # crawlhub.clock: every script gets the caller's now; a clock a year off the server's
+    # still leases for exactly the visibility timeout.
+    clock = FakeClock(start=1_000_000_000.0)
+    prefix = f"test:{unique_name}:"
+    backend = RedisQueueBackend(redis_url, prefix=prefix, clock=clock)
+    try:
+        q = backend.queue("jobs")
+        await q.push({"n": 1})
+        (m,) = await q.lease(1, visibility_timeout=3600)
+        assert m.lease_until == pytest.approx(clock() + 3600)
+        clock.advance(3599)
+        assert await q.lease(1) == []
+        clock.advance(1)
+        (again,) = await q.lease(1)
+        assert again.id == m.id and again.attempts == 2
+    finally:
+        await backend.close()
+        await delete_prefix(redis_url, prefix)
 
 
 async def test_valkey_scheme_is_accepted(redis_url: str, unique_name: str) -> None:

@@ -1,7 +1,8 @@
 """The distributed queue backend: each named queue is a few Redis keys moved by Lua scripts.
 
 Every state change is one script, so it is atomic across any number of hub and worker
-processes; lease deadlines use the Redis server's clock, so worker clocks may drift.
+processes. Lease deadlines follow :mod:`crawlhub.clock`: the caller's clock (epoch
+seconds), handed to every script as ``now``; no script reads the server's ``TIME``.
 
 Layout (key names from :func:`crawlhub.keys.queue_keys`, one hash slot per queue):
 
@@ -20,11 +21,12 @@ Layout (key names from :func:`crawlhub.keys.queue_keys`, one hash slot per queue
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from redis.exceptions import NoScriptError, RedisError
 
+from crawlhub.clock import Clock, system_clock
 from crawlhub.errors import QueueError
 from crawlhub.keys import DEFAULT_PREFIX, queue_keys, queue_registry
 from crawlhub.queues.common import (
@@ -57,13 +59,9 @@ local reasons = KEYS[9]
 local CHUNK = 1000  -- ids per multi-argument call, well below Lua's unpack() limit
 local DEFAULT_MAX_ATTEMPTS = @DEFAULT_MAX_ATTEMPTS@
 
+-- the caller's clock in integer milliseconds (crawlhub.clock: no TIME in scripts)
 local function now_ms(given)
-  local now = tonumber(given)
-  if now < 0 then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return now
+  return tonumber(given)
 end
 
 -- refs arrive as 'member:attempt,member:,...'; an empty attempt means any lease
@@ -331,7 +329,8 @@ class RedisQueueBackend:
     """Queues on a Redis (or Valkey) server; ``url`` is ``redis://host:port/db``.
 
     ``prefix`` starts every key, so deployments and tests can share one server.
-    ``clock`` (seconds since the epoch) replaces the server clock; tests pass a fake one.
+    ``clock`` (epoch seconds; default the system clock) times every lease, as
+    :mod:`crawlhub.clock` says; tests pass a fake one.
     """
 
     def __init__(
@@ -339,11 +338,11 @@ class RedisQueueBackend:
         url: str,
         prefix: str = DEFAULT_PREFIX,
         *,
-        clock: Callable[[], float] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.url = url
         self.prefix = prefix
-        self.clock = clock
+        self.clock: Clock = clock or system_clock
         self.redis = redis_client(url, name="queues")
         prelude = _PRELUDE.replace("@DEFAULT_MAX_ATTEMPTS@", str(DEFAULT_MAX_ATTEMPTS))
         self.scripts = {n: self.redis.register_script(prelude + s) for n, s in _SCRIPTS.items()}
@@ -401,8 +400,8 @@ class RedisQueueBackend:
         await self.redis.aclose()
 
     def now_arg(self) -> str:
-        """The clock argument of a script: ``-1`` asks for the server's clock."""
-        return "-1" if self.clock is None else str(math.floor(self.clock() * 1000))
+        """The clock argument of a script: the caller's now in integer milliseconds."""
+        return str(math.floor(self.clock() * 1000))
 
     async def call(self, op: str, awaitable: Awaitable[T]) -> T:
         """Await a Redis call; Redis errors become a QueueError naming the server and op."""

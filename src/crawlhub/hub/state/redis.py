@@ -3,9 +3,9 @@ leases and token buckets; every multi-key step is one Lua script."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+from crawlhub.clock import Clock, system_clock
 from crawlhub.hub.intake import RedisIntake
 from crawlhub.hub.state.base import (
     CLAIM_LEASE,
@@ -143,14 +143,10 @@ end
 return raw
 """
 
-# Token bucket shared by every hub process (KEYS: bucket hash; ARGV: rate, n, burst, and
-# a clock reading or ""). Uses the server's clock so hubs on different machines agree.
+# Token bucket shared by every hub process (KEYS: bucket hash; ARGV: rate, n, burst, the
+# caller's now: crawlhub.clock, hosts keep their clocks in sync).
 _TOKENS_LUA = """
 local now = tonumber(ARGV[4])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-end
 local rate = tonumber(ARGV[1])
 local n = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
@@ -170,12 +166,12 @@ class RedisHubState(RedisIntake):
 
     def __init__(self, url: str, *, prefix: str = "crawlhub:",
                  retention: float = DEFAULT_RETENTION,
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Clock | None = None) -> None:
         self.url = url
         self.retention = retention
-        #: Replaces the local clock (retention) and the server's (token buckets); tests
-        #: pass a fake one.
-        self.clock = clock
+        #: Epoch seconds for retention and token buckets (crawlhub.clock: the caller's,
+        #: never the server's); tests pass a fake one.
+        self.clock: Clock = clock or system_clock
         self._redis = redis_client(url, name="hub state")
         self._keys = hub_keys(prefix)
         self._prefix = prefix
@@ -201,7 +197,7 @@ class RedisHubState(RedisIntake):
             b"".join(ids), ",".join(str(len(i)) for i in ids),
             b"".join(blobs), ",".join(str(len(b)) for b in blobs),
             ",".join("" if e.deadline is None else repr(e.deadline) for e in entries),
-            repr((self.clock or time.time)() + self.retention),
+            repr(self.clock() + self.retention),
         ]
         for outbound, field, n in counters:
             args += [f"{outbound}\x1f{field}", n]
@@ -232,7 +228,7 @@ class RedisHubState(RedisIntake):
             str(current.task["task_uuid"]), current.raw, raw,
             "" if after is None or after.deadline is None else repr(after.deadline),
             "" if after is None else after.pending or "",
-            repr(lease_until), repr((self.clock or time.time)() + self.retention),
+            repr(lease_until), repr(self.clock() + self.retention),
         ]
         for outbound, name, n in counters:
             args += [f"{outbound}\x1f{name}", n]
@@ -289,7 +285,7 @@ class RedisHubState(RedisIntake):
         return result
 
     async def take_tokens(self, scope: str, rate: float, n: int, burst: float) -> float:
-        now = "" if self.clock is None else repr(self.clock())
+        now = repr(self.clock())
         wait = await self._tokens(keys=[f"{self._keys['tokens']}:{scope}"],
                                   args=[rate, n, burst, now])
         return float(wait)

@@ -4,9 +4,9 @@ and dispatch rates in one transaction per step."""
 from __future__ import annotations
 
 import sqlite3
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+from crawlhub.clock import Clock, system_clock
 from crawlhub.hub.intake import SqliteIntake
 from crawlhub.hub.state.base import (
     CLAIM_LEASE,
@@ -69,7 +69,7 @@ class SqliteHubState(SqliteIntake):
     """Hub state in one SQLite file (embedded mode)."""
 
     def __init__(self, url: str, *, retention: float = DEFAULT_RETENTION,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Clock = system_clock) -> None:
         self.url = url
         self.retention = retention
         #: Epoch seconds for retention and token buckets; tests pass a fake one.
