@@ -127,7 +127,7 @@ def scrapy_run(base: str, work: Path) -> Run:
 
 def crawlhub_run(base: str, work: Path) -> Run:
     out = work / "crawlhub.jsonl"
-    argv = [sys.executable, "-m", "crawlhub", "crawl", f"{base}/p/0", "--follow",
+    argv = [str(Path(sys.executable).parent / "crawlhub"), "crawl", f"{base}/p/0", "--follow",
             "--concurrency", str(CONCURRENCY), "--per-domain", str(CONCURRENCY),
             "--out", str(out), "--data-dir", str(work / "crawl-data"), "--quiet"]
     return run_child("crawlhub crawl (1 process, SQLite)", argv, out)

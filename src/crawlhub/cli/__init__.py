@@ -548,7 +548,9 @@ def _mount_optional() -> None:
     for module_name, command in (("crawlhub.cli.frontier", "frontier"),
                                  ("crawlhub.cli.collect", "collect"),
                                  ("crawlhub.cli.demo", "demo"),
-                                 ("crawlhub.cli.agents", "agents")):
+                                 ("crawlhub.cli.agents", "agents"),
+                                 ("crawlhub.cli.crawl", "crawl"),
+                                 ("crawlhub.cli.agent", "agent")):
         try:
             module = importlib.import_module(module_name)
         except ImportError:

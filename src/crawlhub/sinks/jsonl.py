@@ -64,6 +64,14 @@ class JsonlSink:
             raise SinkError(f"sink '{self.name}': write_batch before open(); open the sink first")
         return await self._db.run(lambda db: self._write(db, batch))
 
+    async def written(self, keys: Sequence[str]) -> set[str]:
+        """Which of ``keys`` (key texts, e.g. URLs for ``key: url``) the file holds (one
+        index query per 500 keys): a resumed crawl skips fetching those."""
+        if self._db is None:
+            raise SinkError(f"sink '{self.name}': written() before open(); open the sink first")
+        wanted = list(keys)
+        return set(await self._db.run(lambda db: self._known_hashes(db, wanted)))
+
     # -- blocking parts, run on the index's SQLite thread ------------------------------
 
     def _open(self, db: sqlite3.Connection, fresh_index: bool) -> None:

@@ -1,0 +1,114 @@
+"""``crawlhub crawl``: crawl URLs in one process (hub + frontier + agent + JSON lines
+writer on embedded SQLite in the data dir); the same command on the same data dir resumes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+
+from crawlhub.errors import ConfigError, CrawlhubError
+
+err = Console(stderr=True)
+
+
+def crawl_command(
+    urls: Annotated[list[str], typer.Argument(help="Start URLs (http or https).")],
+    follow: Annotated[bool, typer.Option("--follow", help="Follow the links found.")] = False,
+    allow: Annotated[list[str] | None, typer.Option(
+        "--allow", help="Follow only links matching this regex (repeatable).")] = None,
+    deny: Annotated[list[str] | None, typer.Option(
+        "--deny", help="Never follow links matching this regex (repeatable).")] = None,
+    depth: Annotated[int | None, typer.Option(
+        min=0, help="Take no links from pages this many links away from a start URL.")
+    ] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Requests at once.")] = 64,
+    per_domain: Annotated[int, typer.Option(
+        min=0, help="Requests at once per domain (0: no limit of its own).")] = 0,
+    delay: Annotated[float, typer.Option(
+        min=0.0, help="Seconds between two request starts on one domain.")] = 0.0,
+    extract: Annotated[Path | None, typer.Option(
+        help="YAML file of extraction rules: fields (css/xpath/regex/json_path) and links.")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Items file (JSON lines, one line per page).")
+                   ] = Path("items.jsonl"),
+    data_dir: Annotated[Path, typer.Option(
+        help="Where the crawl keeps its state; run again with the same one to resume.")
+    ] = Path("crawl-data"),
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+) -> None:
+    """Crawl URLs into a JSON lines file: {url, status, title} plus extracted fields.
+
+    Resumable: run the same command with the same --data-dir after a kill and it
+    continues, fetching nothing again that is already in --out.
+    """
+    from crawlhub.agents.crawl import Crawl, CrawlOptions, Progress
+
+    bad = [u for u in urls if not u.startswith(("http://", "https://"))]
+    if bad:
+        err.print(f"[bold red]error[/] {bad[0]!r} is not an http(s) URL; give full URLs such"
+                  " as http://127.0.0.1:8600/", highlight=False)
+        raise typer.Exit(2)
+    try:
+        rules = _read_extract(extract) if extract else None
+        opts = CrawlOptions(urls=list(urls), out=out, data_dir=data_dir, follow=follow,
+                            allow=list(allow or []), deny=list(deny or []), depth=depth,
+                            concurrency=concurrency, per_domain=per_domain, delay=delay,
+                            extract=rules)
+        crawl = Crawl(opts)
+    except CrawlhubError as exc:
+        err.print(f"[bold red]error[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    logging.getLogger("crawlhub").setLevel(logging.WARNING)
+    progress: Progress
+    if quiet:
+        progress = asyncio.run(crawl.run())
+    else:
+        progress = _run_with_bar(crawl)
+    seconds = max(progress.rate and progress.pages / progress.rate, 0.0)
+    err.print(f"crawled {progress.pages:,} pages in {seconds:.1f} s"
+              f" ({progress.rate:,.0f}/s): {progress.items:,} items to {out},"
+              f" {progress.errors:,} errors, {progress.skipped:,} already written"
+              f" (data: {data_dir})", highlight=False)
+
+
+def _read_extract(path: Path) -> dict:  # type: ignore[type-arg]
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"--extract {str(path)!r}: cannot read it as YAML ({exc})",
+                          file=str(path)) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"--extract {str(path)!r}: expected a mapping with 'fields' and/or"
+                          " 'links'", file=str(path))
+    # a file may hold the rules under 'extract:' or at its top
+    inner = data.get("extract", data)
+    if not isinstance(inner, dict):
+        raise ConfigError(f"--extract {str(path)!r}: 'extract' must be a mapping",
+                          file=str(path), key="extract")
+    return inner
+
+
+def _run_with_bar(crawl: Any) -> Any:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("[bold]crawl"), BarColumn(),
+               TextColumn("{task.fields[text]}"), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=False) as bar:
+        task = bar.add_task("crawl", total=None, text="starting")
+
+        def show(p: object) -> None:
+            pages, items, errors = p.pages, p.items, p.errors  # type: ignore[attr-defined]
+            queued, rate = p.queued, p.rate  # type: ignore[attr-defined]
+            bar.update(task, completed=pages, total=pages + queued,
+                       text=f"pages {pages:,}  items {items:,}  errors {errors:,}"
+                            f"  queue {queued:,}  {rate:,.0f}/s")
+
+        return asyncio.run(crawl.run(show))  # type: ignore[attr-defined]
