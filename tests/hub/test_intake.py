@@ -19,6 +19,7 @@ import redis
 from crawlhub.api import create_app
 from crawlhub.errors import BackendUnavailable
 from crawlhub.hub.hub import ALIVE_TTL, Hub
+from tests.helpers import FakeClock
 from tests.servers import free_port
 
 Opener = Callable[[Any], Any]
@@ -175,8 +176,7 @@ async def test_a_url_admitted_by_a_hub_killed_before_its_push_is_pushed_by_recov
 
 
 async def test_a_url_of_a_dead_hub_stays_a_duplicate_until_recovery_pushes_it(
-        make_config: Callable[..., Any], open_services: Opener,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        make_config: Callable[..., Any], open_services: Opener) -> None:
     config = make_config(frontier={"web": {}},
                          outbound=[{"name": "pages", "frontier": "web"}])
     killed = await open_services(config)
@@ -185,7 +185,7 @@ async def test_a_url_of_a_dead_hub_stays_a_duplicate_until_recovery_pushes_it(
 
     svc = await open_services(config)
     later = time.time() + ALIVE_TTL + 1  # the killed hub has stopped beating by then
-    monkeypatch.setattr("crawlhub.hub.hub.time.time", lambda: later)
+    svc.hub.clock = lambda: later
     [retry] = await svc.hub.submit([{"url": "http://example.com/a", "task_uuid": "second"}])
     assert retry.status == "duplicate"
     assert await svc.hub.recover_intake(later) == 1
@@ -203,6 +203,24 @@ async def test_a_task_killed_after_its_record_is_pushed_by_recovery_once(
     [again] = await svc.hub.submit([{"url": "http://x/1", "task_uuid": "u1"}])
     assert again.status == "already_routed"
     await svc.hub.recover_intake(time.time() + ALIVE_TTL + 1)
+    assert [p["task_uuid"] for p in await drain(svc, "o")] == ["u1"]
+
+
+async def test_intake_records_and_recovery_follow_the_hubs_clock(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    # crawlhub.clock: the intake's records and heartbeats are leases on the hub's clock,
+    # so a fake clock alone decides when a killed hub's record is recovered.
+    clock = FakeClock(start=time.time() + 10 * 24 * 3600)
+    config = make_config(frontier={"web": {}}, outbound=[{"name": "o", "frontier": "web"}])
+    killed = await open_services(config)
+    killed.hub.clock = clock
+    await crash_after_admission(killed, {"url": "http://x/1", "task_uuid": "u1"})
+    await killed.close()
+    svc = await open_services(config)
+    svc.hub.clock = clock
+    assert await svc.hub.recover_intake() == 0
+    clock.advance(ALIVE_TTL + 1)
+    assert await svc.hub.recover_intake() == 1
     assert [p["task_uuid"] for p in await drain(svc, "o")] == ["u1"]
 
 

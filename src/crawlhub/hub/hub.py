@@ -257,8 +257,9 @@ class Hub:
         self._rate_unsent: dict[tuple[str, int], int] = {}
         self._rate_flush: asyncio.Task[None] | None = None
         self._rate_lock = asyncio.Lock()
-        #: The clock of result handling (deadlines of next dispatches, leases, sweeps)
-        #: and of the outbound rate; tests inject one.
+        #: The clock of every lease this hub writes (crawlhub.clock): intake records and
+        #: heartbeats, deadlines of dispatches, ledger claims, sweeps, and of the
+        #: outbound rate; tests inject one.
         self.clock: Callable[[], float] = time.time
         #: Seconds a claimed lost task, or a settled result's follow-up (push, failure
         #: line), stays leased to this process before any process's sweep takes it over.
@@ -425,7 +426,7 @@ class Hub:
                       wait: bool) -> dict[int, BaseException]:
         """Gate, take tokens, record, admit, push, mark pushed. Fills ``results``;
         returns the errors of the tasks whose push failed (by index)."""
-        now = time.time()
+        now = self.clock()
         gates = self._gates(plans, results, inbound_frontier, now)
         groups: dict[str, list[tuple[int, Task]]] = defaultdict(list)
         rules: dict[str, OutboundRule] = {}
@@ -814,7 +815,7 @@ class Hub:
         (silent for :data:`ALIVE_TTL`); a gated one only if its URL was admitted for it
         (or its gate inherited). Also finishes what this process left to do after a
         backend outage. Returns how many were pushed."""
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         await self._leftovers(now)
         claimed = await self.state.intake_claim(now, now - ALIVE_TTL, self.instance)
         todo: list[_Todo] = []
@@ -898,7 +899,7 @@ class Hub:
     async def _beat_forever(self) -> None:
         while not self._stop.is_set():
             try:
-                await self.state.intake_beat(self.instance, time.time())
+                await self.state.intake_beat(self.instance, self.clock())
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
