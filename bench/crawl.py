@@ -93,7 +93,8 @@ async def bound(base: str, pages: int) -> Run:
 def run_child(name: str, argv: list[str], out: Path, *, cwd: str | None = None,
               env: dict[str, str] | None = None) -> Run:
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)

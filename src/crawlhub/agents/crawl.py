@@ -26,6 +26,7 @@ from crawlhub.agents.downloader import Downloader, DownloaderConfig
 from crawlhub.agents.extract import ExtractionRules
 from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.config.sinks import JsonlSinkConfig
+from crawlhub.errors import CrawlhubError
 from crawlhub.queues.base import Message
 from crawlhub.service import Services
 from crawlhub.sinks.jsonl import JsonlSink
@@ -81,6 +82,31 @@ def crawl_config(opts: CrawlOptions) -> CrawlhubConfig:
     })
 
 
+def _lock(data_dir: Path) -> Any:
+    """Hold the data dir for this crawl alone (released when the process ends)."""
+    import fcntl
+
+    f = (data_dir / "crawl.lock").open("a")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise CrawlhubError(f"another crawl is running on the data dir {str(data_dir)!r};"
+                            " wait for it to end or give another --data-dir") from None
+    return f
+
+
+async def _take_back_leases(queues: Any, name: str) -> None:
+    """Return the leases a killed run left to ready at once: the lock says that run is
+    dead, so they need not wait out their visibility timeout."""
+    def expire(conn: Any) -> None:
+        conn.execute("UPDATE queue_messages SET lease_until = 0 WHERE queue = ? AND state = 1",
+                     (name,))
+
+    await queues.run(f"take back the leases of queue {name!r}", expire)
+    await queues.queue(name).requeue_expired()
+
+
 class Crawl:
     """One crawl; ``await Crawl(opts).run(on_progress)`` returns its :class:`Progress`."""
 
@@ -105,6 +131,7 @@ class Crawl:
     async def run(self, on_progress: Callable[[Progress], None] | None = None) -> Progress:
         opts = self.opts
         opts.data_dir.mkdir(parents=True, exist_ok=True)
+        lock = _lock(opts.data_dir)
         services = self.services = await Services.open(crawl_config(opts))
         await self.sink.open()
         gate = None
@@ -114,6 +141,7 @@ class Crawl:
             if opts.per_domain or opts.delay:
                 gate = self._gate()
             hub = services.hub
+            await _take_back_leases(services.queues, QUEUE)
             await hub.submit([{"url": u, "depth": 0} for u in opts.urls], wait=True)
             queue = services.queues.queue(QUEUE)
             agent = Agent({QUEUE: queue}, downloader, report=HubReport(hub, "http"),
@@ -145,6 +173,7 @@ class Crawl:
                     await gate.close()
             await self.sink.close()
             await services.close()
+            lock.close()
 
     def _gate(self) -> Any:
         from crawlhub.agents.politeness import DomainRules, open_gate

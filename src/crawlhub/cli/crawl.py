@@ -66,10 +66,11 @@ def crawl_command(
         raise typer.Exit(2) from None
     logging.getLogger("crawlhub").setLevel(logging.WARNING)
     progress: Progress
-    if quiet:
-        progress = asyncio.run(crawl.run())
-    else:
-        progress = _run_with_bar(crawl)
+    try:
+        progress = asyncio.run(crawl.run()) if quiet else _run_with_bar(crawl)
+    except CrawlhubError as exc:
+        err.print(f"[bold red]error[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
     seconds = max(progress.rate and progress.pages / progress.rate, 0.0)
     err.print(f"crawled {progress.pages:,} pages in {seconds:.1f} s"
               f" ({progress.rate:,.0f}/s): {progress.items:,} items to {out},"

@@ -1,0 +1,100 @@
+"""The one-process crawl (``crawlhub crawl``) on real local sites: every page once, each
+item once, resume after SIGKILL without fetching again what was written."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from crawlhub.agents.crawl import Crawl, CrawlOptions
+from tests.agents.servers import Site
+from tests.helpers import wait_for
+
+CRAWLHUB = str(Path(sys.executable).parent / "crawlhub")
+
+
+def rows(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class SlowSite(Site):
+    """The test site with every page answering after ``delay`` seconds."""
+
+    def __init__(self, pages: int, delay: float) -> None:
+        super().__init__(pages=pages)
+        self.delay = delay
+        self.app.middlewares.insert(0, self._slow)
+
+    @web.middleware
+    async def _slow(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        await asyncio.sleep(self.delay)
+        return await handler(request)  # type: ignore[no-any-return]
+
+
+async def test_crawl_fetches_every_page_of_a_link_graph_once_and_writes_each_item_once(
+        tmp_path: Path) -> None:
+    async with Site(pages=150) as site:
+        out = tmp_path / "items.jsonl"
+        opts = CrawlOptions(urls=[f"{site.url}/page/0"], out=out, data_dir=tmp_path / "data",
+                            follow=True, concurrency=8)
+        progress = await Crawl(opts).run()
+        pages = {f"/page/{n}" for n in range(150)}
+        assert {p: site.hits[p] for p in pages} == dict.fromkeys(pages, 1)
+        items = rows(out)
+        assert len(items) == 150
+        assert {i["url"] for i in items} == {f"{site.url}{p}" for p in pages}
+        first = next(i for i in items if i["url"].endswith("/page/7"))
+        assert first["status"] == 200 and first["title"] == "Page 7"
+        assert progress.pages == 150 and progress.items == 150 and progress.errors == 0
+
+
+async def test_crawl_writes_extracted_fields_and_keeps_to_allow_and_depth(
+        tmp_path: Path) -> None:
+    async with Site(pages=200) as site:
+        out = tmp_path / "items.jsonl"
+        opts = CrawlOptions(urls=[f"{site.url}/page/0"], out=out, data_dir=tmp_path / "data",
+                            follow=True, depth=1, deny=[r"/page/1\d*$"],
+                            extract={"fields": {"heading": {"css": "h1::text"}}})
+        await Crawl(opts).run()
+        items = {i["url"].rsplit("/", 1)[1]: i for i in rows(out)}
+        # page 0 links to 1..10; /page/1 and /page/10 are denied; depth 1 stops there
+        assert sorted(items, key=int) == ["0", "2", "3", "4", "5", "6", "7", "8", "9"]
+        assert items["3"]["heading"] == "Page 3"
+        assert site.hits["/page/11"] == 0
+
+
+async def test_crawl_resumed_after_sigkill_fetches_nothing_twice_that_was_written(
+        tmp_path: Path) -> None:
+    out, data = tmp_path / "items.jsonl", tmp_path / "data"
+    async with SlowSite(pages=400, delay=0.02) as site:
+        argv = [CRAWLHUB, "crawl", f"{site.url}/page/0", "--follow", "--concurrency", "4",
+                "--out", str(out), "--data-dir", str(data), "--quiet"]
+        first = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE)
+        await wait_for(lambda: len(rows(out)) >= 60, "60 items written", timeout=60)
+        os.kill(first.pid, signal.SIGKILL)
+        await first.wait()
+        index = sqlite3.connect(out.with_name(out.name + ".index.sqlite"))
+        written = {key for (key,) in index.execute("SELECT key FROM entries")}
+        index.close()
+        assert 60 <= len(written) < 400
+        hits_at_kill = sum(site.hits.values())
+        second = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE)
+        _, err = await asyncio.wait_for(second.communicate(), timeout=120)
+        assert second.returncode == 0, err.decode()
+        pages = {f"/page/{n}" for n in range(400)}
+        assert all(site.hits[p] >= 1 for p in pages)
+        twice = {p for p in pages if site.hits[p] > 1}
+        assert not twice & {u.removeprefix(site.url) for u in written}
+        assert sum(site.hits.values()) > hits_at_kill
+        items = rows(out)
+        assert len(items) == 400 == len({i["url"] for i in items})
