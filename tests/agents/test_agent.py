@@ -94,3 +94,71 @@ async def test_a_mapped_status_is_reported_with_its_configured_code(tmp_path: Pa
             assert (await services.state.counters())["pages"]["success"] == 1
         finally:
             await services.close()
+
+
+async def test_sigkill_of_one_of_two_agents_on_redis_loses_no_page_and_writes_each_item_once(
+        tmp_path: Path, redis_url: str) -> None:
+    import os
+    import signal
+    import sys
+    import uuid
+
+    import redis.asyncio as aioredis
+    import yaml
+
+    from tests.agents.test_crawl import SlowSite
+    from tests.helpers import wait_for
+
+    prefix = f"t-agents-{uuid.uuid4().hex[:8]}:"
+    stream = f"{prefix}items"
+    cfg_file = tmp_path / "crawlhub.yaml"
+    cfg_file.write_text(yaml.safe_dump({
+        "data_dir": str(tmp_path / "data"),
+        "storage": {"queues": redis_url, "state": redis_url, "frontier": redis_url,
+                    "redis_prefix": prefix},
+        "inbound": [{"name": "http", "class": "http"}],
+        "frontier": {"site": {"segment": "3650d", "exact": True}},
+        "outbound": [{"name": "pages", "class": "queue", "frontier": "site",
+                      "init": {"key": "pages"}}],
+    }))
+    (tmp_path / "extract.yaml").write_text("links: {follow: true}\n")
+    sink = yaml.safe_dump({"type": "redis_stream", "url": redis_url, "stream": stream,
+                           "key": ["url"], "prefix": prefix}, default_flow_style=True).strip()
+    argv = [str(Path(sys.executable).parent / "crawlhub"), "agent", "-c", str(cfg_file),
+            "--concurrency", "4", "--extract", str(tmp_path / "extract.yaml"),
+            "--sink", sink, "--lease", "3"]
+    client = aioredis.from_url(redis_url)
+    async with SlowSite(pages=300, delay=0.02) as site:
+        from crawlhub.config import load_config
+
+        services = await Services.open(load_config(cfg_file))
+        agents = []
+        try:
+            await services.hub.submit([{"url": f"{site.url}/page/0"}])
+            agents = [await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE)
+                      for _ in range(2)]
+            await wait_for(lambda: sum(site.hits.values()) >= 60, "60 pages fetched",
+                           timeout=60)
+            os.kill(agents[0].pid, signal.SIGKILL)
+            await agents[0].wait()
+            queue = services.queues.queue("pages")
+
+            async def done() -> bool:
+                return (all(site.hits[f"/page/{n}"] for n in range(300))
+                        and not await queue.length() and not await services.state.pending())
+
+            await wait_for(done, "every page fetched and the queue empty", timeout=120)
+            entries = await client.xrange(stream)
+            urls = [json.loads(fields[b"data"])["url"] for _, fields in entries]
+            assert len(urls) == len(set(urls)) == 300
+            assert agents[1].returncode is None  # the survivor did the rest
+        finally:
+            for proc in agents:
+                if proc.returncode is None:
+                    proc.send_signal(signal.SIGTERM)
+                    await asyncio.wait_for(proc.wait(), timeout=30)
+            await services.close()
+            keys = [k async for k in client.scan_iter(f"{prefix}*")]
+            if keys:
+                await client.delete(*keys)
+            await client.aclose()
