@@ -212,3 +212,77 @@ def test_bad_rules_are_refused_with_the_name_of_the_setting() -> None:
 def test_a_url_of_another_backend_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="domain gate"):
         open_gate("kafka://h:9092")
+
+
+async def test_concurrent_acquires_of_one_domain_share_round_trips(
+        backend: Backend, clock: FakeClock) -> None:
+    counting = CountingStore(open_gate_store(backend.url, prefix=backend.prefix))
+    gate = DomainGate(counting, rules=DomainRules(concurrency=10), clock=clock,  # type: ignore[arg-type]
+                      sleep=clock.sleep)
+    try:
+        slots = await asyncio.gather(*(gate.acquire("a.test") for _ in range(10)))
+        assert len({s.id for s in slots}) == 10
+        assert counting.acquires <= 2  # the first alone, then the nine that queued meanwhile
+        assert await gate.held("a.test") == 10
+    finally:
+        await gate.close()
+
+
+async def test_queued_acquires_are_served_in_order_as_slots_free(
+        backend: Backend, clock: FakeClock) -> None:
+    gate = open_gate(backend.url, prefix=backend.prefix, rules=RULES, clock=clock)
+    try:
+        held = await gate.acquire_many("a.test", 2)
+        order: list[int] = []
+
+        async def take(i: int) -> None:
+            slot = await gate.acquire("a.test")
+            order.append(i)
+            await gate.release(slot)
+
+        takers = [asyncio.create_task(take(i)) for i in range(4)]
+        await asyncio.sleep(0.05)
+        assert order == []
+        await gate.release_many([(s, None, None) for s in held])
+        await asyncio.wait_for(asyncio.gather(*takers), 30)
+        assert order == [0, 1, 2, 3] and await gate.held("a.test") == 0
+    finally:
+        await gate.close()
+
+
+async def test_a_cancelled_acquire_leaks_no_slot(backend: Backend, clock: FakeClock) -> None:
+    gate = open_gate(backend.url, prefix=backend.prefix, rules=RULES, clock=clock)
+    try:
+        held = await gate.acquire_many("a.test", 2)
+        gone = asyncio.create_task(gate.acquire("a.test"))
+        kept = asyncio.create_task(gate.acquire("a.test"))
+        await asyncio.sleep(0.05)
+        gone.cancel()
+        await gate.release(held[0])
+        slot = await asyncio.wait_for(kept, 30)
+        await gate.release(held[1])
+        await gate.release(slot)
+        assert await gate.held("a.test") == 0
+    finally:
+        await gate.close()
+
+
+async def test_closing_the_gate_cancels_waiting_acquires(backend: Backend, clock: FakeClock
+                                                          ) -> None:
+    gate = open_gate(backend.url, prefix=backend.prefix, rules=RULES, clock=clock)
+    await gate.acquire_many("a.test", 2)
+    waiter = asyncio.create_task(gate.acquire("a.test"))
+    await asyncio.sleep(0.05)
+    await gate.close()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+
+
+async def test_reset_frees_every_slot_and_backoff_at_once(
+        backend: Backend, gate: DomainGate, store: GateStore, clock: FakeClock) -> None:
+    await gate.acquire_many("a.test", 2)
+    await gate.release(await gate.acquire("b.test"), 429, retry_after=300)
+    await gate.reset()
+    assert await gate.held("a.test") == 0
+    assert len((await store.acquire("a.test", 2, clock(), RULES, "x")).ids) == 2
+    assert (await store.acquire("b.test", 1, clock(), RULES, "y")).ids == ["y:0"]

@@ -93,6 +93,10 @@ class GateStore(Protocol):
         in one step for all of them."""
         ...
 
+    async def reset(self) -> None:
+        """Forget every slot, pace and backoff of every domain (robots.txt stays)."""
+        ...
+
     async def held(self, domain: str, now: float) -> int:
         """Slots of the domain held now (unexpired), for stats and tests."""
         ...

@@ -8,9 +8,11 @@ returns (SIGKILL) comes back ``rules.lease`` seconds after it was granted.
 
 Cost in round trips: :meth:`DomainGate.acquire_many` grants up to ``n`` slots of a
 domain in one trip when it has room (one slot per trip when a delay is set: the delay
-paces starts anyway); :meth:`DomainGate.release` coalesces every release made while the
-previous one is on the wire into a single trip (group commit), so at any request rate
-the gate costs about one trip per batch of leased tasks plus one per round trip time.
+paces starts anyway). :meth:`DomainGate.acquire` and :meth:`DomainGate.release` are
+group commits: the acquires of one domain waiting in this process are asked for in one
+``acquire_many`` (served first come, first served), and every release made while the
+previous one is on the wire goes in one trip - so at any request rate the gate costs a
+few trips per round trip time, not two per request.
 A waiting acquire sleeps until the pace or backoff ends, or, when every slot is held,
 until a release by this process or a short poll (doubling up to ``max_poll``) - never a
 busy loop.
@@ -98,6 +100,9 @@ class DomainGate:
         #: domain -> event set when this process releases one of its slots
         self._freed: dict[str, asyncio.Event] = {}
         self._pending: list[Release] = []
+        #: domain -> acquires waiting in this process, first come first served
+        self._wanted: dict[str, list[asyncio.Future[Slot]]] = {}
+        self._acquirers: dict[str, asyncio.Task[None]] = {}
         self._batch: asyncio.Future[None] | None = None
         self._flusher: asyncio.Task[None] | None = None
 
@@ -105,8 +110,45 @@ class DomainGate:
         return self.domains.get(domain, self.rules)
 
     async def acquire(self, domain: str) -> Slot:
-        """Wait for one slot of ``domain`` and return it."""
-        return (await self.acquire_many(domain, 1))[0]
+        """Wait for one slot of ``domain`` and return it. Joins the other acquires of
+        the domain waiting in this process: one trip asks for all of them."""
+        wanted = asyncio.get_running_loop().create_future()
+        self._wanted.setdefault(domain, []).append(wanted)
+        acquirer = self._acquirers.get(domain)
+        if acquirer is None or acquirer.done():
+            self._acquirers[domain] = asyncio.create_task(self._acquire_for(domain))
+        return await wanted
+
+    async def _acquire_for(self, domain: str) -> None:
+        """Serve the domain's waiting acquires until none is left; slots meant for an
+        acquire cancelled meanwhile go back at once."""
+        try:
+            while True:
+                waiting = [f for f in self._wanted.get(domain, []) if not f.done()]
+                self._wanted[domain] = waiting
+                if not waiting:
+                    del self._wanted[domain]
+                    return
+                try:
+                    slots = await self.acquire_many(domain, len(waiting))
+                except Exception as exc:  # the backend: every waiter hears it
+                    for f in waiting:
+                        if not f.done():
+                            f.set_exception(exc)
+                    continue
+                unused: list[Slot] = []
+                for slot in slots:
+                    while waiting and waiting[0].done():
+                        waiting.pop(0)
+                    if waiting:
+                        waiting.pop(0).set_result(slot)
+                    else:
+                        unused.append(slot)
+                if unused:
+                    await self.release_many([(s, None, None) for s in unused])
+        finally:
+            if self._acquirers.get(domain) is asyncio.current_task():
+                del self._acquirers[domain]
 
     async def acquire_many(self, domain: str, n: int) -> list[Slot]:
         """Wait until ``domain`` has room, then return between 1 and ``n`` slots (one
@@ -196,6 +238,13 @@ class DomainGate:
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
 
+    async def reset(self) -> None:
+        """Free every slot and end every pace and backoff on the store, at once. Only
+        for a process that knows no other agent uses the store: the one-process crawl,
+        holding its data dir's lock, takes back the slots of a run that was killed
+        instead of waiting out their leases."""
+        await self.store.reset()
+
     async def held(self, domain: str) -> int:
         """Slots of ``domain`` held now by every agent."""
         return await self.store.held(domain, self.clock())
@@ -208,6 +257,16 @@ class DomainGate:
         return await self.robots.allowed(url, user_agent or self.user_agent)
 
     async def close(self) -> None:
+        """Stop serving acquires (those still waiting are cancelled), send the releases
+        gathered, close the store."""
+        for task in list(self._acquirers.values()):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for waiting in self._wanted.values():
+            for wanted in waiting:
+                wanted.cancel()
+        self._wanted.clear()
         if self._flusher is not None and not self._flusher.done():
             with contextlib.suppress(Exception):
                 await self._flusher

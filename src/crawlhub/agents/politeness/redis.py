@@ -109,6 +109,12 @@ class RedisGateStore:
             args += [r.domain, r.slot, "" if r.backoff_until is None else repr(r.backoff_until)]
         await self._release(keys=[self._domain], args=args)
 
+    async def reset(self) -> None:
+        # Only this prefix's domain keys; SCAN, not KEYS, so the server is not blocked.
+        keys = [k async for k in self._redis.scan_iter(match=f"{self._domain}*", count=1000)]
+        for start in range(0, len(keys), 500):
+            await self._redis.delete(*keys[start:start + 500])
+
     async def held(self, domain: str, now: float) -> int:
         return int(await self._redis.zcount(f"{self._domain}{domain}:slots",
                                             f"({now!r}", "+inf"))

@@ -83,6 +83,13 @@ class SqliteGateStore:
 
         await self._db.transaction(_release)
 
+    async def reset(self) -> None:
+        def _reset(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM gate_slots")
+            conn.execute("DELETE FROM gate_pace")
+
+        await self._db.transaction(_reset)
+
     async def held(self, domain: str, now: float) -> int:
         def _held(conn: sqlite3.Connection) -> int:
             return int(conn.execute("SELECT COUNT(*) FROM gate_slots WHERE domain = ?"
