@@ -163,7 +163,7 @@ class Crawl:
         try:
             if opts.per_domain or opts.delay:
                 gate = self._gate()
-                pass  # TMPCHECK
+                await gate.reset()  # the lock is ours: a killed run's slots are free now
             hub = services.hub
             await _take_back_leases(services.queues, QUEUE)
             await hub.submit([{"url": u, "depth": 0} for u in opts.urls], wait=True)
