@@ -11,6 +11,7 @@ from crawlhub.agents.registry import (
     AgentInfo,
     AgentRegistry,
     Heartbeat,
+    LoadMeter,
     open_registry,
 )
 from crawlhub.errors import ConfigError
@@ -168,3 +169,16 @@ def test_a_url_of_another_backend_is_a_config_error_naming_the_setting() -> None
 def test_a_nonpositive_dead_after_is_refused() -> None:
     with pytest.raises(ValueError, match="dead_after"):
         open_registry("sqlite:///x.db", dead_after=0)
+
+
+def test_the_load_meter_reports_resident_memory_and_cpu_since_the_last_sample() -> None:
+    cpu = FakeClock(start=10.0)
+    wall = FakeClock(start=100.0)
+    meter = LoadMeter(cpu_clock=cpu, wall_clock=wall)
+    cpu.advance(0.5)
+    wall.advance(2.0)
+    memory, percent = meter.sample()
+    assert memory > 1_000_000 and percent == 25.0
+    wall.advance(1.0)
+    assert meter.sample()[1] == 0.0
+    assert meter.sample()[1] == 0.0  # no time passed: no division by zero

@@ -16,6 +16,8 @@ from crawlhub.agents.registry.base import (
     AgentRegistry,
     AgentStatus,
     Heartbeat,
+    LoadMeter,
+    resident_bytes,
 )
 from crawlhub.clock import Clock, system_clock
 from crawlhub.keys import DEFAULT_PREFIX
@@ -28,7 +30,9 @@ __all__ = [
     "AgentRegistry",
     "AgentStatus",
     "Heartbeat",
+    "LoadMeter",
     "open_registry",
+    "resident_bytes",
 ]
 
 

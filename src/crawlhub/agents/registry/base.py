@@ -16,7 +16,10 @@ answers False and the agent registers again.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -89,6 +92,42 @@ class Heartbeat:
             in_flight=int(data.get("in_flight") or 0), qps=float(data.get("qps") or 0.0),
             pages=int(data.get("pages") or 0), errors=int(data.get("errors") or 0),
         )
+
+
+class LoadMeter:
+    """The memory and CPU fields of a :class:`Heartbeat` for this process: resident size
+    now (``/proc/self/statm``; the peak from ``getrusage`` where there is no ``/proc``)
+    and the percent of one core used since the previous :meth:`sample`."""
+
+    def __init__(self, cpu_clock: Callable[[], float] = time.process_time,
+                 wall_clock: Callable[[], float] = time.monotonic) -> None:
+        self._cpu_clock = cpu_clock
+        self._wall_clock = wall_clock
+        self._last = (cpu_clock(), wall_clock())
+
+    def sample(self) -> tuple[int, float]:
+        """``(memory bytes, cpu percent)`` since the last sample (or the meter's start)."""
+        cpu, wall = self._cpu_clock(), self._wall_clock()
+        used, spent = cpu - self._last[0], wall - self._last[1]
+        self._last = (cpu, wall)
+        percent = 100.0 * used / spent if spent > 0 else 0.0
+        return resident_bytes(), round(max(0.0, percent), 1)
+
+
+def resident_bytes() -> int:
+    """This process's resident memory in bytes (0 if the platform does not say)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak if sys.platform == "darwin" else peak * 1024)
+    except (ImportError, OSError):
+        return 0
 
 
 @dataclass(slots=True)
