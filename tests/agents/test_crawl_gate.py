@@ -4,10 +4,11 @@ so the slots a killed run left held are freed at once, not waited out."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 from crawlhub.agents.crawl import Crawl, CrawlOptions
-from crawlhub.agents.politeness import DomainRules, open_gate
+from crawlhub.agents.politeness import DomainRules, open_gate_store
 from tests.agents.servers import Site
 
 
@@ -15,11 +16,11 @@ async def test_a_resumed_crawl_does_not_wait_for_the_slots_a_killed_run_held(
         tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
-    # What a run killed mid-request leaves: both slots of the domain leased for minutes.
-    killed = open_gate(f"sqlite:///{data / 'politeness.db'}",
-                       rules=DomainRules(concurrency=2, lease=3600))
-    await killed.acquire_many("127.0.0.1", 2)
-    await killed.store.close()
+    # What a run killed mid-request leaves: both slots of the domain leased for an hour.
+    store = open_gate_store(f"sqlite:///{data / 'politeness.db'}")
+    await store.acquire("127.0.0.1", 2, time.time(), DomainRules(concurrency=2, lease=3600),
+                        "killed")
+    await store.close()
     async with Site(pages=20) as site:
         out = tmp_path / "items.jsonl"
         opts = CrawlOptions(urls=[f"{site.url}/page/0"], out=out, data_dir=data,

@@ -22,7 +22,7 @@ from crawlhub.agents.politeness import (
 )
 from crawlhub.errors import ConfigError
 from tests.agents.stores import Backend, backend_fixture  # noqa: F401 - the fixture
-from tests.helpers import FakeClock
+from tests.helpers import FakeClock, wait_for
 
 RULES = DomainRules(concurrency=2, lease=60, backoff=30, backoff_cap=600)
 
@@ -286,3 +286,46 @@ async def test_reset_frees_every_slot_and_backoff_at_once(
     assert await gate.held("a.test") == 0
     assert len((await store.acquire("a.test", 2, clock(), RULES, "x")).ids) == 2
     assert (await store.acquire("b.test", 1, clock(), RULES, "y")).ids == ["y:0"]
+
+
+async def test_extend_moves_held_slots_and_never_brings_back_an_expired_one(
+        store: GateStore, clock: FakeClock) -> None:
+    now = clock()
+    [kept] = (await store.acquire("a.test", 1, now, RULES, "k")).ids
+    [lost] = (await store.acquire("b.test", 1, now, RULES, "l")).ids
+    later = now + 60  # both leases end now
+    assert await store.extend([("a.test", kept, later + 60)], now + 59) == 1
+    assert await store.extend([("b.test", lost, later + 60)], later) == 0
+    assert await store.held("a.test", later + 30) == 1
+    assert await store.held("b.test", later) == 0
+
+
+async def test_a_gate_renews_the_slots_it_holds_so_a_long_request_keeps_its_slot(
+        backend: Backend, clock: FakeClock) -> None:
+    steps: asyncio.Queue[None] = asyncio.Queue()
+    naps: list[float] = []
+
+    async def renew_sleep(seconds: float) -> None:
+        naps.append(seconds)
+        await steps.get()
+
+    gate = DomainGate(open_gate_store(backend.url, prefix=backend.prefix), rules=RULES,
+                      clock=clock, sleep=clock.sleep, renew_sleep=renew_sleep)
+    try:
+        start = clock()
+        slots = await gate.acquire_many("a.test", 2)
+        await gate.release(slots[1])
+        clock.advance(50)
+        steps.put_nowait(None)  # the renewer wakes: the held slot now lasts to start + 110
+        renewed: bool = await wait_for(lambda: _held_at(gate, start + 70), "the renewal")
+        assert renewed
+        assert naps[0] == pytest.approx(20)  # a third of the lease
+        assert await gate.renew() == 1  # the released slot is not renewed
+        await gate.release(slots[0])
+        assert await gate.renew() == 0
+    finally:
+        await gate.close()
+
+
+async def _held_at(gate: DomainGate, when: float) -> bool:
+    return await gate.store.held("a.test", when) == 1

@@ -22,14 +22,16 @@ class DomainRules:
     ``concurrency``: requests to the domain at once, across all agents. ``delay``:
     seconds between two request starts (0: none; when set, each acquire grants one
     slot). ``lease``: seconds after which a slot never released (its agent was killed)
-    comes back by itself; longer than the slowest request. ``backoff``: seconds the
+    comes back by itself; the gate renews the slots it holds every third of it, so a
+    request may run longer, and a killed agent's slots are back within it. ``backoff``:
+    seconds the
     whole domain pauses after a 429 or 503 without ``Retry-After``; ``backoff_cap``:
     the longest pause a ``Retry-After`` can ask for.
     """
 
     concurrency: int = 2
     delay: float = 0.0
-    lease: float = 120.0
+    lease: float = 15.0
     backoff: float = 30.0
     backoff_cap: float = 600.0
 
@@ -91,6 +93,12 @@ class GateStore(Protocol):
     async def release(self, releases: Sequence[Release], now: float) -> None:
         """Free the slots (an unknown or expired one is ignored) and set the backoffs,
         in one step for all of them."""
+        ...
+
+    async def extend(self, slots: Sequence[tuple[str, str, float]], now: float) -> int:
+        """Move the expiry of each ``(domain, slot, until)`` still held (unexpired at
+        ``now``) to ``until``; a slot already expired stays gone (it may have been given
+        to another agent). Returns how many were extended."""
         ...
 
     async def reset(self) -> None:

@@ -13,6 +13,9 @@ group commits: the acquires of one domain waiting in this process are asked for 
 ``acquire_many`` (served first come, first served), and every release made while the
 previous one is on the wire goes in one trip - so at any request rate the gate costs a
 few trips per round trip time, not two per request.
+While this gate holds slots, it renews their leases in one trip every third of the
+shortest lease (on real time: a renewal is what a killed process stops doing), so a
+request may outlast its lease and a killed agent's slots come back within one lease.
 A waiting acquire sleeps until the pace or backoff ends, or, when every slot is held,
 until a release by this process or a short poll (doubling up to ``max_poll``) - never a
 busy loop.
@@ -24,6 +27,7 @@ import asyncio
 import contextlib
 import email.utils
 import itertools
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +39,7 @@ from crawlhub.agents.politeness.robots import RobotsCache
 from crawlhub.clock import Clock, system_clock
 
 Sleep = Callable[[float], Awaitable[Any]]
+log = logging.getLogger("crawlhub.agents.politeness")
 
 #: Statuses that back the whole domain off even without a Retry-After header.
 BACKOFF_STATUSES = frozenset({429, 503})
@@ -85,7 +90,8 @@ class DomainGate:
                  domains: Mapping[str, DomainRules] | None = None,
                  robots: RobotsCache | None = None, user_agent: str = "crawlhub",
                  clock: Clock = system_clock, sleep: Sleep = asyncio.sleep,
-                 min_poll: float = 0.005, max_poll: float = 0.25) -> None:
+                 min_poll: float = 0.005, max_poll: float = 0.25,
+                 renew_sleep: Sleep = asyncio.sleep) -> None:
         self.store = store
         self.rules = rules or DomainRules()
         self.domains = {k.lower(): v for k, v in (domains or {}).items()}
@@ -95,6 +101,10 @@ class DomainGate:
         self.sleep = sleep
         self.min_poll = min_poll
         self.max_poll = max_poll
+        self.renew_sleep = renew_sleep
+        #: (domain, slot id) -> the slot, for every slot granted and not yet released
+        self._held: dict[tuple[str, str], Slot] = {}
+        self._renewer: asyncio.Task[None] | None = None
         self._name = uuid.uuid4().hex[:12]
         self._counter = itertools.count()
         #: domain -> event set when this process releases one of its slots
@@ -162,7 +172,12 @@ class DomainGate:
             token = f"{self._name}.{next(self._counter)}"
             grant = await self.store.acquire(domain, n, now, rules, token)
             if grant.ids:
-                return [Slot(domain, i, now + rules.lease) for i in grant.ids]
+                slots = [Slot(domain, i, now + rules.lease) for i in grant.ids]
+                for slot in slots:
+                    self._held[(domain, slot.id)] = slot
+                if self._renewer is None or self._renewer.done():
+                    self._renewer = asyncio.create_task(self._renew_forever())
+                return slots
             if grant.reason == "pace":
                 await self.sleep(grant.wait)
             else:
@@ -195,6 +210,7 @@ class DomainGate:
             return
         now = self.clock()
         for slot, status, retry_after in items:
+            self._held.pop((slot.domain, slot.id), None)
             pause = self.backoff_for(slot.domain, status, retry_after)
             self._pending.append(Release(slot.domain, slot.id,
                                          None if pause is None else now + pause))
@@ -224,6 +240,23 @@ class DomainGate:
                 freed = self._freed.pop(domain, None)
                 if freed is not None:
                     freed.set()
+
+    async def renew(self) -> int:
+        """Extend every slot this gate holds to a full lease from now, in one trip;
+        how many were still held. :meth:`_renew_forever` calls it on its own."""
+        now = self.clock()
+        held = [(d, i, now + self.rules_for(d).lease) for d, i in list(self._held)]
+        return await self.store.extend(held, now) if held else 0
+
+    async def _renew_forever(self) -> None:
+        while self._held:
+            every = min(self.rules_for(d).lease for d, _ in self._held) / 3
+            await self.renew_sleep(every)
+            try:
+                await self.renew()
+            except Exception:  # noqa: BLE001 - the backend is out: try again next time
+                log.warning("domain gate: renewing %d slot leases failed; retrying",
+                            len(self._held), exc_info=True)
 
     async def _wait_freed(self, domain: str, seconds: float) -> None:
         freed = self._freed.setdefault(domain, asyncio.Event())
@@ -259,6 +292,10 @@ class DomainGate:
     async def close(self) -> None:
         """Stop serving acquires (those still waiting are cancelled), send the releases
         gathered, close the store."""
+        if self._renewer is not None:
+            self._renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewer
         for task in list(self._acquirers.values()):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

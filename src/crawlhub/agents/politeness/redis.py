@@ -65,6 +65,22 @@ end
 return 1
 """
 
+# Extend held slots (KEYS: the per-domain key stem; ARGV: now, then domain / slot / new
+# expiry triples); a slot expired at now is not brought back. Returns how many moved.
+_EXTEND = """
+local now, n = tonumber(ARGV[1]), 0
+for i = 2, #ARGV, 3 do
+  local key = KEYS[1] .. ARGV[i] .. ':slots'
+  local score = redis.call('ZSCORE', key, ARGV[i + 1])
+  if score and tonumber(score) > now then
+    redis.call('ZADD', key, 'XX', ARGV[i + 2], ARGV[i + 1])
+    redis.call('EXPIRE', key, math.ceil(tonumber(ARGV[i + 2]) - now) + 60)
+    n = n + 1
+  end
+end
+return n
+"""
+
 # Claim the robots.txt fetch of one origin (KEYS: its hash; ARGV: now, claim end).
 _CLAIM = """
 local now = tonumber(ARGV[1])
@@ -89,6 +105,7 @@ class RedisGateStore:
         self._acquire = self._redis.register_script(_ACQUIRE)
         self._release = self._redis.register_script(_RELEASE)
         self._claim = self._redis.register_script(_CLAIM)
+        self._extend = self._redis.register_script(_EXTEND)
 
     async def acquire(self, domain: str, n: int, now: float, rules: DomainRules,
                       token: str) -> Grant:
@@ -108,6 +125,14 @@ class RedisGateStore:
         for r in releases:
             args += [r.domain, r.slot, "" if r.backoff_until is None else repr(r.backoff_until)]
         await self._release(keys=[self._domain], args=args)
+
+    async def extend(self, slots: Sequence[tuple[str, str, float]], now: float) -> int:
+        if not slots:
+            return 0
+        args: list[str] = [repr(now)]
+        for domain, slot, until in slots:
+            args += [domain, slot, repr(until)]
+        return int(await self._extend(keys=[self._domain], args=args))
 
     async def reset(self) -> None:
         # Only this prefix's domain keys; SCAN, not KEYS, so the server is not blocked.

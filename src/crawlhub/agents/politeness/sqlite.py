@@ -83,6 +83,18 @@ class SqliteGateStore:
 
         await self._db.transaction(_release)
 
+    async def extend(self, slots: Sequence[tuple[str, str, float]], now: float) -> int:
+        if not slots:
+            return 0
+
+        def _extend(conn: sqlite3.Connection) -> int:
+            return sum(conn.execute("UPDATE gate_slots SET expires = ? WHERE domain = ?"
+                                    " AND slot = ? AND expires > ?",
+                                    (until, domain, slot, now)).rowcount
+                       for domain, slot, until in slots)
+
+        return await self._db.transaction(_extend)
+
     async def reset(self) -> None:
         def _reset(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM gate_slots")
