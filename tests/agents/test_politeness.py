@@ -329,3 +329,10 @@ async def test_a_gate_renews_the_slots_it_holds_so_a_long_request_keeps_its_slot
 
 async def _held_at(gate: DomainGate, when: float) -> bool:
     return await gate.store.held("a.test", when) == 1
+
+
+async def test_a_domain_with_thousands_of_slots_grants_them_in_one_trip(
+        store: GateStore, clock: FakeClock) -> None:
+    wide = DomainRules(concurrency=20_000)
+    grant = await store.acquire("wide.test", 20_000, clock(), wide, "w")
+    assert len(grant.ids) == 20_000 and await store.held("wide.test", clock()) == 20_000

@@ -40,8 +40,11 @@ for i = 0, k - 1 do
   ids[#ids + 1] = id
   z[#z + 1] = tostring(now + lease)
   z[#z + 1] = id
+  if #z >= 1000 or i == k - 1 then  -- unpack() has a stack limit
+    redis.call('ZADD', KEYS[1], unpack(z))
+    z = {}
+  end
 end
-redis.call('ZADD', KEYS[1], unpack(z))
 redis.call('EXPIRE', KEYS[1], math.ceil(lease) + 60)
 return {table.concat(ids, ','), '0', ''}
 """
