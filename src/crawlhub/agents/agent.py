@@ -132,6 +132,7 @@ class Agent:
         registry: Any | None = None,
         agent_id: str | None = None,
         skip: Skip | None = None,
+        keep_body: bool = False,
     ) -> None:
         if not queues:
             raise ValueError("an agent needs at least one queue to lease from")
@@ -151,11 +152,17 @@ class Agent:
         self.agent_id = agent_id or f"{socket.gethostname()}-{os.getpid()}"
         #: URLs among a leased batch already done (a resumed crawl's written items)
         self.skip = skip
+        #: keep each page's body for ``on_pages`` (else dropped once extracted)
+        self.keep_body = keep_body
         self.stats = AgentStats()
         self._ready: deque[tuple[str, Message]] = deque()
         self._outbox: list[Page] = []
         self._inflight = 0
         self._flushing: asyncio.Task[None] | None = None
+        #: set while the outbox has room: workers wait on it (memory stays bounded when
+        #: fetching outruns flushing)
+        self._room = asyncio.Event()
+        self._room.set()
         self._wake = asyncio.Event()
         self._started = time.monotonic()
 
@@ -243,9 +250,15 @@ class Agent:
                 page = await self._do(name, message)
             finally:
                 self._inflight -= 1
+            if not self.keep_body:
+                page.fetched.body = b""
             self._outbox.append(page)
-            if len(self._outbox) >= self.flush_size and self._flushing is None:
-                self._start_flush()
+            if len(self._outbox) >= self.flush_size:
+                if self._flushing is None:
+                    self._start_flush()
+                elif len(self._outbox) >= 2 * self.flush_size:
+                    self._room.clear()
+                    await self._room.wait()
 
     async def _do(self, name: str, message: Message) -> Page:
         task = message.payload
@@ -286,6 +299,7 @@ class Agent:
     def _start_flush(self) -> None:
         pages, self._outbox = self._outbox, []
         self._flushing = asyncio.create_task(self._flush(pages))
+        self._room.set()
 
     async def _flush_forever(self, stop: asyncio.Event) -> None:
         while True:
@@ -320,6 +334,8 @@ class Agent:
                           " and they will be fetched again", self.agent_id, len(pages))
         finally:
             self._flushing = None
+            if len(self._outbox) >= self.flush_size:
+                self._start_flush()
 
     async def drain(self) -> None:
         """Flush what is done (used before a clean stop)."""
