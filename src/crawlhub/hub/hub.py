@@ -244,7 +244,7 @@ class Hub:
         self.sources = dict(sources or {})
         self._lag_cache: dict[str, tuple[float, int]] = {}
         self._fused_cache: dict[str, bool] = {}
-        #: this process, as the owner of the tasks it records (see hub/intake.py)
+        #: this process, as the owner of the tasks it records (see hub/intake/)
         self.instance = os.urandom(8).hex()
         #: what an outage kept this process from finishing (see _leftovers)
         self._leftover: list[tuple[str, _Todo]] = []

@@ -1,0 +1,63 @@
+"""What both intake backends share: the record of a task between its intake and its
+push (:class:`Intake`), the answers of ``intake_begin``, frontier gate names and the
+queue group a one-script push writes to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from crawlhub import jsoncodec
+
+NEW, TOOK_OVER, RECORDED_AGAIN, ALREADY_ROUTED, GATE_HELD = "N", "T", "R", "A", "D"
+
+
+@dataclass(slots=True)
+class Intake:
+    """One task on its way in: its ledger entry, and the frontier gate it holds (if any)."""
+
+    task: dict[str, Any]
+    outbound: str
+    deadline: float | None
+    gate: str | None = None
+    #: the gate was taken over (see the module docstring); set by intake_claim
+    inherited: bool = False
+    #: the entry as encoded already (``dumps``), if it was
+    raw: str | None = None
+
+    @property
+    def uuid(self) -> str:
+        return str(self.task["task_uuid"])
+
+    def dumps(self, *, strict: bool = False) -> str:
+        """The ledger entry (the layout of hub/state.py, plus ``g``: the gate);
+        ``strict``: NaN and infinities raise ValueError instead of becoming null."""
+        data: dict[str, Any] = {"t": self.task, "o": self.outbound, "d": self.deadline}
+        if self.gate:
+            data["g"] = self.gate
+        return jsoncodec.dumps_strict(data) if strict else jsoncodec.dumps(data)
+
+    @classmethod
+    def loads(cls, raw: str | bytes) -> Intake:
+        data = jsoncodec.loads(raw)
+        return cls(task=data["t"], outbound=data["o"], deadline=data.get("d"),
+                   gate=data.get("g"))
+
+
+def gate_of(frontier: str, segment: int, key: str) -> str:
+    return f"{frontier}\x1f{segment}\x1f{key}"
+
+
+def parse_gate(gate: str) -> tuple[str, int, str]:
+    frontier, segment, key = gate.split("\x1f", 2)
+    return frontier, int(segment), key
+
+
+@dataclass(slots=True)
+class QueueGroup:
+    """Tasks for one queue outbound on the ledger's Redis: its keys and names."""
+
+    keys: list[str]  # ready payloads priorities stats seq
+    queue: str
+    outbound: str
+    limit: int = 0  # the queue's configured delivery limit (0: none)
