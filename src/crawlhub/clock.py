@@ -3,10 +3,12 @@ read from the caller's injected clock; Redis scripts are handed ``now``, never `
 
 The convention
 --------------
-Every lease crawlhub keeps - hub ledger claims and deadlines, intake heartbeats, agent
-heartbeats (:mod:`crawlhub.agents.registry`), domain slots and robots.txt fetch claims
-(:mod:`crawlhub.agents.politeness`), and, as they move onto it, queue messages, frontier
-seeds and the download center's allocations - follows three rules:
+Every lease crawlhub keeps follows three rules: queue messages (:mod:`crawlhub.queues`),
+frontier seeds (:mod:`crawlhub.frontier`), hub ledger claims, deadlines, token buckets
+and intake heartbeats (:mod:`crawlhub.hub.state`, :mod:`crawlhub.hub.intake`, on
+:attr:`crawlhub.hub.hub.Hub.clock`), collection run leases (:mod:`crawlhub.collect.lease`),
+agent heartbeats (:mod:`crawlhub.agents.registry`), domain slots and robots.txt fetch
+claims (:mod:`crawlhub.agents.politeness`), and the download center's allocations:
 
 1. **Whose clock.** The process that writes or checks a lease reads the time from the
    :data:`Clock` it was given (default :func:`system_clock`, ``time.time``) and stores
