@@ -4,12 +4,13 @@ hostile files (huge, malformed, unreachable) handled."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
 
-from crawlhub.agents.politeness import DomainGate, open_gate, origin_of
+from crawlhub.agents.politeness import DomainGate, RobotsEntry, open_gate, origin_of
 from tests.agents.servers import _Server
 from tests.agents.stores import Backend, backend_fixture  # noqa: F401 - the fixture
 from tests.helpers import FakeClock
@@ -159,3 +160,38 @@ def test_the_origin_keeps_scheme_host_and_port() -> None:
     assert origin_of("http://example.com/") == "http://example.com"
     with pytest.raises(ValueError, match="absolute"):
         origin_of("example.com/page")
+
+
+async def test_a_fetch_claimed_by_a_process_that_died_is_taken_over_when_the_claim_ends(
+        backend: Backend, site: RobotsSite, clock: FakeClock) -> None:
+    gate = gate_on(backend, clock)
+    try:
+        origin = origin_of(site.url)
+        assert gate.robots is not None
+        assert await gate.robots.store.robots_claim(origin, clock(), clock() + 30)  # then dies
+        start = clock()
+        assert await gate.allowed(f"{site.url}/private/x") is False
+        assert clock() >= start + 30 and site.fetches == 1
+    finally:
+        await gate.close()
+
+
+async def test_a_fetch_under_way_elsewhere_is_waited_for_not_repeated(
+        backend: Backend, site: RobotsSite, clock: FakeClock) -> None:
+    one = gate_on(backend, clock)
+    # Real sleeps, frozen clock: the claim never runs out while two waits.
+    two = open_gate(backend.url, prefix=backend.prefix, robots=True, clock=clock)
+    try:
+        origin = origin_of(site.url)
+        assert one.robots is not None and two.robots is not None
+        assert await one.robots.store.robots_claim(origin, clock(), clock() + 30)
+        waiting = asyncio.create_task(two.allowed(f"{site.url}/private/x"))
+        await asyncio.sleep(0.05)
+        # The claimer finishes its fetch: the waiter reads it instead of fetching again.
+        await one.robots.store.robots_put(origin, RobotsEntry(200, ROBOTS, clock() + 3600),
+                                          clock())
+        assert await asyncio.wait_for(waiting, 30) is False
+        assert site.fetches == 0
+    finally:
+        await one.close()
+        await two.close()

@@ -150,6 +150,7 @@ class RobotsCache:
     async def _entry(self, origin: str) -> RobotsEntry:
         """A fresh entry: from the store, or fetched by this process if it wins the
         claim, or waited for while another process fetches it."""
+        poll = self.poll
         while True:
             now = self.clock()
             entry = await self.store.robots_get(origin)
@@ -159,7 +160,9 @@ class RobotsCache:
                 entry = await self._fetch(origin)
                 await self.store.robots_put(origin, entry, self.clock())
                 return entry
-            await self.sleep(self.poll)
+            # Another process fetches it (or died doing so: its claim runs out).
+            await self.sleep(poll)
+            poll = min(poll * 2, 1.0)
 
     async def _fetch(self, origin: str) -> RobotsEntry:
         self.fetches += 1
