@@ -195,3 +195,16 @@ async def test_a_fetch_under_way_elsewhere_is_waited_for_not_repeated(
     finally:
         await one.close()
         await two.close()
+
+
+async def test_rules_deep_in_a_large_robots_txt_within_the_limit_are_read(
+        backend: Backend, clock: FakeClock) -> None:
+    filler = b"# " + b"x" * 97 + b"\n"
+    body = b"User-agent: *\n" + filler * 3000 + b"Disallow: /deep\n"  # ~300 KB, many chunks
+    async with RobotsSite(body) as site:
+        gate = gate_on(backend, clock)
+        try:
+            assert await gate.allowed(f"{site.url}/deep/page") is False
+            assert await gate.allowed(f"{site.url}/shallow") is True
+        finally:
+            await gate.close()

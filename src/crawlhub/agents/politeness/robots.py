@@ -62,10 +62,16 @@ def http_fetcher(user_agent: str, *, timeout: float = 10.0, redirects: int = 5
                                          headers={"User-Agent": user_agent}) as session:
             try:
                 async with session.get(url, max_redirects=redirects) as response:
-                    body = b""
+                    chunks: list[bytes] = []
+                    size = 0
                     if 200 <= response.status < 300:
-                        body = await response.content.read(max_bytes)
-                    return response.status, body
+                        # read(n) may stop at a chunk: read chunks up to the limit
+                        async for chunk in response.content.iter_chunked(64 * 1024):
+                            chunks.append(chunk)
+                            size += len(chunk)
+                            if size > max_bytes:
+                                break
+                    return response.status, b"".join(chunks)
             except aiohttp.TooManyRedirects:
                 return 404, b""  # RFC 9309: past the redirect limit counts as unavailable
 
