@@ -158,6 +158,8 @@ async def test_an_unreachable_host_disallows_everything(backend: Backend, clock:
 def test_the_origin_keeps_scheme_host_and_port() -> None:
     assert origin_of("HTTPS://Example.com:8443/a/b?c") == "https://example.com:8443"
     assert origin_of("http://example.com/") == "http://example.com"
+    assert origin_of("https://example.com:443/a") == "https://example.com"  # one cache entry
+    assert origin_of("http://[::1]:8080/") == "http://[::1]:8080"
     with pytest.raises(ValueError, match="absolute"):
         origin_of("example.com/page")
 

@@ -45,8 +45,10 @@ def origin_of(url: str) -> str:
     host = parts.hostname
     if ":" in host:
         host = f"[{host}]"
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme.lower()}://{host}{port}"
+    scheme = parts.scheme.lower()
+    default = {"http": 80, "https": 443}.get(scheme)
+    port = f":{parts.port}" if parts.port and parts.port != default else ""
+    return f"{scheme}://{host}{port}"
 
 
 def http_fetcher(user_agent: str, *, timeout: float = 10.0, redirects: int = 5
