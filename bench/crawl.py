@@ -7,9 +7,10 @@ each crawler crawls all of it from ``/p/0`` at concurrency 64, writing ``{url, t
 items to a JSON lines file, as a child process whose CPU time and peak RSS come from
 ``os.wait4``: Scrapy 2.x (``response.follow_all``, no autothrottle), ``crawlhub crawl``
 (one process, embedded SQLite), and two ``crawlhub agent`` processes on Redis fed by a
-hub in this process (``--only agents2``).
+hub in this process (``agents1`` / ``agents2``).
 
-Run:  python bench/crawl.py [--pages 20000] [--only bound,scrapy,crawlhub,agents2]
+Run:  python bench/crawl.py [--pages 20000] [--only bound,scrapy,crawlhub,agents1,agents2]
+      [--redis redis://127.0.0.1:6379/0]
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -134,6 +136,80 @@ def crawlhub_run(base: str, work: Path) -> Run:
     return run_child("crawlhub crawl (1 process, SQLite)", argv, out)
 
 
+def agents_run(base: str, work: Path, n: int, redis_url: str) -> Run:
+    """``n`` ``crawlhub agent`` processes on one Redis (queues, hub state, frontier), items
+    to a Redis stream; done when the queue and the hub's pending work are empty."""
+    import signal
+    import uuid
+
+    import redis
+    import yaml
+
+    from crawlhub.config import load_config
+    from crawlhub.service import Services
+
+    prefix = f"bench-crawl-{uuid.uuid4().hex[:8]}:"
+    cfg_file = work / f"agents{n}.yaml"
+    cfg_file.write_text(yaml.safe_dump({
+        "data_dir": str(work / f"agents{n}-data"),
+        "storage": {"queues": redis_url, "state": redis_url, "frontier": redis_url,
+                    "redis_prefix": prefix},
+        "inbound": [{"name": "http", "class": "http"}],
+        "frontier": {"site": {"segment": "3650d", "exact": True}},
+        "outbound": [{"name": "pages", "class": "queue", "frontier": "site",
+                      "init": {"key": "pages"}}],
+    }))
+    (work / "extract.yaml").write_text("links: {follow: true}\n")
+    stream = f"{prefix}items"
+    sink = yaml.safe_dump({"type": "redis_stream", "url": redis_url, "stream": stream,
+                           "key": ["url"], "prefix": prefix}, default_flow_style=True).strip()
+    argv = [str(Path(sys.executable).parent / "crawlhub"), "agent", "-c", str(cfg_file),
+            "--concurrency", str(CONCURRENCY), "--extract", str(work / "extract.yaml"),
+            "--sink", sink]
+
+    async def seed_and_wait(start: float, procs: list[subprocess.Popen[bytes]]) -> float:
+        services = await Services.open(load_config(cfg_file))
+        try:
+            await services.hub.submit([{"url": f"{base}/p/0"}])
+            for _ in range(n):
+                procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                                              stderr=subprocess.DEVNULL))
+            queue = services.queues.queue("pages")
+            quiet = 0
+            while quiet < 2:
+                await asyncio.sleep(0.25)
+                busy = await queue.length() or await services.state.pending()
+                quiet = 0 if busy else quiet + 1
+            return time.perf_counter() - start
+        finally:
+            await services.close()
+
+    procs: list[subprocess.Popen[bytes]] = []
+    start = time.perf_counter()
+    try:
+        seconds = asyncio.run(seed_and_wait(start, procs))
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+    cpu, rss = 0.0, 0.0
+    for p in procs:
+        _, _, usage = os.wait4(p.pid, 0)
+        cpu += usage.ru_utime + usage.ru_stime
+        rss = max(rss, usage.ru_maxrss / 1024)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        entries: Any = client.xrange(stream)
+        urls = [json.loads(f[b"data"])["url"] for _, f in entries]
+        keys = list(client.scan_iter(f"{prefix}*"))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+    return Run(f"{n} crawlhub agent{'s' if n > 1 else ''} (Redis)", len(set(urls)), seconds,
+               cpu, rss, f"{len(set(urls)):,} unique urls in {len(urls):,} rows; CPU summed,"
+               " RSS of the largest; the hub's Redis not counted")
+
+
 def table(runs: list[Run], pages: int, load: str) -> Table:
     t = Table(title=f"crawl of a {pages:,}-page site at concurrency {CONCURRENCY}"
               f" (load before: {load})")
@@ -152,7 +228,9 @@ def table(runs: list[Run], pages: int, load: str) -> Table:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pages", type=int, default=20000)
-    parser.add_argument("--only", default="bound,scrapy,crawlhub")
+    parser.add_argument("--only", default="bound,scrapy,crawlhub,agents1,agents2")
+    parser.add_argument("--redis", default=os.environ.get("CRAWLHUB_TEST_REDIS_URL",
+                                                          "redis://127.0.0.1:6379/0"))
     args = parser.parse_args()
     only = set(args.only.split(","))
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -168,6 +246,9 @@ def main() -> int:
                 runs.append(scrapy_run(base, work))
             if "crawlhub" in only:
                 runs.append(crawlhub_run(base, work))
+            for n in (1, 2):
+                if f"agents{n}" in only:
+                    runs.append(agents_run(base, work, n, args.redis))
     finally:
         site.kill()
         site.wait()
