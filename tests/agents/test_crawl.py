@@ -98,3 +98,33 @@ async def test_crawl_resumed_after_sigkill_fetches_nothing_twice_that_was_writte
         assert sum(site.hits.values()) > hits_at_kill
         items = rows(out)
         assert len(items) == 400 == len({i["url"] for i in items})
+
+
+def test_seen_links_pass_once_and_memory_stays_bounded() -> None:
+    from crawlhub.agents.crawl import Seen
+
+    seen = Seen(size=3)
+    assert seen.fresh({"a": 1, "b": 1}) == {"a": 1, "b": 1}
+    assert seen.fresh({"a": 2, "c": 2}) == {"c": 2}
+    for n in range(100):
+        seen.fresh({f"u{n}": 1})
+    assert len(seen.new) + len(seen.old) <= 6
+    assert seen.fresh({"a": 3}) == {"a": 3}  # forgotten: the frontier dedups it
+
+
+async def test_a_second_crawl_on_a_data_dir_in_use_is_refused_naming_it(tmp_path: Path) -> None:
+    import pytest
+
+    from crawlhub.agents.crawl import _lock
+    from crawlhub.errors import CrawlhubError
+
+    data = tmp_path / "data"
+    data.mkdir()
+    held = _lock(data)
+    try:
+        opts = CrawlOptions(urls=["http://127.0.0.1:1/"], out=tmp_path / "i.jsonl",
+                            data_dir=data)
+        with pytest.raises(CrawlhubError, match="another crawl is running on the data dir"):
+            await Crawl(opts).run()
+    finally:
+        held.close()

@@ -39,7 +39,7 @@ FOREVER = "36500d"
 #: Links remembered in memory as already sent to the frontier (two generations of this
 #: many): on a typical site each URL is linked ~10 times, and the frontier (canonical key,
 #: bloom, SQLite) is the cost of a link; the bound keeps memory flat as the site grows.
-SEEN_LINKS = 50_000
+SEEN_LINKS = 25_000
 
 
 class Seen:

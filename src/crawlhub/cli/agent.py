@@ -84,6 +84,7 @@ def _sink_spec(text: str | None) -> dict[str, Any] | None:
 async def _run(cfg: Any, names: list[str] | None, concurrency: int, rules: Any,
                sink_spec: dict[str, Any] | None, timeout: float, lease: float) -> None:
     from crawlhub.agents.agent import Agent, HubReport, Page
+    from crawlhub.agents.crawl import Seen
     from crawlhub.agents.downloader import Downloader, DownloaderConfig
     from crawlhub.config.sinks import build_sink
     from crawlhub.service import Services
@@ -108,6 +109,8 @@ async def _run(cfg: Any, names: list[str] | None, concurrency: int, rules: Any,
     if sink is not None:
         await sink.open()
 
+    seen = Seen()
+
     async def on_pages(pages: list[Page]) -> None:
         links: dict[str, int] = {}
         items: list[dict[str, Any]] = []
@@ -119,6 +122,7 @@ async def _run(cfg: Any, names: list[str] | None, concurrency: int, rules: Any,
                 links.setdefault(link, depth)
             items.append({"url": page.task.get("url"), "status": page.fetched.status,
                           "title": page.extracted.title, **page.extracted.fields})
+        links = seen.fresh(links)
         if links:
             await hub.submit([{"url": u, "depth": d} for u, d in links.items()], wait=True)
         if items and sink is not None:
