@@ -139,6 +139,13 @@ async def test_sigkill_of_one_of_two_agents_on_redis_loses_no_page_and_writes_ea
                       for _ in range(2)]
             await wait_for(lambda: sum(site.hits.values()) >= 60, "60 pages fetched",
                            timeout=60)
+
+            async def registered() -> bool:
+                agents = await services.agents.agents()
+                return {a.info.pid for a in agents} >= {p.pid for p in procs}
+
+            procs = list(agents)
+            await wait_for(registered, "both agents registered", timeout=30)
             os.kill(agents[0].pid, signal.SIGKILL)
             await agents[0].wait()
             queue = services.queues.queue("pages")
