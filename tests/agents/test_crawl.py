@@ -128,3 +128,14 @@ async def test_a_second_crawl_on_a_data_dir_in_use_is_refused_naming_it(tmp_path
             await Crawl(opts).run()
     finally:
         held.close()
+
+
+async def test_crawl_with_per_domain_limit_never_has_more_requests_in_flight_on_the_site(
+        tmp_path: Path) -> None:
+    async with SlowSite(pages=40, delay=0.01) as site:
+        opts = CrawlOptions(urls=[f"{site.url}/page/0"], out=tmp_path / "items.jsonl",
+                            data_dir=tmp_path / "data", follow=True, concurrency=16,
+                            per_domain=2)
+        progress = await Crawl(opts).run()
+        assert progress.pages == 40
+        assert site.peak <= 2
