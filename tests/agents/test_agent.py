@@ -169,3 +169,48 @@ async def test_sigkill_of_one_of_two_agents_on_redis_loses_no_page_and_writes_ea
             if keys:
                 await client.delete(*keys)
             await client.aclose()
+
+
+async def test_results_pushed_to_a_redis_list_inbound_are_settled_by_the_hub_consuming_it(
+        tmp_path: Path, redis_url: str) -> None:
+    import uuid
+
+    from crawlhub.agents.agent import RedisListReport
+
+    prefix = f"t-report-{uuid.uuid4().hex[:8]}:"
+    cfg = CrawlhubConfig.model_validate({
+        "data_dir": str(tmp_path),
+        "storage": {"queues": redis_url, "state": redis_url, "redis_prefix": prefix},
+        "inbound": [{"name": "http", "class": "http"},
+                    {"name": "results", "class": "redis_list",
+                     "init": {"url": redis_url, "key": f"{prefix}results"}}],
+        "outbound": [{"name": "pages", "class": "queue", "init": {"key": "pages"},
+                      "retry_limits": 1}],
+    })
+    async with Site() as site:
+        services = await Services.open(cfg)
+        report = RedisListReport(redis_url, f"{prefix}results")
+        try:
+            await services.start()  # consumes the results list
+            await services.hub.submit([{"url": f"{site.url}/page/{n}"} for n in range(5)]
+                                      + [{"url": f"{site.url}/status/500"}])
+            downloader = Downloader()
+            agent = Agent({"pages": services.queues.queue("pages")}, downloader,
+                          report=report, concurrency=4)
+            try:
+                await run_until_idle(services, agent)
+            finally:
+                await downloader.close()
+            counters = (await services.state.counters())["pages"]
+            assert counters["success"] == 5 and counters["failed"] == 1
+            assert site.hits["/status/500"] == 2  # retried once by the hub's rule
+        finally:
+            await report.close()
+            await services.close()
+            import redis.asyncio as aioredis
+
+            client = aioredis.from_url(redis_url)
+            keys = [k async for k in client.scan_iter(f"{prefix}*")]
+            if keys:
+                await client.delete(*keys)
+            await client.aclose()
