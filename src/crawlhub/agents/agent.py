@@ -124,7 +124,7 @@ class Agent:
         codes: ResultCodes | None = None,
         on_pages: OnPages | None = None,
         concurrency: int = 64,
-        lease_batch: int = 256,
+        lease_batch: int | None = None,
         flush_size: int = 200,
         flush_every: float = 0.1,
         lease_seconds: float = LEASE_SECONDS,
@@ -143,7 +143,9 @@ class Agent:
         self.codes = codes or ResultCodes()
         self.on_pages = on_pages
         self.concurrency = concurrency
-        self.lease_batch = max(lease_batch, concurrency)
+        # two rounds of work: enough to keep every slot busy between leases, few enough
+        # that a slow site does not let buffered leases expire before they are fetched
+        self.lease_batch = lease_batch or min(max(2 * concurrency, 16), 512)
         self.flush_size = flush_size
         self.flush_every = flush_every
         self.lease_seconds = lease_seconds
