@@ -214,3 +214,39 @@ async def test_results_pushed_to_a_redis_list_inbound_are_settled_by_the_hub_con
             if keys:
                 await client.delete(*keys)
             await client.aclose()
+
+
+async def test_an_agent_keeps_leasing_after_its_queue_backend_failed_once(
+        tmp_path: Path) -> None:
+    from crawlhub.errors import BackendUnavailable
+
+    class FailsOnce:
+        """The real queue, whose first lease meets an outage."""
+
+        def __init__(self, queue: Any) -> None:
+            self.queue, self.failed = queue, False
+
+        async def lease(self, n: int, visibility_timeout: float) -> Any:
+            if not self.failed:
+                self.failed = True
+                raise BackendUnavailable("queue backend unreachable")
+            return await self.queue.lease(n, visibility_timeout)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.queue, name)
+
+    async with Site() as site:
+        services = await Services.open(config(tmp_path))
+        try:
+            await services.hub.submit([{"url": f"{site.url}/page/{n}"} for n in range(3)])
+            queue = FailsOnce(services.queues.queue("pages"))
+            downloader = Downloader()
+            agent = Agent({"pages": queue}, downloader,  # type: ignore[dict-item]
+                          report=HubReport(services.hub, "http"), concurrency=2)
+            try:
+                await run_until_idle(services, agent)
+            finally:
+                await downloader.close()
+            assert queue.failed and agent.stats.pages == 3
+        finally:
+            await services.close()

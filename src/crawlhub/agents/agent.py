@@ -36,6 +36,8 @@ log = logging.getLogger("crawlhub.agents.agent")
 LEASE_SECONDS = 120.0
 #: Seconds between two polls of empty queues.
 IDLE_POLL = 0.05
+#: Seconds before leasing again after a backend error.
+LEASE_RETRY = 1.0
 
 
 @dataclass(slots=True)
@@ -204,8 +206,15 @@ class Agent:
                 got = 0
                 for k in range(len(names)):
                     name = names[(turn + k) % len(names)]
-                    messages = await self.queues[name].lease(self.lease_batch,
-                                                             self.lease_seconds)
+                    try:
+                        messages = await self.queues[name].lease(self.lease_batch,
+                                                                 self.lease_seconds)
+                    except Exception as exc:
+                        # the queue's backend is out: keep trying, the work waits there
+                        log.warning("agent %s: leasing from %s failed (%s); trying again in"
+                                    " %s s", self.agent_id, name, exc, LEASE_RETRY)
+                        await asyncio.sleep(LEASE_RETRY)
+                        continue
                     if messages and self.skip is not None:
                         messages = await self._skip_done(name, messages)
                     self._ready.extend((name, m) for m in messages)
