@@ -145,7 +145,7 @@ async def test_sigkill_of_one_of_two_agents_on_redis_loses_no_page_and_writes_ea
                 return {a.info.pid for a in agents} >= {p.pid for p in procs}
 
             procs = list(agents)
-            await wait_for(registered, "both agents registered", timeout=30)
+            await wait_for(registered, "both agents registered", timeout=30)  # type: ignore[arg-type]
             os.kill(agents[0].pid, signal.SIGKILL)
             await agents[0].wait()
             queue = services.queues.queue("pages")
@@ -154,8 +154,9 @@ async def test_sigkill_of_one_of_two_agents_on_redis_loses_no_page_and_writes_ea
                 return (all(site.hits[f"/page/{n}"] for n in range(300))
                         and not await queue.length() and not await services.state.pending())
 
-            await wait_for(done, "every page fetched and the queue empty", timeout=120)
-            entries = await client.xrange(stream)
+            await wait_for(done, "every page fetched and the queue empty",  # type: ignore[arg-type]
+                           timeout=120)
+            entries: Any = await client.xrange(stream)
             urls = [json.loads(fields[b"data"])["url"] for _, fields in entries]
             assert len(urls) == len(set(urls)) == 300
             assert agents[1].returncode is None  # the survivor did the rest
