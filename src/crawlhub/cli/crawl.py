@@ -42,7 +42,7 @@ def crawl_command(
     ] = Path("crawl-data"),
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
 ) -> None:
-    """Crawl URLs into a JSON lines file: {url, status, title} plus extracted fields.
+    """Crawl URLs into JSON lines, resumably.
 
     Resumable: run the same command with the same --data-dir after a kill and it
     continues, fetching nothing again that is already in --out.
