@@ -41,7 +41,7 @@ def agent_command(
                       " to another after it.")] = 120.0,
     config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt = None,
 ) -> None:
-    """Lease URL tasks, fetch them, report results; runs until stopped."""
+    """Lease URL tasks, fetch them and report results."""
     cfg = get_config(config, data_dir, sets)
     try:
         rules = _extract(extract)
