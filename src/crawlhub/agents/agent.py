@@ -1,7 +1,8 @@
 """The downloader agent: lease URL tasks, fetch, extract, report results, ack.
 
-Flow of one task: lease (in batches from one or more outbound queues) -> domain gate
-(optional) -> downloader -> extraction rules -> the page goes to ``on_pages`` (crawl mode:
+Flow of one task: lease (in batches from one or more outbound queues) -> robots.txt
+(optional: a disallowed URL is not fetched, its result is ``robots_disallowed``, 2007, and
+it is acked like any other) -> domain gate (optional) -> downloader -> extraction rules -> the page goes to ``on_pages`` (crawl mode:
 links to the frontier, items to the sink) -> its result ``{task_uuid, routed_count,
 task_result}`` goes to the hub -> ack. Pages are handled in *flushes* of up to
 ``flush_size``: one ``on_pages`` call, one report, one ack per queue, so a flush of 200
@@ -24,8 +25,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crawlhub.agents.codes import PARSE_ERROR, SUCCESS, ResultCodes
-from crawlhub.agents.downloader import Downloader, Fetched
+from crawlhub.agents.codes import PARSE_ERROR, ROBOTS_DISALLOWED, SUCCESS, ResultCodes
+from crawlhub.agents.downloader import DEFAULT_USER_AGENT, Downloader, Fetched
 from crawlhub.agents.extract import Extracted, ExtractionRules, ParseError
 from crawlhub.queues.base import Message, ReliableQueue
 from crawlhub.task import RESULT_KEY
@@ -114,6 +115,10 @@ class Agent:
     ``report`` records results (``HubReport`` / ``RedisListReport``), ``on_pages`` gets
     each flush before its report (crawl mode writes items and admits links there).
     ``gate`` is an optional ``DomainGate``; ``registry`` an optional ``AgentRegistry``.
+    ``robots`` (anything with ``allowed(url, user_agent)``: a ``DomainGate`` opened with
+    robots, or a ``RobotsCache``) is asked before each fetch, for the downloader's
+    User-Agent; its rules are parsed once per origin and kept in memory, so a check on the
+    hot path is a dict lookup and a Protego match.
     """
 
     def __init__(
@@ -135,6 +140,8 @@ class Agent:
         agent_id: str | None = None,
         skip: Skip | None = None,
         keep_body: bool = False,
+        robots: Any | None = None,
+        heartbeat_every: float = 2.0,
     ) -> None:
         if not queues:
             raise ValueError("an agent needs at least one queue to lease from")
@@ -153,6 +160,10 @@ class Agent:
         self.lease_seconds = lease_seconds
         self.gate = gate
         self.registry = registry
+        self.robots = robots
+        headers = getattr(getattr(downloader, "config", None), "headers", None) or {}
+        self.user_agent = str(headers.get("User-Agent") or DEFAULT_USER_AGENT)
+        self.heartbeat_every = heartbeat_every
         self.agent_id = agent_id or f"{socket.gethostname()}-{os.getpid()}"
         #: URLs among a leased batch already done (a resumed crawl's written items)
         self.skip = skip
@@ -274,6 +285,10 @@ class Agent:
     async def _do(self, name: str, message: Message) -> Page:
         task = message.payload
         url = str(task.get("url") or "")
+        if self.robots is not None and not await self._robots_allow(url):
+            refused = Fetched(url, url, 0, {}, b"", 0.0, None, ROBOTS_DISALLOWED,
+                              attempts=0, error="disallowed by robots.txt")
+            return Page(name, message, refused, None, self.codes.code(ROBOTS_DISALLOWED))
         slot = None
         gate: Any = self.gate
         if gate is not None:
@@ -305,6 +320,13 @@ class Agent:
                 fetched.outcome, fetched.error = PARSE_ERROR, str(exc)
                 code = self.codes.code(PARSE_ERROR, fetched.status)
         return Page(name, message, fetched, extracted, code)
+
+    async def _robots_allow(self, url: str) -> bool:
+        try:
+            robots: Any = self.robots
+            return bool(await robots.allowed(url, self.user_agent))
+        except ValueError:
+            return True  # not an absolute http(s) URL: the downloader reports it
 
     # ------------------------------------------------------------------ flushing
     def _start_flush(self) -> None:
@@ -359,28 +381,57 @@ class Agent:
 
     # ------------------------------------------------------------------ registry
     async def _beat_forever(self, stop: asyncio.Event) -> None:
-        from crawlhub.agents.registry.base import AgentInfo, Heartbeat
+        from crawlhub.agents.registry.base import LoadMeter
 
-        registry: Any = self.registry
-        try:
-            from crawlhub import __version__
-
-            await registry.register(AgentInfo(
-                agent_id=self.agent_id, host=socket.gethostname(), pid=os.getpid(),
-                version=str(__version__), queues=list(self.queues), started=time.time(),
-                concurrency=self.concurrency))
-        except Exception:
-            log.exception("agent %s: registering failed", self.agent_id)
+        await self._register()
+        meter = LoadMeter()
         last = (time.monotonic(), 0)
         while not stop.is_set():
-            await asyncio.sleep(2.0)
+            await asyncio.sleep(self.heartbeat_every)
             now = time.monotonic()
             qps = (self.stats.pages - last[1]) / max(now - last[0], 1e-6)
             last = (now, self.stats.pages)
-            with contextlib.suppress(Exception):
-                await registry.heartbeat(self.agent_id, Heartbeat(
-                    in_flight=self._inflight, downloaders=self._inflight, qps=qps,
-                    pages=self.stats.pages, errors=self.stats.errors))
+            await self.heartbeat(meter, qps)
+
+    async def _register(self) -> bool:
+        from crawlhub import __version__
+        from crawlhub.agents.registry.base import AgentInfo
+
+        registry: Any = self.registry
+        try:
+            await registry.register(AgentInfo(
+                agent_id=self.agent_id, host=socket.gethostname(), pid=os.getpid(),
+                version=str(__version__), queues=list(self.queues),
+                started=time.time() - (time.monotonic() - self._started),
+                concurrency=self.concurrency))
+        except Exception:
+            log.exception("agent %s: registering failed", self.agent_id)
+            return False
+        return True
+
+    async def heartbeat(self, meter: Any, qps: float = 0.0) -> bool:
+        """Send one heartbeat (memory and CPU from ``meter``, a ``LoadMeter``); when the
+        registry answers that it does not know this agent (forgotten after its retention,
+        or its registration failed), register again and send the beat once more. Whether
+        the beat was stored."""
+        from crawlhub.agents.registry.base import Heartbeat
+
+        registry: Any = self.registry
+        memory, cpu = meter.sample()
+        beat = Heartbeat(in_flight=self._inflight, downloaders=self._inflight, qps=qps,
+                         pages=self.stats.pages, errors=self.stats.errors,
+                         memory=memory, cpu=cpu)
+        try:
+            if await registry.heartbeat(self.agent_id, beat):
+                return True
+            log.warning("agent %s: the registry forgot this agent; registering again",
+                        self.agent_id)
+            if not await self._register():
+                return False
+            return bool(await registry.heartbeat(self.agent_id, beat))
+        except Exception:  # noqa: BLE001 - the backend is out: beat again next time
+            log.warning("agent %s: heartbeat failed", self.agent_id, exc_info=True)
+            return False
 
 
 def close_all(*things: Any) -> Sequence[Awaitable[Any]]:

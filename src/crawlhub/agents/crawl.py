@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from crawlhub.agents.agent import Agent, HubReport, Page
-from crawlhub.agents.codes import ResultCodes
+from crawlhub.agents.codes import ROBOTS_DISALLOWED, ResultCodes
 from crawlhub.agents.downloader import Downloader, DownloaderConfig
 from crawlhub.agents.extract import ExtractionRules
 from crawlhub.config.schema import CrawlhubConfig
@@ -78,6 +78,9 @@ class CrawlOptions:
     extract: dict[str, Any] | None = None
     retries: int = 2
     timeout: float = 30.0
+    #: honour robots.txt: a disallowed URL is not fetched (result 2007, counted in
+    #: ``Progress.robots``); its rules cached in the data dir's politeness.db
+    robots: bool = True
 
 
 @dataclass
@@ -86,6 +89,8 @@ class Progress:
     items: int = 0
     errors: int = 0
     skipped: int = 0
+    #: URLs not fetched because robots.txt disallows them (not pages, not errors)
+    robots: int = 0
     links: int = 0
     queued: int = 0
     started: float = field(default_factory=time.monotonic)
@@ -176,7 +181,8 @@ class Crawl:
         downloader = Downloader(DownloaderConfig(concurrency=max(opts.concurrency, 1),
                                                  timeout=opts.timeout))
         try:
-            if opts.per_domain or opts.delay:
+            limits = bool(opts.per_domain or opts.delay)
+            if limits or opts.robots:
                 gate = self._gate()
                 await gate.reset()  # the lock is ours: a killed run's slots are free now
             hub = services.hub
@@ -186,7 +192,8 @@ class Crawl:
             queue = services.queues.queue(QUEUE)
             agent = Agent({QUEUE: queue}, downloader, report=HubReport(hub, "http"),
                           rules=self.rules, codes=self.codes, on_pages=self._on_pages,
-                          concurrency=opts.concurrency, gate=gate, skip=self._written)
+                          concurrency=opts.concurrency, gate=gate if limits else None,
+                          robots=gate if opts.robots else None, skip=self._written)
             self.agent = agent
 
             async def idle() -> bool:
@@ -220,7 +227,8 @@ class Crawl:
 
         rules = DomainRules(concurrency=self.opts.per_domain or self.opts.concurrency,
                             delay=self.opts.delay)
-        return open_gate(f"sqlite:///{self.opts.data_dir / 'politeness.db'}", rules=rules)
+        return open_gate(f"sqlite:///{self.opts.data_dir / 'politeness.db'}", rules=rules,
+                         robots=self.opts.robots)
 
     async def _tick(self, queue: Any, on_progress: Callable[[Progress], None] | None) -> None:
         while True:
@@ -244,6 +252,9 @@ class Crawl:
             fetched, extracted = page.fetched, page.extracted
             if page.skipped:
                 progress.skipped += 1
+                continue
+            if page.fetched.outcome == ROBOTS_DISALLOWED:
+                progress.robots += 1
                 continue
             progress.pages += 1
             if extracted is None:

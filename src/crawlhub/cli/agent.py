@@ -3,7 +3,10 @@
 It leases from the queue outbounds, fetches, extracts, and settles each result in the
 shared hub state with an in-process hub (no inbound consumers of its own); links found
 (``--extract`` with ``links.follow``) are routed through the hub and its frontier; items
-go to ``--sink``. Run as many as you like on one Redis; SIGTERM / Ctrl-C stops it.
+go to ``--sink``. robots.txt is honoured (``--no-robots`` turns that off): each origin's
+file is fetched once per hour by one agent and shared on ``storage.agents``; a disallowed
+URL is not fetched and its result is 2007. Run as many as you like on one Redis;
+SIGTERM / Ctrl-C stops it.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ def agent_command(
     lease: Annotated[float, typer.Option(
         min=0.1, help="Seconds a leased task stays this agent's; a killed agent's tasks go"
                       " to another after it.")] = 120.0,
+    robots: Annotated[bool, typer.Option(
+        "--robots/--no-robots", help="Honour robots.txt: disallowed URLs are not fetched.")
+    ] = True,
     config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt = None,
 ) -> None:
     """Lease URL tasks, fetch them and report results."""
@@ -46,7 +52,7 @@ def agent_command(
     try:
         rules = _extract(extract)
         sink_spec = _sink_spec(sink)
-        asyncio.run(_run(cfg, queue, concurrency, rules, sink_spec, timeout, lease))
+        asyncio.run(_run(cfg, queue, concurrency, rules, sink_spec, timeout, lease, robots))
     except CrawlhubError as exc:
         err.print(f"[bold red]error[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
@@ -82,7 +88,8 @@ def _sink_spec(text: str | None) -> dict[str, Any] | None:
 
 
 async def _run(cfg: Any, names: list[str] | None, concurrency: int, rules: Any,
-               sink_spec: dict[str, Any] | None, timeout: float, lease: float) -> None:
+               sink_spec: dict[str, Any] | None, timeout: float, lease: float,
+               robots: bool = True) -> None:
     from crawlhub.agents.agent import Agent, HubReport, Page
     from crawlhub.agents.crawl import Seen
     from crawlhub.agents.downloader import Downloader, DownloaderConfig
@@ -129,9 +136,11 @@ async def _run(cfg: Any, names: list[str] | None, concurrency: int, rules: Any,
             await sink.write_batch(items)
 
     downloader = Downloader(DownloaderConfig(concurrency=concurrency, timeout=timeout))
+    checker = _robots(cfg.storage.agents_url, downloader) if robots else None
     agent = Agent({n: services.queues.queue(n) for n in names}, downloader,
                   report=HubReport(hub, inbound), rules=rules, on_pages=on_pages,
-                  concurrency=concurrency, registry=services.agents, lease_seconds=lease)
+                  concurrency=concurrency, registry=services.agents, lease_seconds=lease,
+                  robots=checker)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -143,7 +152,20 @@ async def _run(cfg: Any, names: list[str] | None, concurrency: int, rules: Any,
         await agent.drain()
     finally:
         await downloader.close()
+        if checker is not None:
+            with contextlib.suppress(Exception):
+                await checker.store.close()
         if sink is not None:
             with contextlib.suppress(Exception):
                 await sink.close()
         await services.close()
+
+
+def _robots(url: str, downloader: Any) -> Any:
+    """robots.txt checks cached on ``url`` (the registry's backend), shared by every agent
+    on it; fetched with the downloader's User-Agent."""
+    from crawlhub.agents.downloader import DEFAULT_USER_AGENT
+    from crawlhub.agents.politeness import RobotsCache, http_fetcher, open_gate_store
+
+    user_agent = str(downloader.config.headers.get("User-Agent") or DEFAULT_USER_AGENT)
+    return RobotsCache(open_gate_store(url), http_fetcher(user_agent))

@@ -40,6 +40,9 @@ def crawl_command(
     data_dir: Annotated[Path, typer.Option(
         help="Where the crawl keeps its state; run again with the same one to resume.")
     ] = Path("crawl-data"),
+    robots: Annotated[bool, typer.Option(
+        "--robots/--no-robots", help="Honour robots.txt: disallowed URLs are not fetched.")
+    ] = True,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
 ) -> None:
     """Crawl URLs into JSON lines, resumably.
@@ -59,7 +62,7 @@ def crawl_command(
         opts = CrawlOptions(urls=list(urls), out=out, data_dir=data_dir, follow=follow,
                             allow=list(allow or []), deny=list(deny or []), depth=depth,
                             concurrency=concurrency, per_domain=per_domain, delay=delay,
-                            extract=rules)
+                            extract=rules, robots=robots)
         crawl = Crawl(opts)
     except CrawlhubError as exc:
         err.print(f"[bold red]error[/] {exc}", highlight=False, soft_wrap=True)
@@ -74,7 +77,8 @@ def crawl_command(
     seconds = max(progress.rate and progress.pages / progress.rate, 0.0)
     err.print(f"crawled {progress.pages:,} pages in {seconds:.1f} s"
               f" ({progress.rate:,.0f}/s): {progress.items:,} items to {out},"
-              f" {progress.errors:,} errors, {progress.skipped:,} already written"
+              f" {progress.errors:,} errors, {progress.robots:,} skipped by robots,"
+              f" {progress.skipped:,} already written"
               f" (data: {data_dir})", highlight=False)
 
 
@@ -108,8 +112,10 @@ def _run_with_bar(crawl: Any) -> Any:
         def show(p: object) -> None:
             pages, items, errors = p.pages, p.items, p.errors  # type: ignore[attr-defined]
             queued, rate = p.queued, p.rate  # type: ignore[attr-defined]
+            robots = p.robots  # type: ignore[attr-defined]
             bar.update(task, completed=pages, total=pages + queued,
                        text=f"pages {pages:,}  items {items:,}  errors {errors:,}"
+                            f"  robots {robots:,}"
                             f"  queue {queued:,}  {rate:,.0f}/s")
 
         return asyncio.run(crawl.run(show))  # type: ignore[attr-defined]
