@@ -30,6 +30,7 @@ from crawlhub.config.pipeline import PipelineSection
 from crawlhub.config.settings import DEFAULT_DATA_DIR, Settings
 from crawlhub.errors import ConfigError
 from crawlhub.storage.redact import SecretNames
+from crawlhub.storage.urls import SCHEMES, Kind
 from crawlhub.task import BUILTIN_KEY_SET
 
 
@@ -89,8 +90,14 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, coerce_numbers_to_str=True)
 
 
-_QUEUE_SCHEMES = ("sqlite", "redis", "rediss", "valkey", "valkeys", "unix")
-_METADATA_SCHEMES = ("sqlite", "sqlite+aiosqlite", "postgresql", "postgres", "postgresql+asyncpg")
+def _schemes(*kinds: Kind) -> tuple[str, ...]:
+    """The schemes storage.urls opens for ``kinds``, driver aliases (``+``) last."""
+    return tuple(sorted((s for s, (k, _) in SCHEMES.items() if k in kinds),
+                        key=lambda s: "+" in s))
+
+
+_QUEUE_SCHEMES = _schemes("sqlite", "redis")
+_METADATA_SCHEMES = _schemes("sqlite", "postgres")
 
 
 def _check_scheme(value: str, allowed: tuple[str, ...], what: str) -> str:
