@@ -228,6 +228,20 @@ async def test_requeue_expired_returns_expired_leases_now(
     assert (stats.ready, stats.leased, stats.retried) == (2, 1, 2)
 
 
+async def test_requeue_leased_returns_every_lease_now(
+    timed_queue: ReliableQueue, clock: FakeClock
+) -> None:
+    await timed_queue.push_many([({"n": i}, 0) for i in range(3)])
+    await timed_queue.lease(2, visibility_timeout=5)
+    await timed_queue.lease(1, visibility_timeout=50)
+
+    assert await timed_queue.requeue_leased() == 3
+    assert await timed_queue.requeue_leased() == 0
+    stats = await timed_queue.stats()
+    assert (stats.ready, stats.leased, stats.retried) == (3, 0, 3)
+    assert sorted(payloads(await timed_queue.lease(3))) == [0, 1, 2]
+
+
 async def test_stats_return_expired_leases_lazily(
     timed_queue: ReliableQueue, clock: FakeClock
 ) -> None:

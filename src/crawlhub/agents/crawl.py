@@ -126,17 +126,6 @@ def _lock(data_dir: Path) -> Any:
     return f
 
 
-async def _take_back_leases(queues: Any, name: str) -> None:
-    """Return the leases a killed run left to ready at once: the lock says that run is
-    dead, so they need not wait out their visibility timeout."""
-    def expire(conn: Any) -> None:
-        conn.execute("UPDATE queue_messages SET lease_until = 0 WHERE queue = ? AND state = 1",
-                     (name,))
-
-    await queues.run(f"take back the leases of queue {name!r}", expire)
-    await queues.queue(name).requeue_expired()
-
-
 #: KiB of SQLite page cache for the crawl's frontier (the frontier's default, 64 MB, is
 #: for long-lived hubs with many segments; a crawl's keys are read back rarely and the
 #: OS caches the file anyway): keeps a crawl's RSS flat as the site grows.
@@ -186,10 +175,11 @@ class Crawl:
                 gate = self._gate()
                 await gate.reset()  # the lock is ours: a killed run's slots are free now
             hub = services.hub
-            await _take_back_leases(services.queues, QUEUE)
+            queue = services.queues.queue(QUEUE)
+            # the lock says a killed run is dead: its leases need not wait out their timeout
+            await queue.requeue_leased()
             await _small_frontier_cache(services.frontiers[QUEUE])
             await hub.submit([{"url": u, "depth": 0} for u in opts.urls], wait=True)
-            queue = services.queues.queue(QUEUE)
             agent = Agent({QUEUE: queue}, downloader, report=HubReport(hub, "http"),
                           rules=self.rules, codes=self.codes, on_pages=self._on_pages,
                           concurrency=opts.concurrency, gate=gate if limits else None,

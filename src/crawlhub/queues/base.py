@@ -140,6 +140,12 @@ class ReliableQueue(Protocol):
         ready, or to the dead letter after ``max_attempts`` deliveries. Returns how many."""
         ...
 
+    async def requeue_leased(self) -> int:
+        """End every lease now, expired or not, as ``requeue_expired`` ends expired ones:
+        for a caller that knows the holders are gone (a crawl restarted on its locked data
+        dir). Returns how many."""
+        ...
+
     async def length(self) -> int:
         """Messages not yet finished (ready + leased): the outbound's lag."""
         ...

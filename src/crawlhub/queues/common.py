@@ -339,6 +339,9 @@ class BaseQueue(ABC):
     async def requeue_expired(self) -> int:
         return await self._requeue_expired()
 
+    async def requeue_leased(self) -> int:
+        return await self._requeue_expired(everything=True)
+
     async def length(self) -> int:
         return await self._length()
 
@@ -379,7 +382,8 @@ class BaseQueue(ABC):
     async def _extend(self, refs: list[Ref], timeout: float) -> int: ...
 
     @abstractmethod
-    async def _requeue_expired(self) -> int: ...
+    async def _requeue_expired(self, everything: bool = False) -> int:
+        """End expired leases (``everything``: all leases) as one storage call."""
 
     @abstractmethod
     async def _length(self) -> int: ...

@@ -463,8 +463,9 @@ class RedisQueue(BaseQueue):
         args = [self.backend.now_arg(), _ms(timeout), _ref_arg(refs)]
         return int(await self._run("extend", "extend", args))
 
-    async def _requeue_expired(self) -> int:
-        args = [self.backend.now_arg(), self.limit]
+    async def _requeue_expired(self, everything: bool = False) -> int:
+        # a deadline is integer ms, so 2**53 (the largest exact Lua number) is past them all
+        args = [str(2**53) if everything else self.backend.now_arg(), self.limit]
         return int(await self._run("requeue", "requeue expired leases", args))
 
     async def _length(self) -> int:

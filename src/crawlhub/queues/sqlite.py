@@ -6,6 +6,7 @@ there. Writes take ``BEGIN IMMEDIATE``, so several processes may share the file 
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -405,10 +406,17 @@ class SqliteQueue(BaseQueue):
             limit = _limit(conn, self.name, self.limit)
             return _requeue(conn, self.name, self.backend.clock(), limit)
 
-    async def _requeue_expired(self) -> int:
-        return await self.backend.run(
-            f"requeue expired leases of queue {self.name!r}", self._requeue_if_expired
-        )
+    async def _requeue_expired(self, everything: bool = False) -> int:
+        if not everything:
+            return await self.backend.run(
+                f"requeue expired leases of queue {self.name!r}", self._requeue_if_expired
+            )
+
+        def requeue_all(conn: sqlite3.Connection) -> int:
+            with _write(conn):
+                return _requeue(conn, self.name, math.inf, _limit(conn, self.name, self.limit))
+
+        return await self.backend.run(f"requeue the leases of queue {self.name!r}", requeue_all)
 
     async def _length(self) -> int:
         c = await self._counters()
