@@ -127,3 +127,15 @@ async def test_a_table_from_before_the_hash_index_is_upgraded(
     assert await f.admit([Seed("http://a.com/1"), Seed("http://a.com/9")]) == [False, True]
     (seed, *_) = await f.lease(4, 60)
     assert await f.finish(seed, "ok")
+
+
+async def test_set_cache_kib_sizes_the_page_cache(make_frontier: MakeFrontier) -> None:
+    f = await make_frontier("news")
+    store = f.store
+    assert isinstance(store, SqliteSeedStore)
+
+    await store.set_cache_kib(8192)
+
+    (size,) = await store.db.run(lambda conn: conn.execute("PRAGMA cache_size").fetchone())
+    assert size == -8192
+    await f.close()

@@ -30,6 +30,7 @@ from crawlhub.agents.extract import ExtractionRules
 from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.config.sinks import JsonlSinkConfig
 from crawlhub.errors import CrawlhubError
+from crawlhub.frontier.sqlite import SqliteSeedStore
 from crawlhub.queues.base import Message
 from crawlhub.service import Services
 from crawlhub.sinks.jsonl import JsonlSink
@@ -132,12 +133,6 @@ def _lock(data_dir: Path) -> Any:
 FRONTIER_CACHE_KIB = 8192
 
 
-async def _small_frontier_cache(frontier: Any) -> None:
-    db = getattr(frontier.store, "db", None)
-    if db is not None:
-        await db.run(lambda conn: conn.execute(f"PRAGMA cache_size = -{FRONTIER_CACHE_KIB}"))
-
-
 class Crawl:
     """One crawl; ``await Crawl(opts).run(on_progress)`` returns its :class:`Progress`."""
 
@@ -178,7 +173,9 @@ class Crawl:
             queue = services.queues.queue(QUEUE)
             # the lock says a killed run is dead: its leases need not wait out their timeout
             await queue.requeue_leased()
-            await _small_frontier_cache(services.frontiers[QUEUE])
+            store = services.frontiers[QUEUE].store
+            if isinstance(store, SqliteSeedStore):  # (the data dir's frontier.db)
+                await store.set_cache_kib(FRONTIER_CACHE_KIB)
             await hub.submit([{"url": u, "depth": 0} for u in opts.urls], wait=True)
             agent = Agent({QUEUE: queue}, downloader, report=HubReport(hub, "http"),
                           rules=self.rules, codes=self.codes, on_pages=self._on_pages,
