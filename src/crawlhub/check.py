@@ -25,10 +25,7 @@ def check_config(config: Any) -> None:
             errors.extend(exc.errors)
         except ConfigError as exc:
             errors.append(exc)
-    if len(errors) == 1:
-        raise errors[0]
-    if errors:
-        raise ConfigErrors(errors)
+    _raise(errors)
 
 
 def check_frontiers(config: Any) -> None:
