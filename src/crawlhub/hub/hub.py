@@ -538,16 +538,9 @@ class Hub:
             try:
                 verdicts = await self.frontiers[name].admit_entries(
                     [gates[t.index][1] for t, _ in members])
-            except Exception as exc:
-                # Admitted or not is unknown: the gates stay, released, for a retry.
-                await self._abort([t for t, _ in members], release=True)
-                for t, _ in members:
-                    self._unavailable(results[t.index], exc)
-                    failed[t.index] = exc
-                continue
-            try:
                 pushing = await self._admitted(name, members, verdicts)
             except Exception as exc:
+                # Admitted or not is unknown: the gates stay, released, for a retry.
                 await self._abort([t for t, _ in members], release=True)
                 for t, _ in members:
                     self._unavailable(results[t.index], exc)
