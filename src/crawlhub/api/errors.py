@@ -51,8 +51,9 @@ async def backend_error(request: Request, exc: Exception) -> JSONResponse:
     """
     if not is_unavailable(exc):
         return internal_error(request, exc)
-    down = unavailable(exc, _backend_of(exc))
-    backend = redact_url(down.backend or _backend_of(exc))
+    name = _backend_of(exc)
+    down = unavailable(exc, name)
+    backend = redact_url(down.backend or name)
     detail = redact_url(str(down))
     log.warning("%s %s: %s", request.method, request.url.path, detail)
     return JSONResponse({"detail": detail, "backend": backend}, status_code=503,
