@@ -46,8 +46,8 @@ from redis.exceptions import NoScriptError, RedisError
 from crawlhub.errors import FrontierError
 from crawlhub.frontier.bloom import MAX_LAYER_BITS, FixedBloom, layer_plan, split_hash
 from crawlhub.frontier.seed import Outcome, Seed
-from crawlhub.frontier.sqlite import _task_uuid, check_frontier_name
-from crawlhub.frontier.store import Entry, SegmentCounts, check_entries
+from crawlhub.frontier.sqlite import check_frontier_name
+from crawlhub.frontier.store import Entry, SegmentCounts, check_entries, task_uuid_of
 from crawlhub.keys import frontier_keys, frontier_segment_key
 from crawlhub.storage.redact import redact_url
 from crawlhub.storage.redis import redis_client
@@ -642,7 +642,7 @@ class RedisSeedStore:
         raw = await self._call("admitted_by", self.redis.hget(self._seg(segment, "seeds"), key))
         if raw is None:
             return None
-        return _task_uuid(_text(raw).split("|", 2)[2])
+        return task_uuid_of(_text(raw).split("|", 2)[2])
 
     # ------------------------------------------------------------------ dispatch
     async def claim(self, n: int, now: float, lease_until: float) -> list[Seed]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from crawlhub.errors import FrontierError
 from crawlhub.frontier.bloom import ScalableBloom, load_snapshot, save_snapshot, stable_hash
 from crawlhub.frontier.seed import Outcome, Seed
-from crawlhub.frontier.store import Entry, SegmentCounts, check_entries
+from crawlhub.frontier.store import Entry, SegmentCounts, check_entries, task_uuid_of
 from crawlhub.storage.sqlite import SqliteDB
 
 PENDING, LEASED, DONE, FAILED, DISPATCHED, WAITING = 0, 1, 2, 3, 4, 5
@@ -113,12 +113,6 @@ def row_hash(h: int) -> int:
 
 def key_hash(key: str) -> int:
     return row_hash(stable_hash(key))
-
-
-def _task_uuid(encoded: str | bytes) -> str | None:
-    """The ``task_uuid`` a hub task's seed carries in its meta (None: not a hub task)."""
-    uuid = Seed.decode(encoded).meta.get("task_uuid")
-    return None if uuid is None else str(uuid)
 
 
 def check_frontier_name(name: str) -> str:
@@ -416,7 +410,7 @@ class SqliteSeedStore:
                 f'SELECT seed FROM "{self._t}" WHERE {self._row}',
                 {"segment": segment, "key_hash": key_hash(key), "key": key},
             ).fetchone()
-            return None if row is None else _task_uuid(row[0])
+            return None if row is None else task_uuid_of(row[0])
 
         return await self.db.run(run)
 

@@ -126,6 +126,13 @@ class SeedStore(Protocol):
         ...
 
 
+def task_uuid_of(encoded: str | bytes) -> str | None:
+    """The ``task_uuid`` in the meta of a stored seed (``Seed.encode``'s form), which every
+    store's ``admitted_by`` answers (None: not a hub task)."""
+    uuid = Seed.decode(encoded).meta.get("task_uuid")
+    return None if uuid is None else str(uuid)
+
+
 def check_entries(entries: Sequence[Entry]) -> None:
     for e in entries:
         if not e.key:
