@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crawlhub.agents.codes import PARSE_ERROR, ROBOTS_DISALLOWED, SUCCESS, ResultCodes
-from crawlhub.agents.downloader import DEFAULT_USER_AGENT, Downloader, Fetched
+from crawlhub.agents.downloader import Downloader, Fetched
 from crawlhub.agents.extract import Extracted, ExtractionRules, ParseError
 from crawlhub.queues.base import Message, ReliableQueue
 from crawlhub.task import RESULT_KEY
@@ -161,8 +161,7 @@ class Agent:
         self.gate = gate
         self.registry = registry
         self.robots = robots
-        headers = getattr(getattr(downloader, "config", None), "headers", None) or {}
-        self.user_agent = str(headers.get("User-Agent") or DEFAULT_USER_AGENT)
+        self.user_agent = downloader.config.user_agent
         self.heartbeat_every = heartbeat_every
         self.agent_id = agent_id or f"{socket.gethostname()}-{os.getpid()}"
         #: URLs among a leased batch already done (a resumed crawl's written items)
@@ -432,7 +431,3 @@ class Agent:
         except Exception:  # noqa: BLE001 - the backend is out: beat again next time
             log.warning("agent %s: heartbeat failed", self.agent_id, exc_info=True)
             return False
-
-
-def close_all(*things: Any) -> Sequence[Awaitable[Any]]:
-    return [t.close() for t in things if t is not None and hasattr(t, "close")]

@@ -108,6 +108,11 @@ class DownloaderConfig(BaseModel):
     ban: BanRules = BanRules()
     proxies: ProxyConfig = ProxyConfig()
 
+    @property
+    def user_agent(self) -> str:
+        """The User-Agent every request carries (robots.txt is read for it)."""
+        return str(self.headers.get("User-Agent") or DEFAULT_USER_AGENT)
+
     @classmethod
     def from_config(
         cls, data: Mapping[str, Any] | None, *, file: str | None = None, key: str = "downloader"

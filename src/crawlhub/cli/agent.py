@@ -164,8 +164,6 @@ async def _run(cfg: Any, names: list[str] | None, concurrency: int, rules: Any,
 def _robots(url: str, downloader: Any) -> Any:
     """robots.txt checks cached on ``url`` (the registry's backend), shared by every agent
     on it; fetched with the downloader's User-Agent."""
-    from crawlhub.agents.downloader import DEFAULT_USER_AGENT
     from crawlhub.agents.politeness import RobotsCache, http_fetcher, open_gate_store
 
-    user_agent = str(downloader.config.headers.get("User-Agent") or DEFAULT_USER_AGENT)
-    return RobotsCache(open_gate_store(url), http_fetcher(user_agent))
+    return RobotsCache(open_gate_store(url), http_fetcher(downloader.config.user_agent))
