@@ -642,11 +642,7 @@ class Hub:
                 errors[k] = error
                 (lost if error is not None else pushed).append(todo[k])
         if pushed:
-            counts: dict[str, int] = defaultdict(int)
-            for t in pushed:
-                counts[t.rule.name] += 1
-            for name, n in counts.items():
-                self._dispatched(name, n, now)
+            counts = self._dispatched(pushed, now)
             try:
                 await self.state.intake_commit([t.intake for t in pushed],
                                                [(name, "total", n) for name, n in counts.items()])
@@ -701,12 +697,7 @@ class Hub:
                 continue
             for k, ok in zip(positions, flags, strict=True):
                 pushed[k] = ok
-        counts: dict[str, int] = defaultdict(int)
-        for t, ok in zip(todo, pushed, strict=True):
-            if ok:
-                counts[t.rule.name] += 1
-        for name, n in counts.items():
-            self._dispatched(name, n, now)
+        self._dispatched([t for t, ok in zip(todo, pushed, strict=True) if ok], now)
         if error is not None:
             raise _PartlyPushed(error, pushed, refused)
         return pushed, refused
@@ -784,12 +775,19 @@ class Hub:
             else:
                 self._forget += [t.intake for t in todo]
 
-    def _dispatched(self, name: str, n: int, now: float) -> None:
-        self.metrics.dispatched.labels(name).inc(n)
-        self._note_dispatch(name, n, now)
-        cached = self._lag_cache.get(name)
-        if cached:
-            self._lag_cache[name] = (cached[0], cached[1] + n)
+    def _dispatched(self, pushed: Iterable[_Todo], now: float) -> dict[str, int]:
+        """Count pushed tasks on their outbounds (metrics, rate, cached lag); returns
+        the counts by outbound."""
+        counts: dict[str, int] = defaultdict(int)
+        for t in pushed:
+            counts[t.rule.name] += 1
+        for name, n in counts.items():
+            self.metrics.dispatched.labels(name).inc(n)
+            self._note_dispatch(name, n, now)
+            cached = self._lag_cache.get(name)
+            if cached:
+                self._lag_cache[name] = (cached[0], cached[1] + n)
+        return counts
 
     @staticmethod
     def _already_routed(result: SubmitResult) -> None:
