@@ -60,18 +60,11 @@ def agent_command(
 
 def _extract(path: Path | None) -> Any:
     from crawlhub.agents.extract import ExtractionRules
+    from crawlhub.cli.crawl import read_extract
 
     if path is None:
         return ExtractionRules()
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"--extract {str(path)!r}: cannot read it as YAML ({exc})",
-                          file=str(path)) from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"--extract {str(path)!r}: expected a mapping with 'fields' and/or"
-                          " 'links'", file=str(path))
-    return ExtractionRules.from_config(data.get("extract", data), file=str(path))
+    return ExtractionRules.from_config(read_extract(path), file=str(path))
 
 
 def _sink_spec(text: str | None) -> dict[str, Any] | None:

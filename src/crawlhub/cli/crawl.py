@@ -58,7 +58,7 @@ def crawl_command(
                   " as http://127.0.0.1:8600/", highlight=False)
         raise typer.Exit(2)
     try:
-        rules = _read_extract(extract) if extract else None
+        rules = read_extract(extract) if extract else None
         opts = CrawlOptions(urls=list(urls), out=out, data_dir=data_dir, follow=follow,
                             allow=list(allow or []), deny=list(deny or []), depth=depth,
                             concurrency=concurrency, per_domain=per_domain, delay=delay,
@@ -82,7 +82,8 @@ def crawl_command(
               f" (data: {data_dir})", highlight=False)
 
 
-def _read_extract(path: Path) -> dict:  # type: ignore[type-arg]
+def read_extract(path: Path) -> dict:  # type: ignore[type-arg]
+    """The extraction rules mapping of an --extract YAML file (also ``crawlhub agent``'s)."""
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
