@@ -22,19 +22,12 @@ _IN = 500  # uuids per "IN (...)" lookup
 class SqliteIntake:
     """Intake ledger on the hub's SQLite file (mixed into ``SqliteHubState``)."""
 
-    _db: Any
+    _db: Any  # opened with INTAKE_SCHEMA in its schema
     retention: float
-    _intake_ready: bool = False
-
-    async def _intake(self, fn: Any) -> Any:
-        if not self._intake_ready:
-            await self._db.run(lambda conn: conn.executescript(INTAKE_SCHEMA))
-            self._intake_ready = True
-        return await self._db.transaction(fn)
 
     async def intake_beat(self, owner: str, now: float) -> None:
         """``owner`` (a hub process) is alive at ``now``."""
-        await self._intake(lambda conn: conn.execute(
+        await self._db.transaction(lambda conn: conn.execute(
             "INSERT OR REPLACE INTO alive(instance, at) VALUES (?, ?)", (owner, now)))
 
     async def intake_begin(self, items: Sequence[Intake], now: float, owner: str
@@ -87,7 +80,7 @@ class SqliteIntake:
                 [(u, now, owner) for u, _ in fresh])
             return out
 
-        return await self._intake(begin)  # type: ignore[no-any-return]
+        return await self._db.transaction(begin)  # type: ignore[no-any-return]
 
     async def intake_commit(self, items: Sequence[Intake],
                             counters: Sequence[tuple[str, str, int]] = ()) -> None:
@@ -107,7 +100,7 @@ class SqliteIntake:
                     " ON CONFLICT(outbound, field) DO UPDATE SET value = value + excluded.value",
                     list(counters))
 
-        await self._intake(commit)
+        await self._db.transaction(commit)
 
     async def intake_abort(self, items: Sequence[Intake], *, release: bool) -> None:
         """``items`` were not pushed: forget their records. ``release``: their gates were
@@ -127,7 +120,7 @@ class SqliteIntake:
                         conn.execute("DELETE FROM gates WHERE gate = ? AND task_uuid = ?",
                                      (item.gate, item.uuid))
 
-        await self._intake(abort)
+        await self._db.transaction(abort)
 
     async def intake_claim(self, now: float, dead_before: float, owner: str,
                            limit: int = 500) -> list[Intake]:
@@ -151,7 +144,7 @@ class SqliteIntake:
             return [(raw, inherited) for _, raw, inherited in rows if raw is not None]
 
         out = []
-        for raw, inherited in await self._intake(claim):
+        for raw, inherited in await self._db.transaction(claim):
             intake = Intake.loads(raw)
             intake.inherited = bool(inherited)
             out.append(intake)

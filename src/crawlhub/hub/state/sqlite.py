@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from crawlhub.clock import Clock, system_clock
-from crawlhub.hub.intake import SqliteIntake
+from crawlhub.hub.intake import INTAKE_SCHEMA, SqliteIntake
 from crawlhub.hub.state.base import (
     CLAIM_LEASE,
     DEFAULT_RETENTION,
@@ -74,7 +74,7 @@ class SqliteHubState(SqliteIntake):
         self.retention = retention
         #: Epoch seconds for retention and token buckets; tests pass a fake one.
         self.clock = clock
-        self._db = SqliteDB(url, schema=_SCHEMA)
+        self._db = SqliteDB(url, schema=_SCHEMA + INTAKE_SCHEMA)
         self._last_purge = 0.0
 
     async def record(self, entries: Sequence[LedgerEntry],
@@ -181,7 +181,7 @@ class SqliteHubState(SqliteIntake):
             _add_counters(conn, counters)
             return True
 
-        if not await self._intake(_settle):
+        if not await self._db.transaction(_settle):
             return False
         if after is not None:
             after.raw = raw
