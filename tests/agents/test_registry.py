@@ -12,6 +12,7 @@ from crawlhub.agents.registry import (
     AgentRegistry,
     Heartbeat,
     LoadMeter,
+    listing,
     open_registry,
 )
 from crawlhub.errors import ConfigError
@@ -182,3 +183,17 @@ def test_the_load_meter_reports_resident_memory_and_cpu_since_the_last_sample() 
     wall.advance(1.0)
     assert meter.sample()[1] == 0.0
     assert meter.sample()[1] == 0.0  # no time passed: no division by zero
+
+
+async def test_listing_counts_all_agents_and_filters_by_liveness(
+        registry: AgentRegistry, clock: FakeClock) -> None:
+    await registry.register(info("a1"))
+    clock.advance(registry.dead_after)
+    await registry.register(info("a2"))
+
+    every = await listing(registry)
+    assert [r["agent_id"] for r in every["agents"]] == ["a1", "a2"]
+    assert (every["alive"], every["dead"], every["dead_after"]) == (1, 1, registry.dead_after)
+    dead = await listing(registry, alive=False)
+    assert [r["agent_id"] for r in dead["agents"]] == ["a1"]
+    assert (dead["alive"], dead["dead"]) == (1, 1)

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 
+from crawlhub.agents.registry import listing
 from crawlhub.api.deps import services
 from crawlhub.api.openapi import BACKEND, errors
 from crawlhub.service import Services
@@ -52,10 +53,4 @@ async def list_agents(
 ) -> dict[str, Any]:
     """Every agent still known, sorted by id; a dead one is listed until the registry's
     retention forgets it."""
-    rows = [s.as_dict() for s in await svc.agents.agents()]
-    live = sum(1 for r in rows if r["alive"])
-    dead = len(rows) - live
-    if alive is not None:
-        rows = [r for r in rows if r["alive"] is alive]
-    return {"dead_after": svc.agents.dead_after, "alive": live, "dead": dead,
-            "agents": rows}
+    return await listing(svc.agents, alive)

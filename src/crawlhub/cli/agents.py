@@ -37,16 +37,13 @@ def agents_command(
 
 
 async def _listing(url: str, prefix: str) -> dict[str, Any]:
-    from crawlhub.agents.registry import open_registry
+    from crawlhub.agents.registry import listing, open_registry
 
     registry = open_registry(url, prefix=prefix)
     try:
-        rows = [s.as_dict() for s in await registry.agents()]
+        return await listing(registry)
     finally:
         await registry.close()
-    live = sum(1 for r in rows if r["alive"])
-    return {"dead_after": registry.dead_after, "alive": live, "dead": len(rows) - live,
-            "agents": rows}
 
 
 def _table(listing: dict[str, Any], where: str, now: float) -> Table:

@@ -17,6 +17,7 @@ from crawlhub.agents.registry.base import (
     AgentStatus,
     Heartbeat,
     LoadMeter,
+    listing,
     resident_bytes,
 )
 from crawlhub.clock import Clock, system_clock
@@ -31,6 +32,7 @@ __all__ = [
     "AgentStatus",
     "Heartbeat",
     "LoadMeter",
+    "listing",
     "open_registry",
     "resident_bytes",
 ]

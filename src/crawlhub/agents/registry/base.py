@@ -200,3 +200,15 @@ class AgentRegistry(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+async def listing(registry: AgentRegistry, alive: bool | None = None) -> dict[str, Any]:
+    """The ``GET /agents/`` body (also ``crawlhub agents --json``): every agent known,
+    sorted by id (only the live or the dead ones with ``alive``), and how many of all are
+    alive and dead."""
+    rows = [s.as_dict() for s in await registry.agents()]
+    live = sum(1 for r in rows if r["alive"])
+    dead = len(rows) - live
+    if alive is not None:
+        rows = [r for r in rows if r["alive"] is alive]
+    return {"dead_after": registry.dead_after, "alive": live, "dead": dead, "agents": rows}
