@@ -132,7 +132,8 @@ def crawlhub_run(base: str, work: Path) -> Run:
     out = work / "crawlhub.jsonl"
     argv = [str(Path(sys.executable).parent / "crawlhub"), "crawl", f"{base}/p/0", "--follow",
             "--concurrency", str(CONCURRENCY), "--per-domain", str(CONCURRENCY),
-            "--out", str(out), "--data-dir", str(work / "crawl-data"), "--quiet"]
+            "--out", str(out), "--data-dir", str(work / "crawl-data"), "--quiet",
+            "--no-robots"]  # as Scrapy's ROBOTSTXT_OBEY=False
     return run_child("crawlhub crawl (1 process, SQLite)", argv, out)
 
 
@@ -165,7 +166,7 @@ def agents_run(base: str, work: Path, n: int, redis_url: str) -> Run:
                            "key": ["url"], "prefix": prefix}, default_flow_style=True).strip()
     argv = [str(Path(sys.executable).parent / "crawlhub"), "agent", "-c", str(cfg_file),
             "--concurrency", str(CONCURRENCY), "--extract", str(work / "extract.yaml"),
-            "--sink", sink]
+            "--sink", sink, "--no-robots"]
 
     async def seed_and_wait(start: float, procs: list[subprocess.Popen[bytes]]) -> float:
         services = await Services.open(load_config(cfg_file))
