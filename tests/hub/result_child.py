@@ -40,11 +40,13 @@ class Killer:
             os.kill(os.getpid(), signal.SIGKILL)
 
     def after(self, point: str, fn: Callable[..., Any],
-              applies: Callable[[Any], bool] = lambda _: True) -> Callable[..., Any]:
+              applies: Callable[[Any], int] = lambda _: 1) -> Callable[..., Any]:
+        """``fn`` passing ``point`` ``applies(result)`` times each call (once by
+        default; a batch settle passes it once per entry it applied)."""
         @wraps(fn)
         async def wrapped(*args: Any, **kwargs: Any) -> Any:
             result = await fn(*args, **kwargs)
-            if applies(result):
+            for _ in range(int(applies(result))):
                 self.passed(point)
             return result
 
@@ -58,7 +60,9 @@ async def main(config: str, clock: float, mode: str, results: str | None) -> Non
     hub.clock = lambda: clock
     killer = Killer(os.environ.get("CRAWLHUB_TEST_KILL_AT", "none:0"))
     state: Any = hub.state
-    state.settle = killer.after("settle", state.settle, bool)
+    # settle() goes through settle_many() on both backends: every applied settle, of
+    # one entry or of a batch, passes the point once
+    state.settle_many = killer.after("settle", state.settle_many, sum)
     state.claim_expired = killer.after("claim", state.claim_expired, bool)
     hub._send = killer.after("push", hub._send)  # type: ignore[method-assign]
     failures: Any = hub.failures

@@ -162,6 +162,36 @@ async def test_redelivered_result_is_not_applied_twice(
     assert (await svc.hub.receive("http", [done]))[0]["status"] == "orphan"
 
 
+async def test_a_batch_of_results_is_settled_as_each_result_alone_would_be(
+        make_config: Callable[..., Any], open_services: Opener, tmp_path: Path) -> None:
+    svc = await open_services(make_config(outbound=[{"name": "o", "retry_limits": 1,
+                                                     "dont_retry_status": [404]}]))
+    await svc.hub.submit([{"n": i} for i in range(5)])
+    tasks = sorted(await drain(svc, "o"), key=lambda t: t["n"])
+
+    def result(task: dict[str, Any], code: int) -> dict[str, Any]:
+        return {"task_uuid": task["task_uuid"], "routed_count": task["routed_count"],
+                "task_result": code}
+
+    batch = [result(tasks[0], 1000), result(tasks[1], 500), result(tasks[2], 404),
+             result(tasks[3], 1000), {"task_uuid": "f" * 32, "task_result": 1000},
+             result(tasks[3], 500),  # the same task twice in one batch: the second is late
+             {"url": "http://x/new"}]  # a new task beside the results
+    outcomes = await svc.hub.receive("http", batch, wait=True)
+    assert [o["status"] for o in outcomes] == ["success", "retry", "failed", "success",
+                                               "orphan", "orphan", "routed"]
+    [again] = [t for t in await drain(svc, "o") if t.get("task_uuid") == tasks[1]["task_uuid"]]
+    assert again["retry_times"] == 1
+    [failure] = FailureLog(tmp_path / "failures.jsonl").read()
+    assert failure["task"]["task_uuid"] == tasks[2]["task_uuid"]
+    counters = (await svc.hub.state.counters())["o"]
+    assert (counters["success"], counters["retried"], counters["failed"]) == (2, 1, 1)
+    assert counters["total"] == 7  # 5 + the retry + the new task
+    assert (await svc.hub.state.counters())[""]["orphan"] == 2
+    # waiting: task 4 (no result yet), the retry of task 1, the new task
+    assert await svc.hub.state.pending() == 3
+
+
 async def test_task_without_result_within_result_timeout_is_retried_as_timeout(
         make_config: Callable[..., Any], open_services: Opener) -> None:
     svc = await open_services(make_config(outbound=[

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from crawlhub.hub.state import HubState, LedgerEntry, RedisHubState, SqliteHubState
+from crawlhub.hub.state import HubState, LedgerEntry, RedisHubState, Settle, SqliteHubState
 from tests.hub.conftest import delete_prefix
 
 
@@ -68,6 +68,47 @@ async def test_settle_of_an_entry_that_changed_meanwhile_does_nothing(
     assert not await first.settle(seen_by_first, None, [("o", "success", 1)])
     assert await first.get("a") is None
     assert (await first.counters()) == {"o": {"success": 1}}
+
+
+async def test_get_many_reads_the_entries_that_exist_in_one_call(
+        pair: tuple[HubState, HubState]) -> None:
+    state, _ = pair
+    await state.record([entry(f"t{i}") for i in range(600)])  # past SQLite's 500 per IN
+    got = await state.get_many([f"t{i}" for i in range(600)] + ["missing", "t1"])
+    assert sorted(got) == sorted(f"t{i}" for i in range(600))
+    assert got["t7"] == await read(state, "t7")
+    assert await state.get_many([]) == {}
+
+
+async def test_settle_many_applies_each_unchanged_entry_and_skips_each_changed_one(
+        pair: tuple[HubState, HubState]) -> None:
+    first, second = pair
+    await first.record([entry(f"t{i}") for i in range(6)])
+    seen = await first.get_many([f"t{i}" for i in range(6)])
+    # another process settles t1 and t4 first: the batch must skip exactly those
+    for uuid in ("t1", "t4"):
+        assert await second.settle(await read(second, uuid), None, [("o", "success", 1)])
+    retry = LedgerEntry({"task_uuid": "t2", "routed_count": 2}, "b", None, pending="push")
+    waiting = LedgerEntry({"task_uuid": "t3", "routed_count": 2}, "b", time.time() + 60)
+    done = await first.settle_many([
+        Settle(seen["t0"], None, [("o", "success", 1)]),
+        Settle(seen["t1"], None, [("o", "success", 1)]),
+        Settle(seen["t2"], retry, [("o", "retried", 1), ("b", "total", 1)],
+               lease_until=time.time() + 60),
+        Settle(seen["t3"], waiting, [("o", "failback", 1), ("b", "total", 1)]),
+        Settle(seen["t4"], None, [("o", "failed", 1)]),
+        Settle(seen["t5"], None, [("o", "success", 1)]),
+    ])
+    assert done == [True, False, True, True, False, True]
+    left = await first.get_many([f"t{i}" for i in range(6)])
+    assert sorted(left) == ["t2", "t3"]
+    assert left["t2"].outbound == "b" and left["t2"].task["routed_count"] == 2
+    assert retry.raw is not None and waiting.raw is not None  # settle-able again
+    assert await first.settle(left["t3"], None, [("b", "success", 1)])
+    # the counters of the two skipped items were not added
+    assert (await first.counters()) == {"o": {"success": 4, "retried": 1, "failback": 1},
+                                         "b": {"total": 2, "success": 1}}
+    assert await first.settle_many([]) == []
 
 
 async def test_two_processes_settling_one_result_at_once_settle_it_once(

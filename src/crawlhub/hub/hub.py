@@ -80,7 +80,7 @@ from crawlhub.hub.routing import (
     decide_result,
     status_key,
 )
-from crawlhub.hub.state import CLAIM_LEASE, HubState, LedgerEntry
+from crawlhub.hub.state import CLAIM_LEASE, HubState, LedgerEntry, Settle
 from crawlhub.keys import queue_keys, queue_registry
 from crawlhub.loading import import_object
 from crawlhub.queues.base import QueueBackend
@@ -1057,6 +1057,7 @@ class Hub:
         inbound = self.inbound(inbound_name)
         outcomes: list[dict[str, Any]] = []
         new_tasks: list[tuple[int, dict[str, Any]]] = []
+        results: list[tuple[int, str, Mapping[str, Any]]] = []
         for message in messages:
             outcome: dict[str, Any] = {}
             outcomes.append(outcome)
@@ -1074,9 +1075,13 @@ class Hub:
                 continue
             uuid = data.get("task_uuid")
             if RESULT_KEY in data and uuid:
-                outcome.update(await self._take_result(str(uuid), data))
+                results.append((len(outcomes) - 1, str(uuid), data))
                 continue
             new_tasks.append((len(outcomes) - 1, data))
+        if results:
+            settled = await self._take_results([(uuid, data) for _, uuid, data in results])
+            for (index, _, _), result in zip(results, settled, strict=True):
+                outcomes[index].update(result)
         if new_tasks:
             submitted = await self.submit([t for _, t in new_tasks], wait=wait,
                                           frontier=inbound.frontier)
@@ -1095,17 +1100,13 @@ class Hub:
         for _ in range(SETTLE_TRIES):
             entry = await self.state.get(uuid)
             if entry is None:
-                named = data.get("outbound")
-                outbound = named if isinstance(named, str) and named in self.router.by_name \
-                    else ""
+                outbound = self._named_outbound(data)
                 await self.state.incr(outbound, "orphan")
                 self.metrics.results.labels(outbound or "unknown", "orphan").inc()
-                return {"status": "orphan", "task_uuid": uuid, "reason": "no dispatched task"
-                        " with this task_uuid is waiting for a result"}
+                return _orphan(uuid)
             if self._is_stale(entry, data):
                 self.metrics.results.labels(entry.outbound, "stale").inc()
-                return {"status": "stale", "task_uuid": uuid, "reason": "result of an"
-                        " earlier dispatch (routed_count differs); already handled"}
+                return _stale(uuid)
             decision = await self.handle_result(entry, data[RESULT_KEY])
             if decision is not None:
                 return {"status": decision.outcome.value, "task_uuid": uuid,
@@ -1142,6 +1143,19 @@ class Hub:
         was read (another result or a sweep settled it first).
         Costs one settle round trip; a follow-up adds the push and one release.
         """
+        decision, step = await self._plan_result(entry, code)
+        if not await self.state.settle(step.current, step.after, step.counters,
+                                       lease_until=step.lease_until):
+            return None
+        self.metrics.results.labels(entry.outbound, decision.outcome.value).inc()
+        if step.after is not None:
+            await self._finish(step.after)
+        return decision
+
+    async def _plan_result(self, entry: LedgerEntry, code: Any
+                           ) -> tuple[ResultDecision, Settle]:
+        """What a result does to ``entry``: the decision and the settle that applies it
+        (a retry waits here for its target's token bucket)."""
         decision = decide_result(self.router, entry.task, entry.outbound, code)
         name = entry.outbound
         counters = [(name, SETTLED_FIELD[decision.outcome], 1)]
@@ -1160,13 +1174,63 @@ class Hub:
             deadline = now + target.result_timeout if target.result_timeout else None
             after = LedgerEntry(dict(task), target.name, deadline, pending="push")
             counters.append((target.name, "total", 1))
-        if not await self.state.settle(entry, after, counters,
-                                       lease_until=self.clock() + self.lease):
-            return None
-        self.metrics.results.labels(name, decision.outcome.value).inc()
-        if after is not None:
-            await self._finish(after)
-        return decision
+        return decision, Settle(entry, after, counters, self.clock() + self.lease)
+
+    async def _take_results(self, results: Sequence[tuple[str, Mapping[str, Any]]]
+                            ) -> list[dict[str, Any]]:
+        """Settle a batch of results: one ledger read and one settle round trip for the
+        whole batch (SQLite: 2 transactions, Redis: 2 round trips), then the follow-ups
+        (pushes of retries, failure lines) one by one. A result whose entry changed
+        between the read and the settle, or a second result for a task already in the
+        batch, takes the one-at-a-time path of :meth:`_take_result`."""
+        entries = await self.state.get_many([uuid for uuid, _ in results])
+        outcomes: list[dict[str, Any] | None] = [None] * len(results)
+        planned: list[tuple[int, ResultDecision, Settle]] = []
+        later: list[int] = []
+        seen: set[str] = set()
+        orphans: dict[str, int] = {}
+        for i, (uuid, data) in enumerate(results):
+            if uuid in seen:
+                later.append(i)
+                continue
+            seen.add(uuid)
+            entry = entries.get(uuid)
+            if entry is None:
+                outbound = self._named_outbound(data)
+                orphans[outbound] = orphans.get(outbound, 0) + 1
+                self.metrics.results.labels(outbound or "unknown", "orphan").inc()
+                outcomes[i] = _orphan(uuid)
+            elif self._is_stale(entry, data):
+                self.metrics.results.labels(entry.outbound, "stale").inc()
+                outcomes[i] = _stale(uuid)
+            else:
+                decision, step = await self._plan_result(entry, data[RESULT_KEY])
+                planned.append((i, decision, step))
+        if orphans:
+            await self.state.incr_many([(o, "orphan", n) for o, n in orphans.items()])
+        done = await self.state.settle_many([step for _, _, step in planned])
+        error: BaseException | None = None
+        for (i, decision, step), ok in zip(planned, done, strict=True):
+            if not ok:
+                later.append(i)
+                continue
+            self.metrics.results.labels(step.current.outbound, decision.outcome.value).inc()
+            outcomes[i] = {"status": decision.outcome.value, "task_uuid": results[i][0],
+                           "reason": decision.reason}
+            if step.after is not None:
+                try:
+                    await self._finish(step.after)
+                except Exception as exc:  # left leased: a sweep finishes it
+                    error = error or exc
+        for i in sorted(later):
+            outcomes[i] = await self._take_result(*results[i])
+        if error is not None:
+            raise error
+        return [o for o in outcomes if o is not None]
+
+    def _named_outbound(self, data: Mapping[str, Any]) -> str:
+        named = data.get("outbound")
+        return named if isinstance(named, str) and named in self.router.by_name else ""
 
     async def _finish(self, entry: LedgerEntry) -> None:
         """Do what a settle left leased for ``entry`` (push its task's next dispatch, or
@@ -1307,6 +1371,16 @@ class Hub:
                 "rate": round(rates.get(rule.name, 0.0), 3),
             })
         return rows
+
+
+def _orphan(uuid: str) -> dict[str, Any]:
+    return {"status": "orphan", "task_uuid": uuid,
+            "reason": "no dispatched task with this task_uuid is waiting for a result"}
+
+
+def _stale(uuid: str) -> dict[str, Any]:
+    return {"status": "stale", "task_uuid": uuid,
+            "reason": "result of an earlier dispatch (routed_count differs); already handled"}
 
 
 def _derived(data: Mapping[str, Any]) -> dict[str, Any]:

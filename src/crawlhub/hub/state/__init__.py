@@ -22,6 +22,7 @@ from crawlhub.hub.state.base import (
     RATE_KEEP,
     HubState,
     LedgerEntry,
+    Settle,
 )
 from crawlhub.hub.state.redis import RedisHubState
 from crawlhub.hub.state.sqlite import SqliteHubState
@@ -35,6 +36,7 @@ __all__ = [
     "HubState",
     "LedgerEntry",
     "RedisHubState",
+    "Settle",
     "SqliteHubState",
     "open_state",
 ]

@@ -45,6 +45,18 @@ class LedgerEntry:
     raw: str | bytes | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
+@dataclass(slots=True)
+class Settle:
+    """One step of :meth:`HubState.settle_many`: replace ``current`` (as read) by ``after``
+    (None: remove it) and add ``counters``, if ``current`` is still what is stored."""
+
+    current: LedgerEntry
+    after: LedgerEntry | None
+    counters: Sequence[tuple[str, str, int]] = ()
+    #: for ``after.pending`` set: until when ``after`` stays leased to this process
+    lease_until: float = 0.0
+
+
 class HubState(Protocol):
     """Ledger, counters and token buckets shared by every hub process on one backend."""
 
@@ -82,6 +94,10 @@ class HubState(Protocol):
 
     async def get(self, task_uuid: str) -> LedgerEntry | None: ...
 
+    async def get_many(self, task_uuids: Sequence[str]) -> dict[str, LedgerEntry]:
+        """The entries of those of ``task_uuids`` that are in the ledger, in one read."""
+        ...
+
     async def resolve(self, task_uuid: str) -> LedgerEntry | None:
         """Remove and return the entry; None if unknown or already resolved elsewhere."""
         ...
@@ -103,6 +119,13 @@ class HubState(Protocol):
         ``lease_until``, so that if this process dies before doing it, a sweep does;
         ``after.pending`` None makes it wait for its result (and its deadline).
         Returns False, changing nothing, if the entry changed or went meanwhile."""
+        ...
+
+    async def settle_many(self, items: Sequence[Settle]) -> list[bool]:
+        """:meth:`settle` for each item, in one round trip (one SQLite transaction, one
+        Redis pipeline of scripts): each item is applied atomically on its own and only
+        if its entry is unchanged, so one item's False changes nothing of the others.
+        One flag per item. Two items naming the same task are not allowed."""
         ...
 
     async def note_dispatched(self, counts: Sequence[tuple[str, int, int]]) -> None:

@@ -12,6 +12,7 @@ from crawlhub.hub.state.base import (
     DEFAULT_RETENTION,
     RATE_KEEP,
     LedgerEntry,
+    Settle,
     _dumps,
     _loads,
 )
@@ -218,29 +219,51 @@ class RedisHubState(RedisIntake):
                                 args=[repr(now), limit, repr(now + lease)])
         return [_loads(out[i + 1], out[i]) for i in range(0, len(out), 2)]
 
+    async def get_many(self, task_uuids: Sequence[str]) -> dict[str, LedgerEntry]:
+        uuids = list(dict.fromkeys(task_uuids))
+        if not uuids:
+            return {}
+        raws = await self._redis.hmget(self._keys["ledger"], uuids)
+        return {u: _loads(raw) for u, raw in zip(uuids, raws, strict=True) if raw}
+
     async def settle(self, current: LedgerEntry, after: LedgerEntry | None,
                      counters: Sequence[tuple[str, str, int]] = (), *,
                      lease_until: float = 0.0) -> bool:
-        if current.raw is None:
-            raise ValueError("settle needs an entry read from the ledger (get/claim_expired)")
-        raw: str | bytes = "" if after is None else after.raw or _dumps(after)
-        args: list[str | bytes | int] = [
-            str(current.task["task_uuid"]), current.raw, raw,
-            "" if after is None or after.deadline is None else repr(after.deadline),
-            "" if after is None else after.pending or "",
-            repr(lease_until), repr(self.clock() + self.retention),
-        ]
-        for outbound, name, n in counters:
-            args += [f"{outbound}\x1f{name}", n]
+        [done] = await self.settle_many([Settle(current, after, counters, lease_until)])
+        return done
+
+    async def settle_many(self, items: Sequence[Settle]) -> list[bool]:
+        """One pipeline (one round trip) of one settle script per item: each script is
+        atomic on its own, so each item is applied or skipped alone."""
+        if not items:
+            return []
+        expires = repr(self.clock() + self.retention)
         k = self._keys
-        done = await self._settle(
-            keys=[*self._ledger_keys, k["leases"], k["pending"], k["counters"],
-                  k["unpushed"]], args=args)
-        if not done:
-            return False
-        if after is not None:
-            after.raw = raw
-        return True
+        keys = [*self._ledger_keys, k["leases"], k["pending"], k["counters"], k["unpushed"]]
+        raws: list[str | bytes] = []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for item in items:
+                current, after = item.current, item.after
+                if current.raw is None:
+                    raise ValueError("settle needs an entry read from the ledger"
+                                     " (get/claim_expired)")
+                raw: str | bytes = "" if after is None else after.raw or _dumps(after)
+                raws.append(raw)
+                args: list[str | bytes | int] = [
+                    str(current.task["task_uuid"]), current.raw, raw,
+                    "" if after is None or after.deadline is None else repr(after.deadline),
+                    "" if after is None else after.pending or "",
+                    repr(item.lease_until), expires,
+                ]
+                for outbound, name, n in item.counters:
+                    args += [f"{outbound}\x1f{name}", n]
+                await self._settle(keys=keys, args=args, client=pipe)
+            results = await pipe.execute()
+        done = [bool(r) for r in results]
+        for item, raw, ok in zip(items, raws, done, strict=True):
+            if ok and item.after is not None:
+                item.after.raw = raw
+        return done
 
     async def note_dispatched(self, counts: Sequence[tuple[str, int, int]]) -> None:
         if not counts:

@@ -13,6 +13,7 @@ from crawlhub.hub.state.base import (
     DEFAULT_RETENTION,
     RATE_KEEP,
     LedgerEntry,
+    Settle,
     _bucket,
     _dumps,
     _loads,
@@ -149,43 +150,74 @@ class SqliteHubState(SqliteIntake):
 
         return [_loads(raw, pending) for raw, pending in await self._db.transaction(_claim)]
 
+    async def get_many(self, task_uuids: Sequence[str]) -> dict[str, LedgerEntry]:
+        uuids = list(dict.fromkeys(task_uuids))
+
+        def _get(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+            rows: list[tuple[str, str]] = []
+            for i in range(0, len(uuids), 500):  # SQLite's bound-variable limit
+                part = uuids[i:i + 500]
+                rows += conn.execute(
+                    f"SELECT task_uuid, entry FROM ledger WHERE task_uuid IN"
+                    f" ({','.join('?' * len(part))})", part).fetchall()
+            return rows
+
+        return {uuid: _loads(raw) for uuid, raw in await self._db.run(_get)}
+
     async def settle(self, current: LedgerEntry, after: LedgerEntry | None,
                      counters: Sequence[tuple[str, str, int]] = (), *,
                      lease_until: float = 0.0) -> bool:
-        if current.raw is None:
-            raise ValueError("settle needs an entry read from the ledger (get/claim_expired)")
-        uuid = str(current.task["task_uuid"])
-        expected = _text(current.raw)
-        raw = None if after is None else _text(after.raw) or _dumps(after)
+        [done] = await self.settle_many([Settle(current, after, counters, lease_until)])
+        return done
+
+    async def settle_many(self, items: Sequence[Settle]) -> list[bool]:
+        """One transaction for the whole batch; each item checked against what its
+        caller read, applied or skipped on its own."""
         expires = self.clock() + self.retention
+        steps = []
+        for item in items:
+            current, after = item.current, item.after
+            if current.raw is None:
+                raise ValueError("settle needs an entry read from the ledger"
+                                 " (get/claim_expired)")
+            raw = None if after is None else _text(after.raw) or _dumps(after)
+            steps.append((str(current.task["task_uuid"]), _text(current.raw), after, raw,
+                          item))
 
-        def _settle(conn: sqlite3.Connection) -> bool:
-            row = conn.execute("SELECT entry FROM ledger WHERE task_uuid = ?",
-                               (uuid,)).fetchone()
-            if row is None or row[0] != expected:
-                return False
-            # Settled means pushed: the intake has no push of it left to redo.
-            conn.execute("DELETE FROM unpushed WHERE task_uuid = ?", (uuid,))
-            if after is None:
-                conn.execute("DELETE FROM ledger WHERE task_uuid = ?", (uuid,))
-                conn.execute("DELETE FROM leases WHERE task_uuid = ?", (uuid,))
-            elif after.pending:
-                conn.execute("UPDATE ledger SET entry = ?, deadline = NULL, expires = ?"
-                             " WHERE task_uuid = ?", (raw, expires, uuid))
-                conn.execute("INSERT OR REPLACE INTO leases(task_uuid, until, pending)"
-                             " VALUES (?, ?, ?)", (uuid, lease_until, after.pending))
-            else:
-                conn.execute("UPDATE ledger SET entry = ?, deadline = ?, expires = ?"
-                             " WHERE task_uuid = ?", (raw, after.deadline, expires, uuid))
-                conn.execute("DELETE FROM leases WHERE task_uuid = ?", (uuid,))
-            _add_counters(conn, counters)
-            return True
+        def _settle(conn: sqlite3.Connection) -> list[bool]:
+            done: list[bool] = []
+            counters: dict[tuple[str, str], int] = {}
+            for uuid, expected, after, raw, item in steps:
+                row = conn.execute("SELECT entry FROM ledger WHERE task_uuid = ?",
+                                   (uuid,)).fetchone()
+                if row is None or row[0] != expected:
+                    done.append(False)
+                    continue
+                # Settled means pushed: the intake has no push of it left to redo.
+                conn.execute("DELETE FROM unpushed WHERE task_uuid = ?", (uuid,))
+                if after is None:
+                    conn.execute("DELETE FROM ledger WHERE task_uuid = ?", (uuid,))
+                    conn.execute("DELETE FROM leases WHERE task_uuid = ?", (uuid,))
+                elif after.pending:
+                    conn.execute("UPDATE ledger SET entry = ?, deadline = NULL, expires = ?"
+                                 " WHERE task_uuid = ?", (raw, expires, uuid))
+                    conn.execute("INSERT OR REPLACE INTO leases(task_uuid, until, pending)"
+                                 " VALUES (?, ?, ?)", (uuid, item.lease_until, after.pending))
+                else:
+                    conn.execute("UPDATE ledger SET entry = ?, deadline = ?, expires = ?"
+                                 " WHERE task_uuid = ?", (raw, after.deadline, expires, uuid))
+                    conn.execute("DELETE FROM leases WHERE task_uuid = ?", (uuid,))
+                for outbound, field, n in item.counters:
+                    counters[outbound, field] = counters.get((outbound, field), 0) + n
+                done.append(True)
+            _add_counters(conn, [(o, f, n) for (o, f), n in counters.items()])
+            return done
 
-        if not await self._db.transaction(_settle):
-            return False
-        if after is not None:
-            after.raw = raw
-        return True
+        done = await self._db.transaction(_settle) if steps else []
+        for (_, _, after, raw, _), ok in zip(steps, done, strict=True):
+            if ok and after is not None:
+                after.raw = raw
+        return done
 
     async def note_dispatched(self, counts: Sequence[tuple[str, int, int]]) -> None:
         if not counts:
