@@ -1080,8 +1080,8 @@ class Hub:
             new_tasks.append((len(outcomes) - 1, data))
         if results:
             settled = await self._take_results([(uuid, data) for _, uuid, data in results])
-            for (index, _, _), result in zip(results, settled, strict=True):
-                outcomes[index].update(result)
+            for (index, _, _), done in zip(results, settled, strict=True):
+                outcomes[index].update(done)
         if new_tasks:
             submitted = await self.submit([t for _, t in new_tasks], wait=wait,
                                           frontier=inbound.frontier)
