@@ -89,6 +89,24 @@ async def test_duplicates_are_counted_per_segment(make_frontier: MakeFrontier) -
     assert (row["admitted"], row["duplicates"], row["pending"]) == (2, 2, 2)
 
 
+@pytest.mark.parametrize("exact", [True, False])
+async def test_duplicates_reads_which_keys_are_admitted_and_counts_them(
+        make_frontier: MakeFrontier, clock: FakeClock, exact: bool) -> None:
+    f = await make_frontier(exact=exact)
+    await f.admit(seeds("http://a.com/1", "http://a.com/2"))
+    entries = f.entries(seeds("http://a.com/2", "http://a.com/3", "http://a.com/1#x"), clock())
+    assert await f.duplicates(entries) == [True, False, True]
+    assert await f.duplicates([]) == []
+    row = await counts(f)
+    assert (row["admitted"], row["duplicates"], row["pending"]) == (2, 2, 2)
+    # a read: the unknown key is still new to admit, and nothing else was stored
+    assert await f.admit(seeds("http://a.com/3")) == [True]
+    # the next segment knows none of them
+    clock.advance(DAY)
+    later = f.entries(seeds("http://a.com/1"), clock())
+    assert await f.duplicates(later) == [False]
+
+
 # ------------------------------------------------------------------ leasing
 async def test_lease_takes_higher_priority_first_then_admission_order(
     make_frontier: MakeFrontier,

@@ -18,7 +18,7 @@ import redis
 
 from crawlhub.api import create_app
 from crawlhub.errors import BackendUnavailable
-from crawlhub.hub.hub import ALIVE_TTL, Hub
+from crawlhub.hub.hub import ALIVE_TTL, Hub, _PartlyPushed
 from tests.helpers import FakeClock
 from tests.servers import free_port
 
@@ -319,6 +319,10 @@ async def test_a_duplicate_killed_before_its_record_went_is_not_pushed_by_recove
     async def die(*args: Any, **kwargs: Any) -> Any:
         raise Crash
 
+    async def unknown(todo: Any, *args: Any) -> Any:
+        return todo  # as if the frontier's read had failed: the general path records it
+
+    killed.hub._known = unknown  # type: ignore[method-assign]
     killed.hub._abort = die  # type: ignore[method-assign]
     with pytest.raises(Crash):  # found a duplicate, killed before its record went
         await killed.hub.submit([{"url": "http://x/1", "task_uuid": "second"}])
@@ -328,6 +332,57 @@ async def test_a_duplicate_killed_before_its_record_went_is_not_pushed_by_recove
     assert await svc.hub.recover_intake(time.time() + ALIVE_TTL + 1) == 0
     assert [p["task_uuid"] for p in await drain(svc, "pages")] == ["first"]
     assert await svc.hub.recover_intake(time.time() + 2 * ALIVE_TTL + 2) == 0
+
+
+async def test_a_url_the_frontier_admitted_is_answered_duplicate_without_a_record(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    config = make_config(frontier={"web": {}},
+                         outbound=[{"name": "pages", "frontier": "web"}])
+    svc = await open_services(config)
+    [first] = await svc.hub.submit([{"url": "http://x/1", "task_uuid": "first"}])
+    assert first.status == "routed"
+    begun: list[int] = []
+    begin = svc.hub.state.intake_begin
+
+    async def counting(items: Any, *args: Any) -> Any:
+        begun.append(len(items))
+        return await begin(items, *args)
+
+    svc.hub.state.intake_begin = counting  # type: ignore[method-assign]
+    answers = await svc.hub.submit([{"url": "http://x/1"}, {"url": "http://x/1#top"},
+                                    {"url": "http://x/2"}])
+    assert [a.status for a in answers] == ["duplicate", "duplicate", "routed"]
+    assert begun == [1]  # only the new URL was recorded
+    assert await svc.hub.state.get_many([a.task_uuid or "" for a in answers[:2]]) == {}
+    [stats] = await svc.frontiers["web"].stats()
+    assert stats["duplicates"] == 2
+    # the first task, resolved, is still what the ledger holds for its uuid (a client
+    # repeating it is answered already_routed, not duplicate)
+    [again] = await svc.hub.submit([{"url": "http://x/1", "task_uuid": "first"}])
+    assert again.status == "already_routed"
+
+
+async def test_a_url_released_untaken_is_taken_over_not_answered_duplicate(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    config = make_config(frontier={"web": {}},
+                         outbound=[{"name": "pages", "frontier": "web"}])
+    svc = await open_services(config)
+    send, fused = svc.hub._send, svc.hub._push_fused
+
+    async def fail(ready: Any, **kwargs: Any) -> Any:
+        return [Crash()] * len(ready)
+
+    async def fail_fused(mode: str, todo: Any, now: float) -> Any:
+        raise _PartlyPushed(Crash(), [False] * len(todo), {})
+
+    svc.hub._send = fail  # type: ignore[method-assign]
+    svc.hub._push_fused = fail_fused  # type: ignore[method-assign]
+    with pytest.raises(Crash):  # admitted by the frontier, its push failed
+        await svc.hub.submit([{"url": "http://x/1"}])
+    svc.hub._send, svc.hub._push_fused = send, fused  # type: ignore[method-assign]
+    [second] = await svc.hub.submit([{"url": "http://x/1"}])
+    assert second.status == "routed"
+    assert [p["url"] for p in await drain(svc, "pages")] == ["http://x/1"]
 
 
 async def test_an_outbound_delivery_limit_is_stored_with_its_queue_by_intake(

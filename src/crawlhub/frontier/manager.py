@@ -258,6 +258,16 @@ class Frontier:
                 chunk, now, exact=self.config.exact), True)
         return flags
 
+    async def duplicates(self, entries: Sequence[Entry]) -> list[bool]:
+        """Which ``task_entries`` are already admitted in their segments (counted as
+        duplicates); a read, for the hub to answer known URLs before recording them."""
+        await self._ensure_open()
+        flags: list[bool] = []
+        for start in range(0, len(entries), ADMIT_BATCH):
+            flags += await self.store.duplicates(list(entries[start : start + ADMIT_BATCH]),
+                                                 exact=self.config.exact)
+        return flags
+
     async def admitted_by(self, entry: Entry) -> str | None:
         """The ``task_uuid`` of the hub task ``entry``'s key was admitted for."""
         await self._ensure_open()

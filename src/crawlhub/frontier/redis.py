@@ -537,6 +537,27 @@ class RedisSeedStore:
             await asyncio.wait(set(self._setters), return_when=asyncio.FIRST_COMPLETED)
         return results
 
+    async def duplicates(self, entries: Sequence[Entry], *, exact: bool) -> list[bool]:
+        """One HMGET of the seed records per segment (exact or not: a stored key is
+        certainly a duplicate) and one HINCRBY of the segment's duplicate count."""
+        check_entries(entries)
+        out = [False] * len(entries)
+        by_segment: dict[int, list[int]] = defaultdict(list)
+        for i, e in enumerate(entries):
+            by_segment[e.segment].append(i)
+        for segment, indexes in by_segment.items():
+            found = await self._call("duplicates", self.redis.hmget(
+                self._seg(segment, "seeds"), [entries[i].key for i in indexes]))
+            n = 0
+            for i, record in zip(indexes, found, strict=True):
+                if record is not None:
+                    out[i] = True
+                    n += 1
+            if n:
+                await self._call("duplicates", self.redis.hincrby(
+                    self._seg(segment, "stats"), "duplicates", n))
+        return out
+
     async def _admit_segment(
         self,
         entries: Sequence[Entry],

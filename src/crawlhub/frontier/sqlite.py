@@ -280,6 +280,28 @@ class SqliteSeedStore:
         self._count_duplicates(batch.duplicates)
         return batch.results
 
+    async def duplicates(self, entries: Sequence[Entry], *, exact: bool) -> list[bool]:
+        check_entries(entries)
+        out = [False] * len(entries)
+        hits: list[int] = []
+        for i, e in enumerate(entries):
+            bloom = self._blooms.get(e.segment)
+            if bloom is None:
+                return out  # the filter is not loaded: admit() loads it and decides
+            if e.hash in bloom:  # a filter miss is certain: that key is new
+                hits.append(i)
+        if not hits:
+            return out
+        if exact:
+            stored = await self.db.run(lambda conn: self._stored(conn, [entries[i] for i in hits]))
+            hits = [i for i in hits if (entries[i].segment, entries[i].key) in stored]
+        counts: dict[int, int] = defaultdict(int)
+        for i in hits:
+            out[i] = True
+            counts[entries[i].segment] += 1
+        self._count_duplicates(counts)
+        return out
+
     def _admit(
         self, conn: sqlite3.Connection, entries: Sequence[Entry], now: float, exact: bool
     ) -> list[bool]:

@@ -70,6 +70,13 @@ class SeedStore(Protocol):
         ``exact``: confirm filter positives against the stored keys. True = admitted."""
         ...
 
+    async def duplicates(self, entries: Sequence[Entry], *, exact: bool) -> list[bool]:
+        """Which entries' keys are already admitted in their segments (``exact``: stored;
+        else the filter has them, as ``admit`` would judge), counted as duplicates.
+        Stores nothing else: a key not found is left to ``admit``. Cheaper than ``admit``
+        for a batch of mostly known keys (a read, no write transaction)."""
+        ...
+
     async def admitted_by(self, segment: int, key: str) -> str | None:
         """The ``task_uuid`` in the meta of the seed stored under (segment, key): which
         hub task the key was admitted for (None: not stored, or not a hub task)."""

@@ -251,6 +251,25 @@ class RedisIntake:
         text = flags.decode() if isinstance(flags, bytes) else str(flags)
         return list(text)
 
+    async def intake_free(self, items: Sequence[Intake]) -> list[bool]:
+        """One round trip: True where the item's uuid is not in the ledger and its gate
+        has no field (nobody holds it, nobody released it untaken)."""
+        if not items:
+            return []
+        k = self._keys
+        gated = [i.gate for i in items if i.gate]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(k["ledger"], [i.uuid for i in items])
+            if gated:
+                pipe.hmget(k["gates"], gated)
+            replies = await pipe.execute()
+        held = iter(replies[1] if gated else ())
+        out = []
+        for item, entry in zip(items, replies[0], strict=True):
+            gate_free = next(held) is None if item.gate else True
+            out.append(entry is None and gate_free)
+        return out
+
     async def intake_commit(self, items: Sequence[Intake],
                             counters: Sequence[tuple[str, str, int]] = ()) -> None:
         k = self._keys

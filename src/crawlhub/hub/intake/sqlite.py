@@ -82,6 +82,30 @@ class SqliteIntake:
 
         return await self._db.transaction(begin)  # type: ignore[no-any-return]
 
+    async def intake_free(self, items: Sequence[Intake]) -> list[bool]:
+        """One read: True where the item's uuid is not in the ledger and its gate has no
+        row (nobody holds it, nobody released it untaken)."""
+        uuids = list({i.uuid for i in items})
+        gates = list({i.gate for i in items if i.gate})
+
+        def free(conn: sqlite3.Connection) -> tuple[set[str], set[str]]:
+            known: set[str] = set()
+            held: set[str] = set()
+            for start in range(0, len(uuids), _IN):
+                chunk = uuids[start:start + _IN]
+                known.update(u for (u,) in conn.execute(
+                    f"SELECT task_uuid FROM ledger WHERE task_uuid IN"
+                    f" ({','.join('?' * len(chunk))})", chunk))
+            for start in range(0, len(gates), _IN):
+                chunk = gates[start:start + _IN]
+                held.update(g for (g,) in conn.execute(
+                    f"SELECT gate FROM gates WHERE gate IN ({','.join('?' * len(chunk))})",
+                    chunk))
+            return known, held
+
+        known, held = await self._db.run(free)
+        return [i.uuid not in known and not (i.gate and i.gate in held) for i in items]
+
     async def intake_commit(self, items: Sequence[Intake],
                             counters: Sequence[tuple[str, str, int]] = ()) -> None:
         """``items`` are pushed: they wait for their results (and deadlines) now; their

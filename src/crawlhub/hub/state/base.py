@@ -76,6 +76,12 @@ class HubState(Protocol):
         (N T A D)."""
         ...
 
+    async def intake_free(self, items: Sequence[Intake]) -> list[bool]:
+        """Read only: True where an item's uuid is not in the ledger and its gate is not
+        held nor released untaken. Such an item whose URL the frontier already admitted
+        is a plain duplicate: the hub answers it without recording anything."""
+        ...
+
     async def intake_commit(self, items: Sequence[Intake],
                             counters: Sequence[tuple[str, str, int]] = ()) -> None:
         """Mark recorded tasks pushed (deadlines start, gates free) and add counters."""
