@@ -11,12 +11,16 @@ root-relative. HTML comments are skipped and ``<base href>`` is honoured; links 
 inside ``<script>`` text may be picked up (harmless: they are filtered like any link). A
 page is parsed with lxml (via parsel) only when a CSS or XPath field asks for it (~45 us
 for that page), and its body is decoded once.
+
+:class:`RuleSets` picks each task's rules: the agent's default, a named set of its
+``--extract`` file, or inline rules the task carries (compiled once per distinct set).
 """
 
 from __future__ import annotations
 
 import html
 import re
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from w3lib.encoding import html_to_unicode, http_content_type_encoding
 
 from crawlhub.agents.codes import config_error
-from crawlhub.errors import CrawlhubError
+from crawlhub.errors import ConfigError, CrawlhubError
 
 
 class ParseError(CrawlhubError):
@@ -424,6 +428,93 @@ class ExtractionRules:
         return list(found)
 
 
+#: Distinct inline rule sets an agent keeps compiled (the least recently used go first).
+INLINE_RULE_SETS = 256
+
+
+class RuleSets:
+    """The extraction rules of one agent: which rules a task's page is run through.
+
+    A task's ``extract`` key chooses: absent (or ``null``) - ``default``; a string - the
+    set of that name in ``named`` (an ``--extract`` file's ``rules: {name: {fields,
+    links}}``); a mapping - inline rules in the ``extract`` schema, compiled the first time
+    that set is seen and kept, keyed by its canonical JSON, in an LRU of ``cache_size``
+    sets (invalid ones too, so a stream of tasks with one bad set is validated once).
+
+    Cost per task: none without ``extract``; a dict lookup for a name; one canonical JSON
+    dump (~1 us for a few fields) and a dict lookup for an inline set already compiled.
+    """
+
+    def __init__(self, default: ExtractionRules | None = None,
+                 named: Mapping[str, ExtractionRules] | None = None, *,
+                 cache_size: int = INLINE_RULE_SETS) -> None:
+        if cache_size < 1:
+            raise ValueError(f"cache_size must be at least 1, not {cache_size!r}")
+        self.default = default or ExtractionRules()
+        self.named = dict(named or {})
+        self.cache_size = cache_size
+        self._inline: OrderedDict[bytes, ExtractionRules | ConfigError] = OrderedDict()
+
+    @classmethod
+    def from_config(
+        cls, data: Mapping[str, Any] | None, *, file: str | None = None, key: str = "extract"
+    ) -> RuleSets:
+        """From an ``--extract`` mapping: ``fields`` / ``links`` are the default rules,
+        ``rules`` maps names to more sets of the same schema. A bad entry is a
+        ``ConfigError`` naming its key, e.g. ``extract.rules.product.fields.price.css``."""
+        data = dict(data or {})
+        named = data.pop("rules", None) or {}
+        if not isinstance(named, Mapping):
+            raise ConfigError("expected a mapping of names to rule sets, e.g. {product:"
+                              " {fields: {...}}}", file=file, key=f"{key}.rules")
+        sets: dict[str, ExtractionRules] = {}
+        for name, spec in named.items():
+            where = f"{key}.rules.{name}"
+            if not isinstance(spec, Mapping):
+                raise ConfigError("expected a mapping with 'fields' and/or 'links'", file=file,
+                                  key=where)
+            sets[str(name)] = ExtractionRules.from_config(spec, file=file, key=where)
+        return cls(ExtractionRules.from_config(data, file=file, key=key), sets)
+
+    def for_task(self, spec: Any) -> ExtractionRules:
+        """The rules for a task whose ``extract`` key holds ``spec``. Raises
+        ``ConfigError`` naming the key (``extract``, ``extract.fields.price.css``...)
+        for an unknown name or invalid inline rules."""
+        if spec is None:
+            return self.default
+        if isinstance(spec, str):
+            rules = self.named.get(spec)
+            if rules is None:
+                known = ", ".join(sorted(self.named)) or "none"
+                raise ConfigError(f"no rule set named {spec!r} (this agent has: {known}; name"
+                                  " them under 'rules:' in its --extract file)", key="extract")
+            return rules
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"expected the name of a rule set or a mapping with 'fields'"
+                              f" and/or 'links', not {type(spec).__name__}", key="extract")
+        try:
+            canonical = orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)
+        except TypeError as exc:
+            raise ConfigError(f"the rules cannot be written as JSON ({exc})",
+                              key="extract") from None
+        cache = self._inline
+        found = cache.get(canonical)
+        if found is None:
+            try:
+                found = ExtractionRules.from_config(spec)
+            except ConfigError as exc:
+                found = exc
+            cache[canonical] = found
+            if len(cache) > self.cache_size:
+                cache.popitem(last=False)
+        else:
+            cache.move_to_end(canonical)
+        if isinstance(found, ConfigError):
+            # a new exception each time: re-raising one object would grow its traceback
+            raise ConfigError(found.reason, key=found.key)
+        return found
+
+
 def _host_end(url: str, start: int) -> int:
     end = len(url)
     for ch in "/?#":
@@ -454,6 +545,7 @@ __all__ = [
     "FieldRule",
     "LinkRules",
     "ParseError",
+    "RuleSets",
     "compile_json_path",
     "decode_body",
 ]
