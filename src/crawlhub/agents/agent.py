@@ -1,14 +1,19 @@
 """The downloader agent: lease URL tasks, fetch, extract, report results, ack.
 
-Flow of one task: lease (in batches from one or more outbound queues) -> robots.txt
-(optional: a disallowed URL is not fetched, its result is ``robots_disallowed``, 2007, and
-it is acked like any other) -> domain gate (optional) -> downloader -> extraction rules -> the page goes to ``on_pages`` (crawl mode:
-links to the frontier, items to the sink) -> its result ``{task_uuid, routed_count,
-task_result}`` goes to the hub -> ack. Pages are handled in *flushes* of up to
+Flow of one task: lease (in batches from one or more outbound queues) -> its extraction
+rules (the agent's, or those its ``extract`` key names or holds; invalid ones are its
+``parse_error``, 2005, and it is not fetched) -> robots.txt (optional: a disallowed URL is
+not fetched, its result is ``robots_disallowed``, 2007, and it is acked like any other) ->
+domain gate (optional) -> downloader -> extraction -> the page goes to ``on_pages`` (crawl
+mode: links to the frontier, carrying the task's ``extract``, items to the sink) -> its
+result ``{task_uuid, routed_count, task_result}`` goes to the hub -> ack. Pages are handled in *flushes* of up to
 ``flush_size``: one ``on_pages`` call, one report, one ack per queue, so a flush of 200
 pages costs 3 backend round trips, not 600. A task is acked only after its result was
 recorded: an agent killed at any point loses nothing (its leases expire, another agent or
-its restart leases them again; a result reported twice is stale at the hub).
+its restart leases them again; a result reported twice is stale at the hub). While the
+agent holds a task - buffered, in flight or waiting for its flush - it extends the lease:
+every third of a lease, one ``extend`` per queue for every held task leased (or last
+extended) more than a third of a lease ago, so a slow site never sees a task twice.
 """
 
 from __future__ import annotations
@@ -21,19 +26,22 @@ import os
 import socket
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from crawlhub.agents.codes import PARSE_ERROR, ROBOTS_DISALLOWED, SUCCESS, ResultCodes
 from crawlhub.agents.downloader import Downloader, Fetched
-from crawlhub.agents.extract import Extracted, ExtractionRules, ParseError
+from crawlhub.agents.extract import Extracted, ExtractionRules, ParseError, RuleSets
+from crawlhub.clock import Clock, system_clock
+from crawlhub.errors import ConfigError
 from crawlhub.queues.base import Message, ReliableQueue
 from crawlhub.task import RESULT_KEY
 
 log = logging.getLogger("crawlhub.agents.agent")
 
-#: Seconds a lease lasts; a flush extends nothing, so keep it well above fetch + flush.
+#: Seconds a lease lasts. A held task's lease is extended every third of it, so this is how
+#: long a killed agent's tasks wait before another agent takes them.
 LEASE_SECONDS = 120.0
 #: Seconds between two polls of empty queues.
 IDLE_POLL = 0.05
@@ -64,6 +72,29 @@ class Page:
         if "routed_count" in task:
             out["routed_count"] = task["routed_count"]
         return out
+
+
+def link_tasks(links: Mapping[str, int], pages: Sequence[Page]) -> list[dict[str, Any]]:
+    """The tasks for ``links`` (URL -> depth) found on ``pages``: ``{url, depth}``, and the
+    ``extract`` of the page that found the link first when that page's task had one, so a
+    crawl keeps the rules its seed asked for. Costs one pass over the links of the flush
+    only when one of its tasks carries ``extract``."""
+    if not any("extract" in p.task for p in pages):
+        return [{"url": u, "depth": d} for u, d in links.items()]
+    first: dict[str, Any] = {}
+    for page in pages:
+        if page.extracted is not None:
+            spec = page.task.get("extract")
+            for link in page.extracted.links:
+                first.setdefault(link, spec)
+    tasks: list[dict[str, Any]] = []
+    for url, depth in links.items():
+        task: dict[str, Any] = {"url": url, "depth": depth}
+        spec = first.get(url)
+        if spec is not None:
+            task["extract"] = spec
+        tasks.append(task)
+    return tasks
 
 
 Report = Callable[[list[dict[str, Any]]], Awaitable[Any]]
@@ -114,6 +145,10 @@ class Agent:
 
     ``report`` records results (``HubReport`` / ``RedisListReport``), ``on_pages`` gets
     each flush before its report (crawl mode writes items and admits links there).
+    ``rules``: the extraction rules of tasks without an ``extract`` key, or a
+    ``RuleSets`` that also knows named sets and compiles the inline ones tasks carry.
+    ``clock`` (epoch seconds, :mod:`crawlhub.clock`) times the held leases; they are
+    extended on real time, every third of ``lease_seconds``.
     ``gate`` is an optional ``DomainGate``; ``registry`` an optional ``AgentRegistry``.
     ``robots`` (anything with ``allowed(url, user_agent)``: a ``DomainGate`` opened with
     robots, or a ``RobotsCache``) is asked before each fetch, for the downloader's
@@ -127,7 +162,7 @@ class Agent:
         downloader: Downloader,
         *,
         report: Report,
-        rules: ExtractionRules | None = None,
+        rules: ExtractionRules | RuleSets | None = None,
         codes: ResultCodes | None = None,
         on_pages: OnPages | None = None,
         concurrency: int = 64,
@@ -142,13 +177,16 @@ class Agent:
         keep_body: bool = False,
         robots: Any | None = None,
         heartbeat_every: float = 2.0,
+        clock: Clock = system_clock,
     ) -> None:
         if not queues:
             raise ValueError("an agent needs at least one queue to lease from")
         self.queues = queues
         self.downloader = downloader
         self.report = report
-        self.rules = rules or ExtractionRules()
+        self.rule_sets = rules if isinstance(rules, RuleSets) else RuleSets(rules)
+        #: the rules of tasks without ``extract``
+        self.rules = self.rule_sets.default
         self.codes = codes or ResultCodes()
         self.on_pages = on_pages
         self.concurrency = concurrency
@@ -158,6 +196,7 @@ class Agent:
         self.flush_size = flush_size
         self.flush_every = flush_every
         self.lease_seconds = lease_seconds
+        self.clock = clock
         self.gate = gate
         self.registry = registry
         self.robots = robots
@@ -170,6 +209,9 @@ class Agent:
         self.keep_body = keep_body
         self.stats = AgentStats()
         self._ready: deque[tuple[str, Message]] = deque()
+        #: receipt -> (queue, when leased or last extended) of every task leased and not
+        #: yet acked (or given up by a failed flush): whose leases ``renew`` extends
+        self._held: dict[str, tuple[str, float]] = {}
         self._outbox: list[Page] = []
         self._inflight = 0
         self._flushing: asyncio.Task[None] | None = None
@@ -187,6 +229,7 @@ class Agent:
         beat = asyncio.create_task(self._beat_forever(stop)) if self.registry else None
         workers = [asyncio.create_task(self._worker(stop)) for _ in range(self.concurrency)]
         flusher = asyncio.create_task(self._flush_forever(stop))
+        renewer = asyncio.create_task(self._renew_forever(stop))
         try:
             await self._feed(stop, until_idle)
         finally:
@@ -197,9 +240,10 @@ class Agent:
             for w in workers:
                 with contextlib.suppress(asyncio.CancelledError):
                     await w
-            flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await flusher
+            for task in (flusher, renewer):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             if beat is not None:
                 beat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -225,6 +269,11 @@ class Agent:
                                     " %s s", self.agent_id, name, exc, LEASE_RETRY)
                         await asyncio.sleep(LEASE_RETRY)
                         continue
+                    if messages:
+                        now = self.clock()
+                        held = self._held
+                        for m in messages:
+                            held[m.receipt] = (name, now)
                     if messages and self.skip is not None:
                         messages = await self._skip_done(name, messages)
                     self._ready.extend((name, m) for m in messages)
@@ -284,6 +333,12 @@ class Agent:
     async def _do(self, name: str, message: Message) -> Page:
         task = message.payload
         url = str(task.get("url") or "")
+        rules = self.rules
+        if "extract" in task:
+            try:
+                rules = self.rule_sets.for_task(task["extract"])
+            except ConfigError as exc:
+                return self._bad_rules(name, message, url, exc)
         if self.robots is not None and not await self._robots_allow(url):
             refused = Fetched(url, url, 0, {}, b"", 0.0, None, ROBOTS_DISALLOWED,
                               attempts=0, error="disallowed by robots.txt")
@@ -312,13 +367,24 @@ class Agent:
         code = self.codes.code(fetched.outcome, fetched.status)
         if fetched.ok:
             try:
-                extracted = self.rules.extract(fetched.body, fetched.final_url,
+                extracted = rules.extract(fetched.body, fetched.final_url,
                                                depth=int(task.get("depth") or 0),
                                                content_type=fetched.content_type)
             except ParseError as exc:
                 fetched.outcome, fetched.error = PARSE_ERROR, str(exc)
                 code = self.codes.code(PARSE_ERROR, fetched.status)
         return Page(name, message, fetched, extracted, code)
+
+    def _bad_rules(self, name: str, message: Message, url: str, exc: ConfigError) -> Page:
+        """A task whose ``extract`` cannot be used: not fetched, its result the parse
+        error code, the reason logged with the task and the key."""
+        log.warning("agent %s: task %s (%s): its extraction rules are invalid at key '%s':"
+                    " %s; reported as a parse error, not fetched", self.agent_id,
+                    message.payload.get("task_uuid") or message.id, url, exc.key or "extract",
+                    exc.reason)
+        refused = Fetched(url, url, 0, {}, b"", 0.0, None, PARSE_ERROR, attempts=0,
+                          error=f"invalid extraction rules: {exc}")
+        return Page(name, message, refused, None, self.codes.code(PARSE_ERROR))
 
     async def _robots_allow(self, url: str) -> bool:
         try:
@@ -365,6 +431,10 @@ class Agent:
             log.exception("agent %s: a flush of %d pages failed; their leases will expire"
                           " and they will be fetched again", self.agent_id, len(pages))
         finally:
+            # acked, or left to expire after a failed flush: held no more either way
+            held = self._held
+            for p in pages:
+                held.pop(p.message.receipt, None)
             self._flushing = None
             if len(self._outbox) >= self.flush_size:
                 self._start_flush()
@@ -377,6 +447,41 @@ class Agent:
             self._start_flush()
             assert self._flushing is not None
             await self._flushing
+
+    # ------------------------------------------------------------------ leases
+    async def renew(self) -> int:
+        """Extend, to a full lease from now, the lease of every task this agent holds
+        that was leased or last extended more than a third of a lease ago. Cost: one
+        ``extend`` round trip per queue, whatever the number of tasks. Returns how many
+        leases the queues extended (a lease already lost to another agent is not)."""
+        now = self.clock()
+        due = now - self.lease_seconds / 3
+        by_queue: dict[str, list[str]] = {}
+        for receipt, (name, since) in self._held.items():
+            if since <= due:
+                by_queue.setdefault(name, []).append(receipt)
+        extended = 0
+        for name, receipts in by_queue.items():
+            try:
+                extended += await self.queues[name].extend(receipts, self.lease_seconds)
+            except Exception as exc:  # noqa: BLE001 - the backend is out: next round
+                log.warning("agent %s: extending %d leases on %s failed (%s); trying again"
+                            " in %.1f s", self.agent_id, len(receipts), name, exc,
+                            self.lease_seconds / 3)
+                continue
+            held = self._held
+            for receipt in receipts:
+                if receipt in held:  # not acked while the extend was on the wire
+                    held[receipt] = (name, now)
+        return extended
+
+    async def _renew_forever(self, stop: asyncio.Event) -> None:
+        # real time, not the clock: a renewal is what a killed agent stops doing
+        every = self.lease_seconds / 3
+        while not stop.is_set():
+            await asyncio.sleep(every)
+            if self._held:
+                await self.renew()
 
     # ------------------------------------------------------------------ registry
     async def _beat_forever(self, stop: asyncio.Event) -> None:
