@@ -10,7 +10,7 @@ from aiohttp import web
 
 from crawlhub.agents.agent import Agent, HubReport
 from crawlhub.agents.crawl import Crawl, CrawlOptions
-from crawlhub.agents.downloader import Downloader, DownloaderConfig
+from crawlhub.agents.downloader import DEFAULT_USER_AGENT, Downloader, DownloaderConfig
 from crawlhub.agents.politeness import RobotsCache, http_fetcher, open_gate_store
 from crawlhub.agents.registry import LoadMeter, open_registry
 from crawlhub.service import Services
@@ -44,6 +44,31 @@ async def test_crawl_never_requests_a_path_robots_disallows_and_counts_it(
         assert progress.robots == 1 and progress.errors == 0
         assert progress.pages == 29 and progress.items == 29
         assert f"{site.url}/page/5" not in {i["url"] for i in rows(out)}
+
+
+class UserAgentRobotsSite(Site):
+    """A site whose robots.txt disallows ``/page/5`` only to the downloader's User-Agent
+    (every other asker gets an empty file); ``asked`` lists the User-Agents that read it."""
+
+    def __init__(self, pages: int) -> None:
+        super().__init__(pages=pages)
+        self.asked: list[str] = []
+        self.app.router.add_get("/robots.txt", self.robots)
+
+    async def robots(self, request: web.Request) -> web.Response:
+        agent = request.headers.get("User-Agent", "")
+        self.asked.append(agent)
+        text = ROBOTS if agent == DEFAULT_USER_AGENT else ""
+        return web.Response(text=text, content_type="text/plain")
+
+
+async def test_crawl_reads_robots_txt_with_its_downloaders_user_agent(tmp_path: Path) -> None:
+    async with UserAgentRobotsSite(pages=30) as site:
+        opts = CrawlOptions(urls=[f"{site.url}/page/0"], out=tmp_path / "items.jsonl",
+                            data_dir=tmp_path / "data", follow=True, concurrency=8)
+        progress = await Crawl(opts).run()
+        assert site.asked == [DEFAULT_USER_AGENT]
+        assert site.hits["/page/5"] == 0 and progress.robots == 1
 
 
 async def test_crawl_with_robots_off_fetches_the_disallowed_path(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crawlhub.agents.agent import Agent, HubReport, Page
+from crawlhub.agents.agent import Agent, HubReport, Page, link_tasks
 from crawlhub.agents.codes import ROBOTS_DISALLOWED, ResultCodes
 from crawlhub.agents.downloader import Downloader, DownloaderConfig
 from crawlhub.agents.extract import ExtractionRules
@@ -214,8 +214,10 @@ class Crawl:
 
         rules = DomainRules(concurrency=self.opts.per_domain or self.opts.concurrency,
                             delay=self.opts.delay)
+        # robots.txt is asked for as the pages are: with the User-Agent of the crawl's
+        # downloader (which runs on the default headers)
         return open_gate(f"sqlite:///{self.opts.data_dir / 'politeness.db'}", rules=rules,
-                         robots=self.opts.robots)
+                         robots=self.opts.robots, user_agent=DownloaderConfig().user_agent)
 
     async def _tick(self, queue: Any, on_progress: Callable[[Progress], None] | None) -> None:
         while True:
@@ -259,8 +261,7 @@ class Crawl:
         links = self.seen.fresh(links)
         if links:
             assert self.services is not None
-            await self.services.hub.submit([{"url": u, "depth": d} for u, d in links.items()],
-                                           wait=True)
+            await self.services.hub.submit(link_tasks(links, pages), wait=True)
             progress.links += len(links)
         if items:
             result = await self.sink.write_batch(items)

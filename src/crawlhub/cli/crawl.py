@@ -59,6 +59,11 @@ def crawl_command(
         raise typer.Exit(2)
     try:
         rules = read_extract(extract) if extract else None
+        if rules and "rules" in rules:
+            raise ConfigError(f"--extract {str(extract)!r}: named rule sets ('rules:') are for"
+                              " the tasks of `crawlhub agent`; a crawl runs the top-level"
+                              " fields and links on every page", file=str(extract),
+                              key="extract.rules")
         opts = CrawlOptions(urls=list(urls), out=out, data_dir=data_dir, follow=follow,
                             allow=list(allow or []), deny=list(deny or []), depth=depth,
                             concurrency=concurrency, per_domain=per_domain, delay=delay,
@@ -83,7 +88,8 @@ def crawl_command(
 
 
 def read_extract(path: Path) -> dict:  # type: ignore[type-arg]
-    """The extraction rules mapping of an --extract YAML file (also ``crawlhub agent``'s)."""
+    """The extraction rules mapping of an --extract YAML file (also ``crawlhub agent``'s,
+    where a ``rules`` key may name more sets besides the top-level ``fields`` / ``links``)."""
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
