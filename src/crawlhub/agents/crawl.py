@@ -130,7 +130,7 @@ def _lock(data_dir: Path) -> Any:
 #: KiB of SQLite page cache for the crawl's frontier (the frontier's default, 64 MB, is
 #: for long-lived hubs with many segments; a crawl's keys are read back rarely and the
 #: OS caches the file anyway): keeps a crawl's RSS flat as the site grows.
-FRONTIER_CACHE_KIB = 8192
+FRONTIER_CACHE_KIB = 4096
 
 
 class Crawl:

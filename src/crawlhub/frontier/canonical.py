@@ -33,6 +33,10 @@ _FAST_URL = re.compile(
 _HEX = frozenset("0123456789abcdefABCDEF")
 _NOT_UPPER_HIGH_ESCAPE = re.compile(r"%(?![89A-F][0-9A-F])")
 # fields of unreserved characters and '+', each with at most one '='
+#: A dotted-quad IPv4 address in its canonical form (no leading zeros, each part 0-255),
+#: which w3lib keeps as it is; other numeric hosts (``127.1``, ``0x7f.1``) are its to parse.
+_PLAIN_IPV4 = re.compile(r"(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}"
+                         r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)")
 _PLAIN_QUERY = re.compile(r"(?:[A-Za-z0-9\-._~+]*(?:=[A-Za-z0-9\-._~+]*)?(?:&|\Z))*")
 # Escapes w3lib keeps encoded in a path (after upper-casing them): % / ; ?
 _KEPT_PATH_ESCAPES = frozenset((0x25, 0x2F, 0x3B, 0x3F))
@@ -118,7 +122,8 @@ def fast_authority(scheme: str, host: str, port: str | None) -> tuple[str, str] 
     decide (IP addresses, IDNA, a port out of range)."""
     host = host.lower()
     last = host[host.rfind(".") + 1 :]
-    if last.isdigit() or last.startswith("0x") or "xn--" in host:
+    if (last.isdigit() and _PLAIN_IPV4.fullmatch(host) is None) or last.startswith("0x") \
+            or "xn--" in host:
         return None  # IPv4 parsing and IDNA belong to w3lib
     if port is not None and int(port) > 65535:
         return None
