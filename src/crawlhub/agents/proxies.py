@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import aiohttp
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 from yarl import URL
 
 from crawlhub.agents.codes import config_error
@@ -47,6 +47,11 @@ class ProxyConfig(BaseModel):
     refresh_every: float = 300.0
     cooldown: float = 300.0
 
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_list(cls, data: Any) -> Any:
+        return {"urls": data} if isinstance(data, list) else data
+
     @field_validator("urls")
     @classmethod
     def _proxies(cls, value: Iterable[str]) -> list[str]:
@@ -76,10 +81,8 @@ class ProxyConfig(BaseModel):
     ) -> ProxyConfig:
         """Validate a ``proxies`` mapping (or a bare list of proxy URLs); a bad entry is a
         ``ConfigError`` naming its key, e.g. ``proxies.urls.1``."""
-        if isinstance(data, list):
-            data = {"urls": data}
         try:
-            return cls.model_validate(dict(data or {}))
+            return cls.model_validate(data if isinstance(data, list) else dict(data or {}))
         except ValidationError as exc:
             raise config_error(exc, file=file, prefix=key) from None
 

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from crawlhub.config.agent import AgentSection
 from crawlhub.config.durations import parse_duration
 from crawlhub.config.frontier import FrontierConfig
 from crawlhub.config.jobs import JobConfig
@@ -427,13 +428,16 @@ class CrawlhubConfig(_Section):
     frontier: Annotated[dict[str, FrontierConfig], BeforeValidator(_as_dict)] = Field(default_factory=dict)
     pipeline: PipelineSection = Field(default_factory=PipelineSection)
     jobs: list[JobConfig] = Field(default_factory=list)
+    #: how ``crawlhub agent`` downloads (crawlhub.config.agent)
+    agent: AgentSection = Field(default_factory=AgentSection)
 
     _config_path: Path | None = PrivateAttr(default=None)
     _settings: Settings | None = PrivateAttr(default=None)
     _files: list[str] = PrivateAttr(default_factory=list)
     _origins: dict[tuple[str, ...], str] = PrivateAttr(default_factory=dict)
 
-    @field_validator("storage", "server", "routing", "failure", "logging", mode="before")
+    @field_validator("storage", "server", "routing", "failure", "logging", "agent",
+                     mode="before")
     @classmethod
     def _none_is_default(cls, value: Any) -> Any:
         return {} if value is None else value

@@ -25,7 +25,7 @@ DEFAULT_SECRET_NAMES: tuple[str, ...] = (
 )
 #: Names that match a pattern above but hold no secret. ``logging.public_names`` adds to them.
 DEFAULT_PUBLIC_NAMES: tuple[str, ...] = (
-    "token_scope", "token_per_second", "keyword", "keywords",
+    "token_scope", "token_per_second", "keyword", "keywords", "session_idle",
 )
 #: Config options named ``key`` hold a queue, stream or record key, not an API key; in a
 #: URL (``?key=...``) or a header the same name is a secret.
