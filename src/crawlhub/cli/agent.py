@@ -2,11 +2,13 @@
 
 It leases from the queue outbounds, fetches, extracts, and settles each result in the
 shared hub state with an in-process hub (no inbound consumers of its own); links found
-(``--extract`` with ``links.follow``) are routed through the hub and its frontier; items
-go to ``--sink``. robots.txt is honoured (``--no-robots`` turns that off): each origin's
-file is fetched once per hour by one agent and shared on ``storage.agents``; a disallowed
-URL is not fetched and its result is 2007. Run as many as you like on one Redis;
-SIGTERM / Ctrl-C stops it.
+(``--extract`` with ``links.follow``, or a task's own ``extract`` rules) are routed through
+the hub and its frontier, carrying the task's ``extract``; items go to ``--sink``.
+robots.txt is honoured (``--no-robots`` turns that off): each origin's file is fetched
+once per hour by one agent and shared on ``storage.agents``; a disallowed URL is not
+fetched and its result is 2007. ``--per-domain`` / ``--delay`` pace each domain across
+every agent on ``storage.agents`` (the domain gate, on the same store as robots.txt).
+Run as many as you like on one Redis; SIGTERM / Ctrl-C stops it.
 """
 
 from __future__ import annotations
@@ -33,18 +35,28 @@ def agent_command(
     ] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="Requests at once.")] = 64,
     extract: Annotated[Path | None, typer.Option(
-        help="YAML file of extraction rules: fields and links (links.follow crawls).")
+        help="YAML file of extraction rules: fields and links (links.follow crawls) for"
+             " tasks without rules of their own, and 'rules: {NAME: {fields, links}}',"
+             " named sets a task picks with {\"extract\": \"NAME\"}. A task may also"
+             " carry its rules inline in 'extract'.")
     ] = None,
     sink: Annotated[str | None, typer.Option(
         help="Where items go, a sink mapping in YAML, e.g. '{type: redis_stream, url:"
              " redis://127.0.0.1:6379/0, stream: items, key: [url]}'.")] = None,
     timeout: Annotated[float, typer.Option(min=0.001, help="Seconds per request.")] = 30.0,
     lease: Annotated[float, typer.Option(
-        min=0.1, help="Seconds a leased task stays this agent's; a killed agent's tasks go"
-                      " to another after it.")] = 120.0,
+        min=0.1, help="Seconds a leased task stays this agent's; renewed every third of it"
+                      " while the agent holds the task, so a killed agent's tasks go to"
+                      " another within it.")] = 120.0,
     robots: Annotated[bool, typer.Option(
         "--robots/--no-robots", help="Honour robots.txt: disallowed URLs are not fetched.")
     ] = True,
+    per_domain: Annotated[int, typer.Option(
+        min=0, help="Requests at once per domain across every agent on storage.agents"
+                    " (0: no limit of its own).")] = 0,
+    delay: Annotated[float, typer.Option(
+        min=0.0, help="Seconds between two request starts on one domain, across every"
+                      " agent on storage.agents.")] = 0.0,
     config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt = None,
 ) -> None:
     """Lease URL tasks, fetch them and report results."""
@@ -52,19 +64,20 @@ def agent_command(
     try:
         rules = _extract(extract)
         sink_spec = _sink_spec(sink)
-        asyncio.run(_run(cfg, queue, concurrency, rules, sink_spec, timeout, lease, robots))
+        asyncio.run(_run(cfg, queue, concurrency, rules, sink_spec, timeout, lease, robots,
+                         per_domain, delay))
     except CrawlhubError as exc:
         err.print(f"[bold red]error[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 
 def _extract(path: Path | None) -> Any:
-    from crawlhub.agents.extract import ExtractionRules
+    from crawlhub.agents.extract import RuleSets
     from crawlhub.cli.crawl import read_extract
 
     if path is None:
-        return ExtractionRules()
-    return ExtractionRules.from_config(read_extract(path), file=str(path))
+        return RuleSets()
+    return RuleSets.from_config(read_extract(path), file=str(path))
 
 
 def _sink_spec(text: str | None) -> dict[str, Any] | None:
@@ -82,8 +95,8 @@ def _sink_spec(text: str | None) -> dict[str, Any] | None:
 
 async def _run(cfg: Any, names: list[str] | None, concurrency: int, rules: Any,
                sink_spec: dict[str, Any] | None, timeout: float, lease: float,
-               robots: bool = True) -> None:
-    from crawlhub.agents.agent import Agent, HubReport, Page
+               robots: bool = True, per_domain: int = 0, delay: float = 0.0) -> None:
+    from crawlhub.agents.agent import Agent, HubReport, Page, link_tasks
     from crawlhub.agents.crawl import Seen
     from crawlhub.agents.downloader import Downloader, DownloaderConfig
     from crawlhub.config.sinks import build_sink
@@ -124,16 +137,18 @@ async def _run(cfg: Any, names: list[str] | None, concurrency: int, rules: Any,
                           "title": page.extracted.title, **page.extracted.fields})
         links = seen.fresh(links)
         if links:
-            await hub.submit([{"url": u, "depth": d} for u, d in links.items()], wait=True)
+            await hub.submit(link_tasks(links, pages), wait=True)
         if items and sink is not None:
             await sink.write_batch(items)
 
     downloader = Downloader(DownloaderConfig(concurrency=concurrency, timeout=timeout))
-    checker = _robots(cfg.storage.agents_url, downloader) if robots else None
+    limits = bool(per_domain or delay)
+    gate = (_gate(cfg.storage, downloader, per_domain or concurrency, delay, robots)
+            if limits or robots else None)
     agent = Agent({n: services.queues.queue(n) for n in names}, downloader,
                   report=HubReport(hub, inbound), rules=rules, on_pages=on_pages,
                   concurrency=concurrency, registry=services.agents, lease_seconds=lease,
-                  robots=checker)
+                  gate=gate if limits else None, robots=gate if robots else None)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -145,18 +160,23 @@ async def _run(cfg: Any, names: list[str] | None, concurrency: int, rules: Any,
         await agent.drain()
     finally:
         await downloader.close()
-        if checker is not None:
+        if gate is not None:
             with contextlib.suppress(Exception):
-                await checker.store.close()
+                await gate.close()
         if sink is not None:
             with contextlib.suppress(Exception):
                 await sink.close()
         await services.close()
 
 
-def _robots(url: str, downloader: Any) -> Any:
-    """robots.txt checks cached on ``url`` (the registry's backend), shared by every agent
-    on it; fetched with the downloader's User-Agent."""
-    from crawlhub.agents.politeness import RobotsCache, http_fetcher, open_gate_store
+def _gate(storage: Any, downloader: Any, per_domain: int, delay: float, robots: bool
+          ) -> Any:
+    """The domain gate on ``storage.agents`` (the registry's backend, under the config's
+    Redis prefix), shared by every agent on it: ``per_domain`` requests at once and
+    ``delay`` s between starts per domain, and, with ``robots``, the robots.txt cache on
+    the same store, fetched with the downloader's User-Agent."""
+    from crawlhub.agents.politeness import DomainRules, open_gate
 
-    return RobotsCache(open_gate_store(url), http_fetcher(downloader.config.user_agent))
+    return open_gate(storage.agents_url, prefix=storage.redis_prefix,
+                     rules=DomainRules(concurrency=per_domain, delay=delay), robots=robots,
+                     user_agent=downloader.config.user_agent)
