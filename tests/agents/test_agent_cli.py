@@ -30,7 +30,8 @@ class Cluster:
     """A config on Redis under a prefix of its own, the test's hub services on it, and
     the ``crawlhub agent`` processes started with :meth:`agent`."""
 
-    def __init__(self, tmp_path: Path, redis_url: str, frontier: bool = False) -> None:
+    def __init__(self, tmp_path: Path, redis_url: str, frontier: bool = False,
+                 agent: dict[str, Any] | None = None) -> None:
         self.prefix = f"t-cli-{uuid.uuid4().hex[:8]}:"
         self.redis_url = redis_url
         outbound: dict[str, Any] = {"name": "pages", "class": "queue",
@@ -42,6 +43,8 @@ class Cluster:
             "inbound": [{"name": "http", "class": "http"}],
             "outbound": [outbound],
         }
+        if agent:
+            cfg["agent"] = agent
         if frontier:
             cfg["frontier"] = {"site": {"segment": "3650d", "exact": True}}
             outbound["frontier"] = "site"
@@ -86,18 +89,23 @@ class Cluster:
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path, redis_url: str) -> AsyncIterator[Cluster]:
-    c = Cluster(tmp_path, redis_url)
+async def cluster(request: pytest.FixtureRequest, tmp_path: Path, redis_url: str
+                  ) -> AsyncIterator[Cluster]:
+    c = Cluster(tmp_path, redis_url, agent=getattr(request, "param", None))
     yield c
     await c.close()
 
 
+@pytest.mark.parametrize(("cluster", "args"), [
+    (None, ["--per-domain", "2"]),
+    ({"politeness": {"per_domain": 2}}, []),  # the config's agent section, no option
+], indirect=["cluster"], ids=["option", "config"])
 async def test_two_agents_with_per_domain_2_never_have_more_than_2_requests_on_the_site(
-        cluster: Cluster) -> None:
+        cluster: Cluster, args: list[str]) -> None:
     services = await cluster.open()
     async with CountingSite() as site:
         for _ in range(2):
-            await cluster.agent("--concurrency", "8", "--per-domain", "2")
+            await cluster.agent("--concurrency", "8", *args)
         await wait_for(cluster.registered, "both agents registered", timeout=60)  # type: ignore[arg-type]
         await services.hub.submit([{"url": f"{site.url}/work?n={n}"} for n in range(40)])
         await wait_for(cluster.done, "every task done", timeout=120)  # type: ignore[arg-type]

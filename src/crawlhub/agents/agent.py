@@ -191,7 +191,8 @@ class Agent:
         self.on_pages = on_pages
         self.concurrency = concurrency
         # two rounds of work: enough to keep every slot busy between leases, few enough
-        # that a slow site does not let buffered leases expire before they are fetched
+        # that buffered tasks do not wait long (their leases are renewed meanwhile, and
+        # another agent could have fetched them)
         self.lease_batch = lease_batch or min(max(2 * concurrency, 16), 512)
         self.flush_size = flush_size
         self.flush_every = flush_every

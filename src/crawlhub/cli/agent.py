@@ -6,8 +6,9 @@ shared hub state with an in-process hub (no inbound consumers of its own); links
 the hub and its frontier, carrying the task's ``extract``; items go to ``--sink``.
 robots.txt is honoured (``--no-robots`` turns that off): each origin's file is fetched
 once per hour by one agent and shared on ``storage.agents``; a disallowed URL is not
-fetched and its result is 2007. ``--per-domain`` / ``--delay`` pace each domain across
-every agent on ``storage.agents`` (the domain gate, on the same store as robots.txt).
+fetched and its result is 2007. ``--per-domain`` / ``--delay`` (default: the config's
+``agent.politeness``) pace each domain across every agent on ``storage.agents`` (the
+domain gate, on the same store as robots.txt).
 Run as many as you like on one Redis; SIGTERM / Ctrl-C stops it.
 """
 
@@ -51,12 +52,15 @@ def agent_command(
     robots: Annotated[bool, typer.Option(
         "--robots/--no-robots", help="Honour robots.txt: disallowed URLs are not fetched.")
     ] = True,
-    per_domain: Annotated[int, typer.Option(
-        min=0, help="Requests at once per domain across every agent on storage.agents"
-                    " (0: no limit of its own).")] = 0,
-    delay: Annotated[float, typer.Option(
-        min=0.0, help="Seconds between two request starts on one domain, across every"
-                      " agent on storage.agents.")] = 0.0,
+    per_domain: Annotated[int | None, typer.Option(
+        min=0, show_default=False,
+        help="Requests at once per domain across every agent on storage.agents (0: no"
+             " limit of its own). Default: the config's agent.politeness.per_domain, 0.")
+    ] = None,
+    delay: Annotated[float | None, typer.Option(
+        min=0.0, show_default=False,
+        help="Seconds between two request starts on one domain, across every agent on"
+             " storage.agents. Default: the config's agent.politeness.delay, 0.")] = None,
     config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt = None,
 ) -> None:
     """Lease URL tasks, fetch them and report results."""
@@ -64,8 +68,10 @@ def agent_command(
     try:
         rules = _extract(extract)
         sink_spec = _sink_spec(sink)
+        polite = cfg.agent.politeness
         asyncio.run(_run(cfg, queue, concurrency, rules, sink_spec, timeout, lease, robots,
-                         per_domain, delay))
+                         polite.per_domain if per_domain is None else per_domain,
+                         polite.delay if delay is None else delay))
     except CrawlhubError as exc:
         err.print(f"[bold red]error[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
