@@ -45,14 +45,14 @@ async def test_two_agents_with_a_lease_shorter_than_each_page_fetch_every_page_o
         "outbound": [{"name": "pages", "class": "queue", "init": {"key": "pages"}}],
     })
     # each page takes longer than a lease; each agent buffers a second round behind it
-    async with SlowSite(pages=8, delay=1.5) as site:
+    async with SlowSite(pages=8, delay=2.5) as site:
         services = await Services.open(cfg)
         downloaders = [Downloader(), Downloader()]
         try:
             await services.hub.submit([{"url": f"{site.url}/page/{n}"} for n in range(8)])
             queue = services.queues.queue("pages")
             agents = [Agent({"pages": queue}, d, report=HubReport(services.hub, "http"),
-                            concurrency=2, lease_batch=4, lease_seconds=1.0)
+                            concurrency=2, lease_batch=4, lease_seconds=2.0)
                       for d in downloaders]
 
             async def idle() -> bool:
