@@ -145,3 +145,43 @@ async def test_links_found_by_a_task_with_a_named_rule_set_carry_it_to_their_pag
             assert {site.hits[f"/page/{n}"] for n in range(20)} == {1}
     finally:
         await cluster.close()
+
+
+async def test_the_config_agent_section_sets_headers_ban_rules_proxies_codes_and_sink(
+        tmp_path: Path, redis_url: str) -> None:
+    from tests.agents.servers import ForwardProxy
+
+    out = tmp_path / "items.jsonl"
+    async with Site(pages=5) as site, ForwardProxy(ban_body="<p>captcha</p>") as banned, \
+            ForwardProxy() as good:
+        cluster = Cluster(tmp_path, redis_url, agent={
+            "concurrency": 4,
+            "downloader": {"headers": {"User-Agent": "testbot/1.0"},
+                           "ban": {"body_regex": "captcha", "retries": 3},
+                           "proxies": [banned.url, good.url]},
+            "result_codes": {"statuses": {404: 1000}},  # a gone page is done, not retried
+            "politeness": {"robots": False},
+            "sink": {"type": "jsonl", "path": str(out), "key": ["url"]},
+        })
+        try:
+            services = await cluster.open()
+            await cluster.agent()  # no options: all of it comes from the config
+            ua = {"fields": {"ua": {"regex": '"user-agent": "([^"]+)"'}}}
+            await services.hub.submit(
+                [{"url": f"{site.url}/page/{n}"} for n in range(5)]
+                + [{"url": f"{site.url}/status/404"}, {"url": f"{site.url}/echo",
+                                                       "extract": ua}])
+            await wait_for(cluster.done, "every task done", timeout=120)  # type: ignore[arg-type]
+            assert await cluster.stop_agents() == [0]
+            items = {i["url"]: i for i in map(json.loads, out.read_text().splitlines())}
+            assert sorted(items) == sorted([f"{site.url}/page/{n}" for n in range(5)]
+                                           + [f"{site.url}/echo"])
+            assert items[f"{site.url}/echo"]["ua"] == "testbot/1.0"
+            counters = (await services.state.counters())["pages"]
+            assert counters["success"] == 7 and not counters.get("retried")
+            assert site.hits["/status/404"] == 1
+            # every page came through the good proxy; the banned one was retired
+            assert {u for u in good.seen} >= {f"{site.url}/page/{n}" for n in range(5)}
+            assert len(banned.seen) <= 4  # at most the requests already on their way to it
+        finally:
+            await cluster.close()

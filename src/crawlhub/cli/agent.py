@@ -32,9 +32,12 @@ err = Console(stderr=True)
 
 def agent_command(
     queue: Annotated[list[str] | None, typer.Option(
-        "--queue", help="Queue to lease from (repeatable); default: every queue outbound.")
+        "--queue", help="Queue to lease from (repeatable). Default: the config's"
+                        " agent.queues, else every queue outbound.")
     ] = None,
-    concurrency: Annotated[int, typer.Option(min=1, help="Requests at once.")] = 64,
+    concurrency: Annotated[int | None, typer.Option(
+        min=1, show_default=False,
+        help="Requests at once. Default: the config's agent.concurrency, 64.")] = None,
     extract: Annotated[Path | None, typer.Option(
         help="YAML file of extraction rules: fields and links (links.follow crawls) for"
              " tasks without rules of their own, and 'rules: {NAME: {fields, links}}',"
@@ -43,15 +46,21 @@ def agent_command(
     ] = None,
     sink: Annotated[str | None, typer.Option(
         help="Where items go, a sink mapping in YAML, e.g. '{type: redis_stream, url:"
-             " redis://127.0.0.1:6379/0, stream: items, key: [url]}'.")] = None,
-    timeout: Annotated[float, typer.Option(min=0.001, help="Seconds per request.")] = 30.0,
-    lease: Annotated[float, typer.Option(
-        min=0.1, help="Seconds a leased task stays this agent's; renewed every third of it"
-                      " while the agent holds the task, so a killed agent's tasks go to"
-                      " another within it.")] = 120.0,
-    robots: Annotated[bool, typer.Option(
-        "--robots/--no-robots", help="Honour robots.txt: disallowed URLs are not fetched.")
-    ] = True,
+             " redis://127.0.0.1:6379/0, stream: items, key: [url]}'. Default: the"
+             " config's agent.sink (none: items are not written).")] = None,
+    timeout: Annotated[float | None, typer.Option(
+        min=0.001, show_default=False,
+        help="Seconds per request. Default: the config's agent.downloader.timeout, 30.")
+    ] = None,
+    lease: Annotated[float | None, typer.Option(
+        min=0.1, show_default=False,
+        help="Seconds a leased task stays this agent's; renewed every third of it while"
+             " the agent holds the task, so a killed agent's tasks go to another within"
+             " it. Default: the config's agent.lease, 120.")] = None,
+    robots: Annotated[bool | None, typer.Option(
+        "--robots/--no-robots", show_default=False,
+        help="Honour robots.txt: disallowed URLs are not fetched. Default: the config's"
+             " agent.politeness.robots, on.")] = None,
     per_domain: Annotated[int | None, typer.Option(
         min=0, show_default=False,
         help="Requests at once per domain across every agent on storage.agents (0: no"
@@ -67,14 +76,34 @@ def agent_command(
     cfg = get_config(config, data_dir, sets)
     try:
         rules = _extract(extract)
-        sink_spec = _sink_spec(sink)
-        polite = cfg.agent.politeness
-        asyncio.run(_run(cfg, queue, concurrency, rules, sink_spec, timeout, lease, robots,
-                         polite.per_domain if per_domain is None else per_domain,
-                         polite.delay if delay is None else delay))
+        settings = agent_settings(cfg.agent, queues=queue, concurrency=concurrency,
+                                  sink=_sink_spec(sink), timeout=timeout, lease=lease,
+                                  robots=robots, per_domain=per_domain, delay=delay)
+        asyncio.run(_run(cfg, settings, rules))
     except CrawlhubError as exc:
         err.print(f"[bold red]error[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
+
+
+def agent_settings(section: Any, *, queues: list[str] | None = None,
+                   concurrency: int | None = None, sink: dict[str, Any] | None = None,
+                   timeout: float | None = None, lease: float | None = None,
+                   robots: bool | None = None, per_domain: int | None = None,
+                   delay: float | None = None) -> Any:
+    """The config's ``agent`` section with the command-line options given laid over it
+    (an option left out keeps the config's value)."""
+    politeness = section.politeness.model_copy(update={
+        k: v for k, v in (("robots", robots), ("per_domain", per_domain), ("delay", delay))
+        if v is not None})
+    downloader = section.downloader
+    if timeout is not None:
+        downloader = downloader.model_copy(update={"timeout": timeout})
+    update: dict[str, Any] = {"politeness": politeness, "downloader": downloader}
+    for name, value in (("queues", queues), ("concurrency", concurrency), ("sink", sink),
+                        ("lease", lease)):
+        if value:
+            update[name] = value
+    return section.model_copy(update=update)
 
 
 def _extract(path: Path | None) -> Any:
@@ -99,12 +128,11 @@ def _sink_spec(text: str | None) -> dict[str, Any] | None:
     return spec
 
 
-async def _run(cfg: Any, names: list[str] | None, concurrency: int, rules: Any,
-               sink_spec: dict[str, Any] | None, timeout: float, lease: float,
-               robots: bool = True, per_domain: int = 0, delay: float = 0.0) -> None:
+async def _run(cfg: Any, settings: Any, rules: Any) -> None:
+    """One agent process with ``settings`` (the merged ``agent`` section)."""
     from crawlhub.agents.agent import Agent, HubReport, Page, link_tasks
     from crawlhub.agents.crawl import Seen
-    from crawlhub.agents.downloader import Downloader, DownloaderConfig
+    from crawlhub.agents.downloader import Downloader
     from crawlhub.config.sinks import build_sink
     from crawlhub.service import Services
 
@@ -117,14 +145,16 @@ async def _run(cfg: Any, names: list[str] | None, concurrency: int, rules: Any,
         await services.close()
         raise ConfigError("the agent reports results through an inbound; add one, e.g."
                           " {name: http, class: http}", key="inbound")
-    if not names:
-        names = [str(ob.init.get("key") or ob.name) for ob in cfg.outbound
-                 if ob.class_ == "queue" and not ob.disable]
+    names = list(settings.queues) or [
+        str(ob.init.get("key") or ob.name) for ob in cfg.outbound
+        if ob.class_ == "queue" and not ob.disable]
     if not names:
         await services.close()
         raise ConfigError("no queue to lease from: give --queue NAME or configure a queue"
                           " outbound", key="outbound")
-    sink = build_sink(sink_spec, config=cfg.settings, name="items") if sink_spec else None
+    concurrency = settings.concurrency
+    sink = build_sink(settings.sink, config=cfg.settings, name="items") \
+        if settings.sink else None
     if sink is not None:
         await sink.open()
 
@@ -147,14 +177,19 @@ async def _run(cfg: Any, names: list[str] | None, concurrency: int, rules: Any,
         if items and sink is not None:
             await sink.write_batch(items)
 
-    downloader = Downloader(DownloaderConfig(concurrency=concurrency, timeout=timeout))
-    limits = bool(per_domain or delay)
-    gate = (_gate(cfg.storage, downloader, per_domain or concurrency, delay, robots)
-            if limits or robots else None)
+    dl = settings.downloader
+    # the connection pool holds at least one connection per request at once
+    downloader = Downloader(dl.model_copy(update={"concurrency": max(dl.concurrency,
+                                                                      concurrency)}))
+    polite = settings.politeness
+    limits = bool(polite.per_domain or polite.delay)
+    gate = (_gate(cfg.storage, downloader, polite.per_domain or concurrency, polite.delay,
+                  polite.robots) if limits or polite.robots else None)
     agent = Agent({n: services.queues.queue(n) for n in names}, downloader,
-                  report=HubReport(hub, inbound), rules=rules, on_pages=on_pages,
-                  concurrency=concurrency, registry=services.agents, lease_seconds=lease,
-                  gate=gate if limits else None, robots=gate if robots else None)
+                  report=HubReport(hub, inbound), rules=rules, codes=settings.result_codes,
+                  on_pages=on_pages, concurrency=concurrency, registry=services.agents,
+                  lease_seconds=settings.lease, gate=gate if limits else None,
+                  robots=gate if polite.robots else None)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
