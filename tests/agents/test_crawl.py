@@ -139,3 +139,41 @@ async def test_crawl_with_per_domain_limit_never_has_more_requests_in_flight_on_
         progress = await Crawl(opts).run()
         assert progress.pages == 40
         assert site.peak <= 2
+
+
+async def test_crawl_writes_to_the_sink_given_with_sink_instead_of_out(
+        tmp_path: Path, redis_url: str, unique_name: str) -> None:
+    import redis.asyncio as aioredis
+    import yaml
+
+    stream = f"{unique_name}:items"
+    sink = yaml.safe_dump({"type": "redis_stream", "url": redis_url, "stream": stream},
+                          default_flow_style=True).strip()
+    client = aioredis.from_url(redis_url)
+    try:
+        async with Site(pages=30) as site:
+            proc = await asyncio.create_subprocess_exec(
+                CRAWLHUB, "crawl", f"{site.url}/page/0", "--follow", "--concurrency", "4",
+                "--sink", sink, "--data-dir", str(tmp_path / "data"), "--quiet",
+                "--out", str(tmp_path / "unused.jsonl"), stderr=asyncio.subprocess.PIPE)
+            _, stderr = await asyncio.wait_for(proc.communicate(), timeout=120)
+            assert proc.returncode == 0, stderr.decode()
+            assert "30 items to the redis_stream sink" in stderr.decode()
+        entries = await client.xrange(stream)
+        urls = [json.loads(fields[b"data"])["url"] for _, fields in entries]
+        assert sorted(urls) == sorted(f"{site.url}/page/{n}" for n in range(30))
+        assert not (tmp_path / "unused.jsonl").exists()
+    finally:
+        await client.delete(stream)
+        await client.aclose()
+
+
+async def test_a_bad_sink_is_a_clear_error_before_anything_is_fetched(tmp_path: Path) -> None:
+    async with Site(pages=3) as site:
+        proc = await asyncio.create_subprocess_exec(
+            CRAWLHUB, "crawl", f"{site.url}/page/0", "--sink", "{type: nosuchsink}",
+            "--data-dir", str(tmp_path / "data"), "--quiet", stderr=asyncio.subprocess.PIPE)
+        _, stderr = await asyncio.wait_for(proc.communicate(), timeout=60)
+        assert proc.returncode != 0
+        assert "nosuchsink" in stderr.decode() and "Traceback" not in stderr.decode()
+        assert not site.hits

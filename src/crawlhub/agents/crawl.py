@@ -82,6 +82,9 @@ class CrawlOptions:
     #: honour robots.txt: a disallowed URL is not fetched (result 2007, counted in
     #: ``Progress.robots``); its rules cached in the data dir's politeness.db
     robots: bool = True
+    #: a sink mapping (``crawlhub collect``'s ``sink:``) to write items to instead of
+    #: ``out``; keyed by ``url`` unless it says otherwise
+    sink: dict[str, Any] | None = None
 
 
 @dataclass
@@ -153,14 +156,23 @@ class Crawl:
         self.progress = Progress()
         self.seen = Seen()
         self.services: Services | None = None
-        self.sink = JsonlSink(JsonlSinkConfig(path=opts.out, key=["url"]), name="items")
+        self.sink: Any = None
+        #: where items go, for the summary: the --out file or the sink's type
+        self.sink_name = str(opts.out) if opts.sink is None else \
+            f"the {opts.sink.get('type', 'jsonl')} sink"
 
     async def run(self, on_progress: Callable[[Progress], None] | None = None) -> Progress:
         opts = self.opts
         opts.data_dir.mkdir(parents=True, exist_ok=True)
         lock = _lock(opts.data_dir)
         services = self.services = await Services.open(crawl_config(opts))
-        await self.sink.open()
+        try:
+            self.sink = self._sink(services)
+            await self.sink.open()
+        except BaseException:
+            await services.close()
+            lock.close()
+            raise
         gate = None
         downloader = Downloader(DownloaderConfig(concurrency=max(opts.concurrency, 1),
                                                  timeout=opts.timeout))
@@ -209,6 +221,17 @@ class Crawl:
             await services.close()
             lock.close()
 
+    def _sink(self, services: Services) -> Any:
+        """The --out JSON lines file (its index says what is written: a resumed crawl
+        fetches none of it again), or the --sink (keyed by url: a page fetched again after
+        a kill is written once)."""
+        if self.opts.sink is None:
+            return JsonlSink(JsonlSinkConfig(path=self.opts.out, key=["url"]), name="items")
+        from crawlhub.config.sinks import build_sink
+
+        spec = {"key": ["url"], **self.opts.sink}
+        return build_sink(spec, config=services.config.settings, name="items", entry="--sink")
+
     def _gate(self) -> Any:
         from crawlhub.agents.politeness import DomainRules, open_gate
 
@@ -228,8 +251,11 @@ class Crawl:
                 on_progress(self.progress)
 
     async def _written(self, messages: Sequence[Message]) -> set[str]:
+        written = getattr(self.sink, "written", None)
+        if written is None:  # a sink with no index of what it holds: its keys dedup
+            return set()
         urls = [str(m.payload.get("url")) for m in messages]
-        return await self.sink.written(urls)
+        return set(await written(urls))
 
     async def _on_pages(self, pages: list[Page]) -> None:
         """Admit the links found, then write the items (links first: a kill after the

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 from rich.console import Console
 
 from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, get_config
@@ -73,11 +72,13 @@ def agent_command(
     config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt = None,
 ) -> None:
     """Lease URL tasks, fetch them and report results."""
+    from crawlhub.cli.crawl import read_sink
+
     cfg = get_config(config, data_dir, sets)
     try:
         rules = _extract(extract)
         settings = agent_settings(cfg.agent, queues=queue, concurrency=concurrency,
-                                  sink=_sink_spec(sink), timeout=timeout, lease=lease,
+                                  sink=read_sink(sink), timeout=timeout, lease=lease,
                                   robots=robots, per_domain=per_domain, delay=delay)
         asyncio.run(_run(cfg, settings, rules))
     except CrawlhubError as exc:
@@ -113,19 +114,6 @@ def _extract(path: Path | None) -> Any:
     if path is None:
         return RuleSets()
     return RuleSets.from_config(read_extract(path), file=str(path))
-
-
-def _sink_spec(text: str | None) -> dict[str, Any] | None:
-    if text is None:
-        return None
-    try:
-        spec = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--sink: not a YAML mapping ({exc})", key="sink") from None
-    if not isinstance(spec, dict):
-        raise ConfigError("--sink: expected a mapping such as '{type: jsonl, path: items.jsonl,"
-                          " key: [url]}'", key="sink")
-    return spec
 
 
 async def _run(cfg: Any, settings: Any, rules: Any) -> None:

@@ -43,6 +43,11 @@ def crawl_command(
     robots: Annotated[bool, typer.Option(
         "--robots/--no-robots", help="Honour robots.txt: disallowed URLs are not fetched.")
     ] = True,
+    sink: Annotated[str | None, typer.Option(
+        help="Write items to this sink instead of --out: a sink mapping in YAML, e.g."
+             " '{type: postgres, url: postgresql://127.0.0.1/db, table: pages, key: [url]}'"
+             " (any sink of `crawlhub collect`; keyed by url, so a resumed crawl writes no"
+             " row twice).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
 ) -> None:
     """Crawl URLs into JSON lines, resumably.
@@ -67,7 +72,7 @@ def crawl_command(
         opts = CrawlOptions(urls=list(urls), out=out, data_dir=data_dir, follow=follow,
                             allow=list(allow or []), deny=list(deny or []), depth=depth,
                             concurrency=concurrency, per_domain=per_domain, delay=delay,
-                            extract=rules, robots=robots)
+                            extract=rules, robots=robots, sink=read_sink(sink))
         crawl = Crawl(opts)
     except CrawlhubError as exc:
         err.print(f"[bold red]error[/] {exc}", highlight=False, soft_wrap=True)
@@ -81,10 +86,25 @@ def crawl_command(
         raise typer.Exit(1) from None
     seconds = max(progress.rate and progress.pages / progress.rate, 0.0)
     err.print(f"crawled {progress.pages:,} pages in {seconds:.1f} s"
-              f" ({progress.rate:,.0f}/s): {progress.items:,} items to {out},"
+              f" ({progress.rate:,.0f}/s): {progress.items:,} items to"
+              f" {crawl.sink_name},"
               f" {progress.errors:,} errors, {progress.robots:,} skipped by robots,"
               f" {progress.skipped:,} already written"
               f" (data: {data_dir})", highlight=False)
+
+
+def read_sink(text: str | None) -> dict[str, Any] | None:
+    """The sink mapping of a --sink option (YAML), or None (also ``crawlhub agent``'s)."""
+    if text is None:
+        return None
+    try:
+        spec = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--sink: not a YAML mapping ({exc})", key="sink") from None
+    if not isinstance(spec, dict):
+        raise ConfigError("--sink: expected a mapping such as '{type: jsonl, path: items.jsonl,"
+                          " key: [url]}'", key="sink")
+    return spec
 
 
 def read_extract(path: Path) -> dict:  # type: ignore[type-arg]
