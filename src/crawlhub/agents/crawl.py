@@ -7,10 +7,11 @@ was admitted, and a leased page whose URL the items file already holds is report
 without being fetched again.
 
 Cost per flush of ~200 pages: one lookup of the leased URLs in the items index, one
-frontier-gated ``Hub.submit`` of the links not seen lately (record, admit, push, mark: 4
-SQLite transactions), one sink batch (1 append + 1 index commit), the results through
-``Hub.receive`` (2 SQLite transactions per result: the ledger has no batched settle yet,
-~20% of the loop's time in the profile) and one ack.
+frontier-gated ``Hub.submit`` of the links not seen lately (links the frontier admitted
+already are answered after two reads; new ones are recorded, admitted, pushed and marked:
+4 SQLite transactions), one sink batch (1 append + 1 index commit), the results through
+``Hub.receive`` (one ledger read and one settle transaction for the whole flush) and one
+ack. 20,000 pages of the bench site: ~0.3 ms of CPU a page; 200,000: ~0.6 ms.
 """
 
 from __future__ import annotations
