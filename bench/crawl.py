@@ -9,8 +9,11 @@ items to a JSON lines file, as a child process whose CPU time and peak RSS come 
 (one process, embedded SQLite), and two ``crawlhub agent`` processes on Redis fed by a
 hub in this process (``agents1`` / ``agents2``).
 
+``--scale K`` then crawls a K times larger site with ``crawlhub crawl`` alone and prints
+how its peak RSS and CPU per page compare (the target: RSS within 1.2x at 10x the pages).
+
 Run:  python bench/crawl.py [--pages 20000] [--only bound,scrapy,crawlhub,agents1,agents2]
-      [--redis redis://127.0.0.1:6379/0]
+      [--redis redis://127.0.0.1:6379/0] [--scale 10]
 """
 
 from __future__ import annotations
@@ -232,6 +235,8 @@ def main() -> int:
     parser.add_argument("--only", default="bound,scrapy,crawlhub,agents1,agents2")
     parser.add_argument("--redis", default=os.environ.get("CRAWLHUB_TEST_REDIS_URL",
                                                           "redis://127.0.0.1:6379/0"))
+    parser.add_argument("--scale", type=int, default=0,
+                        help="also crawl a site this many times larger with crawlhub crawl")
     args = parser.parse_args()
     only = set(args.only.split(","))
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -253,8 +258,35 @@ def main() -> int:
     finally:
         site.kill()
         site.wait()
-    Console(width=200).print(table(runs, args.pages, load))
+    console = Console(width=200)
+    console.print(table(runs, args.pages, load))
+    small = next((r for r in runs if r.name.startswith("crawlhub crawl")), None)
+    if args.scale > 1 and small is not None:
+        console.print(scale_table(small, scaled_run(args.pages * args.scale), args.scale))
     return 0
+
+
+def scaled_run(pages: int) -> Run:
+    site, port = start_site(pages)
+    try:
+        with tempfile.TemporaryDirectory(prefix="crawl-bench-scale-") as tmp:
+            run = crawlhub_run(f"http://127.0.0.1:{port}", Path(tmp))
+    finally:
+        site.kill()
+        site.wait()
+    run.name = f"crawlhub crawl, {pages:,} pages"
+    return run
+
+
+def scale_table(small: Run, large: Run, k: int) -> Table:
+    t = Table(title=f"crawlhub crawl as the site grows {k}x")
+    for column in ("site", "pages/s", "CPU ms/page", "peak RSS MB", "RSS vs small", "note"):
+        t.add_column(column, justify="left" if column in ("site", "note") else "right")
+    for r in (small, large):
+        t.add_row(f"{r.pages:,} pages", f"{r.rate:,.0f}",
+                  f"{1000 * (r.cpu or 0) / max(r.pages, 1):.2f}", f"{r.rss_mb or 0:.0f}",
+                  f"{(r.rss_mb or 0) / (small.rss_mb or 1):.2f}x", r.note)
+    return t
 
 
 if __name__ == "__main__":
