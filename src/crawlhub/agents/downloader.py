@@ -49,7 +49,9 @@ from crawlhub.storage.redact import redact_url
 
 _REDIRECTS = frozenset((301, 302, 303, 307, 308))
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
-DEFAULT_USER_AGENT = "crawlhub/0.1 (+https://github.com/crawlhub)"
+#: Name your bot and a page about it in ``agent.downloader.headers.User-Agent``
+#: (e.g. ``mybot/1.0 (+https://example.com/bot)``): sites read robots.txt rules for it.
+DEFAULT_USER_AGENT = "crawlhub/0.1"
 
 
 class BanRules(BaseModel):
