@@ -105,11 +105,36 @@ def test_seen_links_pass_once_and_memory_stays_bounded() -> None:
 
     seen = Seen(size=3)
     assert seen.fresh({"a": 1, "b": 1}) == {"a": 1, "b": 1}
+    assert seen.fresh({"a": 1}) == {"a": 1}  # not submitted yet: still fresh
+    seen.add(["a", "b"])
     assert seen.fresh({"a": 2, "c": 2}) == {"c": 2}
     for n in range(100):
-        seen.fresh({f"u{n}": 1})
+        seen.add([f"u{n}"])
     assert len(seen.new) + len(seen.old) <= 6
     assert seen.fresh({"a": 3}) == {"a": 3}  # forgotten: the frontier dedups it
+
+
+async def test_links_of_a_submit_that_failed_are_submitted_again() -> None:
+    from crawlhub.agents.crawl import Seen
+
+    class Hub:
+        def __init__(self) -> None:
+            self.down, self.got = True, []  # type: ignore[var-annotated]
+
+        async def submit(self, tasks: Any, wait: bool) -> None:
+            if self.down:
+                raise ConnectionError("the hub's backend is down")
+            self.got += [t["url"] for t in tasks]
+
+    seen, hub = Seen(), Hub()
+    try:
+        await seen.submit(hub, {"http://a/1": 1}, [])
+    except ConnectionError:
+        pass
+    hub.down = False  # the page is fetched again after its lease: its links go again
+    assert await seen.submit(hub, {"http://a/1": 1}, []) == 1
+    assert hub.got == ["http://a/1"]
+    assert await seen.submit(hub, {"http://a/1": 1}, []) == 0
 
 
 async def test_a_second_crawl_on_a_data_dir_in_use_is_refused_naming_it(tmp_path: Path) -> None:

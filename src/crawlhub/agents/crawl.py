@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,12 +57,27 @@ class Seen:
         self.old: set[str] = set()
 
     def fresh(self, urls: dict[str, int]) -> dict[str, int]:
+        """The links of ``urls`` not submitted lately (remembers nothing: see ``add``)."""
         new, old = self.new, self.old
-        out = {u: d for u, d in urls.items() if u not in new and u not in old}
-        new.update(out)
+        return {u: d for u, d in urls.items() if u not in new and u not in old}
+
+    def add(self, urls: Iterable[str]) -> None:
+        """Remember ``urls`` as submitted: call it once the submit returned. Links of a
+        submit that failed (its backend down) are not remembered, so the page's next fetch
+        (its lease runs out, it is fetched again) submits them again."""
+        new = self.new
+        new.update(urls)
         if len(new) >= self.size:
             self.old, self.new = new, set()
-        return out
+
+    async def submit(self, hub: Any, links: dict[str, int], pages: Sequence[Page]) -> int:
+        """Submit the links of ``pages`` not submitted lately through ``hub`` (each with
+        its page's depth + 1 and ``extract``), then remember them; how many went."""
+        fresh = self.fresh(links)
+        if fresh:
+            await hub.submit(link_tasks(fresh, pages), wait=True)
+            self.add(fresh)
+        return len(fresh)
 
 
 @dataclass
@@ -285,11 +300,9 @@ class Crawl:
                 item["final_url"] = fetched.final_url
             item.update(extracted.fields)
             items.append(item)
-        links = self.seen.fresh(links)
         if links:
             assert self.services is not None
-            await self.services.hub.submit(link_tasks(links, pages), wait=True)
-            progress.links += len(links)
+            progress.links += await self.seen.submit(self.services.hub, links, pages)
         if items:
             result = await self.sink.write_batch(items)
             progress.items += result.inserted

@@ -118,7 +118,7 @@ def _extract(path: Path | None) -> Any:
 
 async def _run(cfg: Any, settings: Any, rules: Any) -> None:
     """One agent process with ``settings`` (the merged ``agent`` section)."""
-    from crawlhub.agents.agent import Agent, HubReport, Page, link_tasks
+    from crawlhub.agents.agent import Agent, HubReport, Page
     from crawlhub.agents.crawl import Seen
     from crawlhub.agents.downloader import Downloader
     from crawlhub.config.sinks import build_sink
@@ -159,9 +159,8 @@ async def _run(cfg: Any, settings: Any, rules: Any) -> None:
                 links.setdefault(link, depth)
             items.append({"url": page.task.get("url"), "status": page.fetched.status,
                           "title": page.extracted.title, **page.extracted.fields})
-        links = seen.fresh(links)
         if links:
-            await hub.submit(link_tasks(links, pages), wait=True)
+            await seen.submit(hub, links, pages)
         if items and sink is not None:
             await sink.write_batch(items)
 
