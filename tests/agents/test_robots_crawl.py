@@ -5,6 +5,7 @@ heartbeat: memory/CPU filled in, a forgotten agent registers again."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -50,15 +51,23 @@ class UserAgentRobotsSite(Site):
     """A site whose robots.txt disallows ``/page/5`` only to the downloader's User-Agent
     (every other asker gets an empty file); ``asked`` lists the User-Agents that read it."""
 
-    def __init__(self, pages: int) -> None:
+    def __init__(self, pages: int, refused: str = DEFAULT_USER_AGENT) -> None:
         super().__init__(pages=pages)
+        self.refused = refused
         self.asked: list[str] = []
+        self.agents: set[str] = set()  # the User-Agents of page requests
         self.app.router.add_get("/robots.txt", self.robots)
+        self.app.middlewares.append(self._agents)
+
+    @web.middleware
+    async def _agents(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        self.agents.add(request.headers.get("User-Agent", ""))
+        return await handler(request)  # type: ignore[no-any-return]
 
     async def robots(self, request: web.Request) -> web.Response:
         agent = request.headers.get("User-Agent", "")
         self.asked.append(agent)
-        text = ROBOTS if agent == DEFAULT_USER_AGENT else ""
+        text = ROBOTS if agent == self.refused else ""
         return web.Response(text=text, content_type="text/plain")
 
 
@@ -68,6 +77,17 @@ async def test_crawl_reads_robots_txt_with_its_downloaders_user_agent(tmp_path: 
                             data_dir=tmp_path / "data", follow=True, concurrency=8)
         progress = await Crawl(opts).run()
         assert site.asked == [DEFAULT_USER_AGENT]
+        assert site.hits["/page/5"] == 0 and progress.robots == 1
+
+
+async def test_crawl_user_agent_is_sent_with_every_request_and_robots_read_for_it(
+        tmp_path: Path) -> None:
+    async with UserAgentRobotsSite(pages=30, refused="mybot/1.0") as site:
+        opts = CrawlOptions(urls=[f"{site.url}/page/0"], out=tmp_path / "items.jsonl",
+                            data_dir=tmp_path / "data", follow=True, concurrency=8,
+                            user_agent="mybot/1.0")
+        progress = await Crawl(opts).run()
+        assert site.asked == ["mybot/1.0"] and site.agents == {"mybot/1.0"}
         assert site.hits["/page/5"] == 0 and progress.robots == 1
 
 

@@ -101,6 +101,8 @@ class CrawlOptions:
     #: a sink mapping (``crawlhub collect``'s ``sink:``) to write items to instead of
     #: ``out``; keyed by ``url`` unless it says otherwise
     sink: dict[str, Any] | None = None
+    #: the User-Agent of every request, robots.txt's included (None: the downloader's)
+    user_agent: str | None = None
 
 
 @dataclass
@@ -190,8 +192,7 @@ class Crawl:
             lock.close()
             raise
         gate = None
-        downloader = Downloader(DownloaderConfig(concurrency=max(opts.concurrency, 1),
-                                                 timeout=opts.timeout))
+        downloader = Downloader(self._downloader_config())
         try:
             limits = bool(opts.per_domain or opts.delay)
             if limits or opts.robots:
@@ -248,6 +249,13 @@ class Crawl:
         spec = {"key": ["url"], **self.opts.sink}
         return build_sink(spec, config=services.config.settings, name="items", entry="--sink")
 
+    def _downloader_config(self) -> DownloaderConfig:
+        opts = self.opts
+        config = DownloaderConfig(concurrency=max(opts.concurrency, 1), timeout=opts.timeout)
+        if opts.user_agent:
+            config.headers = {**config.headers, "User-Agent": opts.user_agent}
+        return config
+
     def _gate(self) -> Any:
         from crawlhub.agents.politeness import DomainRules, open_gate
 
@@ -256,7 +264,8 @@ class Crawl:
         # robots.txt is asked for as the pages are: with the User-Agent of the crawl's
         # downloader (which runs on the default headers)
         return open_gate(f"sqlite:///{self.opts.data_dir / 'politeness.db'}", rules=rules,
-                         robots=self.opts.robots, user_agent=DownloaderConfig().user_agent)
+                         robots=self.opts.robots,
+                         user_agent=self._downloader_config().user_agent)
 
     async def _tick(self, queue: Any, on_progress: Callable[[Progress], None] | None) -> None:
         while True:

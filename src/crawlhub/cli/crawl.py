@@ -48,6 +48,9 @@ def crawl_command(
              " '{type: postgres, url: postgresql://127.0.0.1/db, table: pages, key: [url]}'"
              " (any sink of `crawlhub collect`; keyed by url, so a resumed crawl writes no"
              " row twice).")] = None,
+    user_agent: Annotated[str | None, typer.Option(
+        help="User-Agent of every request (robots.txt is read for it), e.g."
+             " 'mybot/1.0 (+https://example.com/bot)'. Default: crawlhub/0.1.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
 ) -> None:
     """Crawl URLs into JSON lines, resumably.
@@ -72,7 +75,8 @@ def crawl_command(
         opts = CrawlOptions(urls=list(urls), out=out, data_dir=data_dir, follow=follow,
                             allow=list(allow or []), deny=list(deny or []), depth=depth,
                             concurrency=concurrency, per_domain=per_domain, delay=delay,
-                            extract=rules, robots=robots, sink=read_sink(sink))
+                            extract=rules, robots=robots, sink=read_sink(sink),
+                            user_agent=user_agent)
         crawl = Crawl(opts)
     except CrawlhubError as exc:
         err.print(f"[bold red]error[/] {exc}", highlight=False, soft_wrap=True)
