@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
@@ -42,6 +43,22 @@ def immediate(conn: sqlite3.Connection) -> Iterator[None]:
 def sqlite_path(url: str) -> Path:
     """``sqlite:///rel/path.db`` -> ``rel/path.db``; ``sqlite:////abs/path.db`` -> ``/abs/path.db``."""
     return Path(sqlite_file(url))
+
+
+def _wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
+    """Switch to WAL. Two processes creating the same file at once can get "database is
+    locked" here at once, without the busy handler: the switch needs an exclusive lock.
+    Retry until ``busy_timeout`` runs out; a file already in WAL needs no switch."""
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 class SqliteDB:
@@ -80,7 +97,7 @@ class SqliteDB:
                                    check_same_thread=False)
             try:
                 conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
-                conn.execute("PRAGMA journal_mode = WAL")
+                _wal(conn, self._busy_timeout)
                 conn.execute(f"PRAGMA synchronous = {self._synchronous}")
                 if self._schema:
                     # Not executescript(): it would commit; one transaction races nobody.
