@@ -16,7 +16,17 @@ CREATE TABLE IF NOT EXISTS alive (instance TEXT PRIMARY KEY, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS gates (gate TEXT PRIMARY KEY, task_uuid TEXT NOT NULL,
                                   inherited INTEGER NOT NULL DEFAULT 0);
 """
-_IN = 500  # uuids per "IN (...)" lookup
+_IN = 500  # values per "IN (...)" lookup (SQLite's bound-variable limit)
+
+
+def select_in(conn: sqlite3.Connection, sql: str, values: Sequence[str]) -> list[Any]:
+    """The rows of ``sql`` (one ``IN ({})`` placeholder) for all ``values``, asked
+    ``_IN`` at a time."""
+    rows: list[Any] = []
+    for start in range(0, len(values), _IN):
+        chunk = values[start:start + _IN]
+        rows += conn.execute(sql.format(",".join("?" * len(chunk))), chunk).fetchall()
+    return rows
 
 
 class SqliteIntake:
@@ -40,13 +50,9 @@ class SqliteIntake:
         def begin(conn: sqlite3.Connection) -> list[str]:
             conn.execute("INSERT OR REPLACE INTO alive(instance, at) VALUES (?, ?)",
                          (owner, now))
-            uuids = list({u for u, _, _ in rows})
-            known: set[str] = set()
-            for start in range(0, len(uuids), _IN):
-                chunk = uuids[start:start + _IN]
-                marks = ",".join("?" * len(chunk))
-                known.update(u for (u,) in conn.execute(
-                    f"SELECT task_uuid FROM ledger WHERE task_uuid IN ({marks})", chunk))
+            known = {u for (u,) in select_in(
+                conn, "SELECT task_uuid FROM ledger WHERE task_uuid IN ({})",
+                list({u for u, _, _ in rows}))}
             out: list[str] = []
             fresh: list[tuple[str, str]] = []
             taken: set[str] = set()  # recorded by this call (not in "unpushed" yet)
@@ -89,18 +95,10 @@ class SqliteIntake:
         gates = list({i.gate for i in items if i.gate})
 
         def free(conn: sqlite3.Connection) -> tuple[set[str], set[str]]:
-            known: set[str] = set()
-            held: set[str] = set()
-            for start in range(0, len(uuids), _IN):
-                chunk = uuids[start:start + _IN]
-                known.update(u for (u,) in conn.execute(
-                    f"SELECT task_uuid FROM ledger WHERE task_uuid IN"
-                    f" ({','.join('?' * len(chunk))})", chunk))
-            for start in range(0, len(gates), _IN):
-                chunk = gates[start:start + _IN]
-                held.update(g for (g,) in conn.execute(
-                    f"SELECT gate FROM gates WHERE gate IN ({','.join('?' * len(chunk))})",
-                    chunk))
+            known = {u for (u,) in select_in(
+                conn, "SELECT task_uuid FROM ledger WHERE task_uuid IN ({})", uuids)}
+            held = {g for (g,) in select_in(
+                conn, "SELECT gate FROM gates WHERE gate IN ({})", gates)}
             return known, held
 
         known, held = await self._db.run(free)

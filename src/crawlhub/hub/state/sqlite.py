@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from crawlhub.clock import Clock, system_clock
 from crawlhub.hub.intake import INTAKE_SCHEMA, SqliteIntake
+from crawlhub.hub.intake.sqlite import select_in
 from crawlhub.hub.state.base import (
     CLAIM_LEASE,
     DEFAULT_RETENTION,
@@ -154,13 +155,8 @@ class SqliteHubState(SqliteIntake):
         uuids = list(dict.fromkeys(task_uuids))
 
         def _get(conn: sqlite3.Connection) -> list[tuple[str, str]]:
-            rows: list[tuple[str, str]] = []
-            for i in range(0, len(uuids), 500):  # SQLite's bound-variable limit
-                part = uuids[i:i + 500]
-                rows += conn.execute(
-                    f"SELECT task_uuid, entry FROM ledger WHERE task_uuid IN"
-                    f" ({','.join('?' * len(part))})", part).fetchall()
-            return rows
+            return select_in(conn, "SELECT task_uuid, entry FROM ledger WHERE task_uuid"
+                             " IN ({})", uuids)
 
         return {uuid: _loads(raw) for uuid, raw in await self._db.run(_get)}
 
