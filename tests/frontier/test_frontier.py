@@ -154,6 +154,33 @@ async def test_lease_never_deletes_and_finish_archives(make_frontier: MakeFronti
     assert await f.lease(1, 60) == []
 
 
+async def test_without_archive_a_finished_seed_drops_its_record_and_stays_known(
+        make_frontier: MakeFrontier, backend: str) -> None:
+    f = await make_frontier(archive=False, cache_size=0)
+    await f.admit(seeds("http://a.com/1", "http://a.com/2"))
+    (first,) = await f.lease(1, 60)
+    assert await f.finish(first, "ok")
+    # the record is gone on Redis (the embedded table keeps its rows: its filter's log)
+    held = await f.store.admitted_by(first.segment, first.key)  # type: ignore[arg-type]
+    stored = await f.store.redis.hexists(  # type: ignore[attr-defined]
+        f.store.stem + f"{first.segment}:seeds", first.key) if backend == "redis" else None
+    assert held is None
+    assert stored in (None, False, 0)
+    assert not await f.finish(first, "ok")  # finishing it again changes nothing
+    assert await f.admit(seeds("http://a.com/1")) == [False]  # the filter remembers it
+    row = await counts(f)
+    assert (row["done"], row["pending"]) == (1, 1)
+
+
+async def test_archive_off_refuses_exact() -> None:
+    from pydantic import ValidationError
+
+    from crawlhub.config.frontier import FrontierConfig
+
+    with pytest.raises(ValidationError, match="archive: false"):
+        FrontierConfig.model_validate({"archive": False, "exact": True})
+
+
 async def test_finish_retry_returns_the_seed_to_pending(make_frontier: MakeFrontier) -> None:
     f = await make_frontier(cache_size=0)
     await f.admit(seeds("http://a.com/1"))

@@ -160,14 +160,16 @@ class Frontier:
                 out.append(self.entry(seed, now, dispatched=dispatched))
         return out
 
-    async def admit(self, seeds: Sequence[Seed]) -> list[bool]:
+    async def admit(self, seeds: Sequence[Seed], *, dispatched: bool = False) -> list[bool]:
         """Admit seeds: True = new in its segment and stored pending, False = duplicate.
 
         An admitted seed gets its ``key`` and ``segment`` set. Each batch of
         ``ADMIT_BATCH`` seeds is one atomic store call; an invalid URL raises a
-        FrontierError naming it (batches before it stay admitted).
+        FrontierError naming it (batches before it stay admitted). ``dispatched``: the
+        seeds are recorded as dispatched (their key remembered; the caller runs them,
+        the frontier never leases them).
         """
-        return await self._admit(seeds, dispatched=False)
+        return await self._admit(seeds, dispatched=dispatched)
 
     async def _admit(self, seeds: Sequence[Seed], *, dispatched: bool) -> list[bool]:
         await self._ensure_open()
@@ -317,6 +319,31 @@ class Frontier:
             out = [s for s in out if id(s) not in lost]
         return out
 
+    async def extend(self, seeds: Sequence[Seed], visibility_timeout: float) -> list[bool]:
+        """Push the leases of ``seeds`` ``visibility_timeout`` seconds from now (a worker
+        still busy with them); False where a seed is no longer leased (its lease ran out
+        and it went back to pending, or it finished)."""
+        if not seeds:
+            return []
+        await self._ensure_open()
+        until = self.clock() + visibility_timeout
+        kept = await self.store.extend(seeds, until)
+        for seed, ok in zip(seeds, kept, strict=True):
+            if ok:
+                seed.lease_until = until
+        return kept
+
+    async def release(self, seeds: Sequence[Seed]) -> int:
+        """Give leased ``seeds`` back to pending at once, their attempt uncounted (a
+        worker closing with seeds it never started)."""
+        if not seeds:
+            return 0
+        await self._ensure_open()
+        released = await self.store.release(seeds)
+        if released:
+            self._wakeup.set()
+        return released
+
     async def finish(self, seed: Seed, outcome: Outcome, *, delay: float = 0.0) -> bool:
         """``ok`` archives the seed as done, ``failed`` as failed, ``retry`` returns it to
         pending (after ``delay`` seconds). Returns False when it was already finished."""
@@ -418,6 +445,7 @@ def build_frontier(
         prefix=prefix,
         expected_items=config.expected_items,
         fp_rate=config.fp_rate,
+        archive=config.archive,
     )
     return Frontier(name, store, config, clock=clock)
 

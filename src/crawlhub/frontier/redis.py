@@ -341,7 +341,9 @@ if released > 0 then redis.call('PUBLISH', channel, '1') end
 return released
 """
 
-# KEYS: ready due leased   ARGV: stem channel seg key outcome now_ms ready_ms
+# KEYS: ready due leased   ARGV: stem channel seg key outcome now_ms ready_ms archive
+#   archive '0': a seed finished ok or failed loses its record and attempts (the filter
+#   alone remembers its key)
 _FINISH = """
 local ready, due, leased = KEYS[1], KEYS[2], KEYS[3]
 local stem, channel, seg, key, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
@@ -357,10 +359,12 @@ else
   return 0
 end
 count(stem, seg, was, -1)
-if outcome == 'ok' then
-  count(stem, seg, 'done', 1)
-elseif outcome == 'failed' then
-  count(stem, seg, 'failed', 1)
+if outcome == 'ok' or outcome == 'failed' then
+  count(stem, seg, outcome == 'ok' and 'done' or 'failed', 1)
+  if ARGV[8] == '0' then
+    redis.call('HDEL', stem .. seg .. ':seeds', key)
+    redis.call('HDEL', stem .. seg .. ':attempts', key)
+  end
 else
   count(stem, seg, 'pending', 1)
   if ready_ms <= now then
@@ -451,11 +455,14 @@ class RedisSeedStore:
     """Seeds of frontier ``name`` on the Redis (or Valkey) server at ``url``."""
 
     def __init__(
-        self, url: str, name: str, *, prefix: str, expected_items: int, fp_rate: float
+        self, url: str, name: str, *, prefix: str, expected_items: int, fp_rate: float,
+        archive: bool = True,
     ) -> None:
         self.name = check_frontier_name(name)
         self.url = url
         self.prefix = prefix
+        #: False: finished seeds lose their records (see FrontierConfig.archive)
+        self.archive = archive
         self.expected_items = expected_items
         self.fp_rate = fp_rate
         self.keys = frontier_keys(prefix, name)
@@ -728,7 +735,8 @@ class RedisSeedStore:
             "finish",
             self.scripts["finish"](
                 [k["ready"], k["due"], k["leased"]],
-                [self.stem, k["signal"], segment, key, outcome, _ms(now), _ms(ready_at)],
+                [self.stem, k["signal"], segment, key, outcome, _ms(now), _ms(ready_at),
+                 "1" if self.archive else "0"],
             ),
         )
         return int(done) == 1

@@ -153,8 +153,12 @@ def open_store(
     prefix: str,
     expected_items: int,
     fp_rate: float,
+    archive: bool = True,
 ) -> SeedStore:
-    """The store for frontier ``name`` on ``url`` (``sqlite:///...`` or ``redis://...``)."""
+    """The store for frontier ``name`` on ``url`` (``sqlite:///...`` or ``redis://...``).
+
+    ``archive=False`` (Redis): a seed finished ok or failed drops its record; the embedded
+    table keeps its rows, which are its filter's write-ahead log."""
     from crawlhub.storage.urls import parse_backend_url
 
     backend = parse_backend_url(url, kinds=("sqlite", "redis"), what="frontier storage",
@@ -168,4 +172,5 @@ def open_store(
     require("redis", "redis", needed_by="the Redis frontier store (storage.frontier)")
     from crawlhub.frontier.redis import RedisSeedStore
 
-    return RedisSeedStore(url, name, prefix=prefix, expected_items=expected_items, fp_rate=fp_rate)
+    return RedisSeedStore(url, name, prefix=prefix, expected_items=expected_items,
+                          fp_rate=fp_rate, archive=archive)
