@@ -1,0 +1,1 @@
+"""Integrations of crawlhub with other tools (``crawlhub.contrib.scrapy``)."""

@@ -1,0 +1,59 @@
+"""An asyncio loop on its own thread, where the scheduler's storage I/O runs.
+
+Scrapy calls its scheduler synchronously from the reactor thread (``next_request``,
+``enqueue_request``), whatever reactor the project chose. The scheduler answers those
+calls from memory and leaves every frontier and queue call to this loop, so a slow
+Redis round trip never stalls the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """One event loop on one daemon thread; ``run`` blocks for a result, ``submit``
+    does not."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return self.submit(coro).result(timeout)
+
+    def call_soon(self, callback: Any, *args: Any) -> None:
+        self.loop.call_soon_threadsafe(callback, *args)
+
+    def stop(self) -> None:
+        """Cancel what still runs on the loop, stop it and join the thread."""
+        if not self._thread.is_alive():
+            return
+
+        async def cancel_rest() -> None:
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in rest:
+                task.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+
+        try:
+            self.run(cancel_rest(), timeout=10)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+            if not self._thread.is_alive():
+                self.loop.close()
