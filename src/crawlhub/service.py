@@ -36,6 +36,11 @@ class Services:
         self.frontiers = frontiers
         self.jobs = jobs
         self._started = False
+        #: the download center's broker and registry (``center.url``), opened on first use
+        self._center_bus: Any = None
+        self._center_registry: Any = None
+        self._center_task: Any = None
+        self._center_stop: Any = None
 
     @classmethod
     async def open(cls, config: Any) -> Services:
@@ -64,16 +69,63 @@ class Services:
             jobs = JobManager(config)
         return cls(config, queues=queues, state=state, hub=hub, frontiers=frontiers, jobs=jobs)
 
+    @property
+    def center_bus(self) -> Any:
+        """The download center's bus on ``center.url`` (None when unset)."""
+        url = self.config.center.url
+        if url and self._center_bus is None:
+            from crawlhub.center import open_bus
+
+            self._center_bus = open_bus(url, prefix=self.config.storage.redis_prefix)
+        return self._center_bus
+
+    @property
+    def center_registry(self) -> Any:
+        """The registry of the center's agents, when it is not ``agents`` already (the
+        center on another server than ``storage.agents``); else None."""
+        url = self.config.center.url
+        if not url or url.startswith("memory://") or url == self.config.storage.agents_url:
+            return None
+        if self._center_registry is None:
+            self._center_registry = open_registry(
+                url, prefix=self.config.storage.redis_prefix,
+                dead_after=self.config.center.dead_after)
+        return self._center_registry
+
     async def start(self) -> None:
-        """Start inbound consumers, the lost-task sweeper and auto-start jobs."""
+        """Start inbound consumers, the lost-task sweeper, auto-start jobs and, with
+        ``center.url`` and ``center.serve``, a download center."""
         if self._started:
             return
         self._started = True
         await self.hub.start()
         if self.jobs is not None:
             await self.jobs.start_auto()
+        section = self.config.center
+        if section.url and section.serve:
+            import asyncio
+
+            from crawlhub.center import DownloadCenter
+
+            center = DownloadCenter(self.center_bus,
+                                    registry=self.center_registry or self.agents,
+                                    sync_interval=section.sync_interval,
+                                    dead_after=section.dead_after,
+                                    claim_after=section.claim_after)
+            self._center_stop = asyncio.Event()
+            self._center_task = asyncio.create_task(center.run(self._center_stop))
 
     async def close(self) -> None:
+        if self._center_task is not None:
+            self._center_stop.set()
+            with contextlib.suppress(Exception):
+                await self._center_task
+            self._center_task = None
+        for held in (self._center_bus, self._center_registry):
+            if held is not None:
+                with contextlib.suppress(Exception):
+                    await held.close()
+        self._center_bus = self._center_registry = None
         if self.jobs is not None:
             with contextlib.suppress(Exception):
                 await self.jobs.close()

@@ -77,22 +77,29 @@ class Page:
 def link_tasks(links: Mapping[str, int], pages: Sequence[Page]) -> list[dict[str, Any]]:
     """The tasks for ``links`` (URL -> depth) found on ``pages``: ``{url, depth}``, and the
     ``extract`` of the page that found the link first when that page's task had one, so a
-    crawl keeps the rules its seed asked for. Costs one pass over the links of the flush
+    crawl keeps the rules its seed asked for, and ``center_agent``, the download center's
+    agent that downloaded that page (a chained crawl sends the link back to it). Costs one pass over the links of the flush
     only when one of its tasks carries ``extract``."""
-    if not any("extract" in p.task for p in pages):
+    if not any("extract" in p.task or p.fetched.agent for p in pages):
         return [{"url": u, "depth": d} for u, d in links.items()]
     first: dict[str, Any] = {}
+    by: dict[str, str] = {}
     for page in pages:
         if page.extracted is not None:
             spec = page.task.get("extract")
             for link in page.extracted.links:
                 first.setdefault(link, spec)
+                if page.fetched.agent:
+                    by.setdefault(link, page.fetched.agent)
     tasks: list[dict[str, Any]] = []
     for url, depth in links.items():
         task: dict[str, Any] = {"url": url, "depth": depth}
         spec = first.get(url)
         if spec is not None:
             task["extract"] = spec
+        agent = by.get(url)
+        if agent:  # the download center's agent that found it: chained, it goes back there
+            task["center_agent"] = agent
         tasks.append(task)
     return tasks
 
@@ -202,6 +209,8 @@ class Agent:
         self.registry = registry
         self.robots = robots
         self.user_agent = downloader.config.user_agent
+        #: a ``CenterDownloader``: fetches go through the download center
+        self.remote = bool(getattr(downloader, "remote", False))
         self.heartbeat_every = heartbeat_every
         self.agent_id = agent_id or f"{socket.gethostname()}-{os.getpid()}"
         #: URLs among a leased batch already done (a resumed crawl's written items)
@@ -353,7 +362,11 @@ class Agent:
         status: int | None = None
         fetched: Fetched | None = None
         try:
-            fetched = await self.downloader.fetch(url, job=str(task.get("job") or ""))
+            if self.remote:  # the download center's: it needs the task (chain, depth, rules)
+                remote: Any = self.downloader
+                fetched = await remote.fetch(url, job=str(task.get("job") or ""), task=task)
+            else:
+                fetched = await self.downloader.fetch(url, job=str(task.get("job") or ""))
             status = fetched.status or None
         finally:
             if slot is not None and gate is not None:
@@ -366,7 +379,9 @@ class Agent:
                 await gate.release(slot, status, retry_after)
         extracted: Extracted | None = None
         code = self.codes.code(fetched.outcome, fetched.status)
-        if fetched.ok:
+        if fetched.extracted is not None:  # the center's agent extracted it
+            extracted = fetched.extracted
+        elif fetched.ok:
             try:
                 extracted = rules.extract(fetched.body, fetched.final_url,
                                                depth=int(task.get("depth") or 0),

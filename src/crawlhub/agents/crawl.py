@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,6 +104,14 @@ class CrawlOptions:
     sink: dict[str, Any] | None = None
     #: the User-Agent of every request, robots.txt's included (None: the downloader's)
     user_agent: str | None = None
+    #: the download center's broker (``redis://...``, ``memory://...``): downloads go
+    #: through its agents, allocated by ``strategy`` (``agents`` of them)
+    center: str | None = None
+    strategy: str = "random"
+    agents: int = 1
+    center_prefix: str = "crawlhub:"
+    #: seconds to wait for the center's allocation
+    allocate_timeout: float = 10.0
 
 
 @dataclass
@@ -169,6 +178,7 @@ class Crawl:
         if opts.depth is not None:
             links["max_depth"] = opts.depth
         extract["links"] = links
+        self.extract = extract
         self.rules = ExtractionRules.from_config(extract)
         self.codes = ResultCodes()
         self.progress = Progress()
@@ -192,11 +202,19 @@ class Crawl:
             lock.close()
             raise
         gate = None
-        downloader = Downloader(self._downloader_config())
+        stop = asyncio.Event()
         try:
-            limits = bool(opts.per_domain or opts.delay)
+            downloader = await self._open_downloader(stop)
+        except BaseException:
+            await self.sink.close()
+            await services.close()
+            lock.close()
+            raise
+        try:
+            # through the center, the agents keep their own per-domain limits
+            limits = bool(opts.per_domain or opts.delay) and opts.center is None
             if limits or opts.robots:
-                gate = self._gate()
+                gate = self._gate(downloader.config.user_agent)
                 await gate.reset()  # the lock is ours: a killed run's slots are free now
             hub = services.hub
             queue = services.queues.queue(QUEUE)
@@ -220,11 +238,15 @@ class Crawl:
 
             ticker = asyncio.create_task(self._tick(queue, on_progress))
             try:
-                await agent.run(until_idle=idle)
+                await agent.run(stop, until_idle=idle)
             finally:
                 ticker.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await ticker
+            fatal = getattr(downloader, "fatal", None)
+            if fatal is not None:
+                await agent.drain()
+                raise fatal
             self.progress.queued = 0
             if on_progress is not None:
                 on_progress(self.progress)
@@ -249,6 +271,38 @@ class Crawl:
         spec = {"key": ["url"], **self.opts.sink}
         return build_sink(spec, config=services.config.settings, name="items", entry="--sink")
 
+    async def _open_downloader(self, stop: asyncio.Event) -> Any:
+        """The crawl's downloader; with ``center``, a ``CenterDownloader`` whose agents
+        were allocated (a refusal is the crawl's error, before anything is fetched): they
+        extract with the crawl's rules and send back no bodies."""
+        opts = self.opts
+        config = self._downloader_config()
+        if opts.center is None:
+            return Downloader(config)
+        from crawlhub.center import CenterClient, open_bus
+        from crawlhub.center.downloader import CenterDownloader
+
+        bus = open_bus(opts.center, prefix=opts.center_prefix)
+        options: dict[str, Any] = {"extract": self.extract, "body": False,
+                                   "downloader": {"timeout": opts.timeout}}
+        if opts.user_agent:
+            options["downloader"]["headers"] = {"User-Agent": opts.user_agent}
+        job = f"crawl-{uuid.uuid4().hex[:12]}"
+        # the reply timeout covers the agent's own request timeout and the center's hops
+        client = CenterClient(bus, job, strategy=opts.strategy, agents=opts.agents,
+                              options=options, allocate_timeout=opts.allocate_timeout,
+                              timeout=opts.timeout + 10.0)
+        try:
+            await client.open()
+        except BaseException:
+            await bus.close()
+            raise
+
+        def fatal(_: Exception) -> None:
+            stop.set()
+
+        return CenterDownloader(client, config, on_fatal=fatal, close_bus=True)
+
     def _downloader_config(self) -> DownloaderConfig:
         opts = self.opts
         config = DownloaderConfig(concurrency=max(opts.concurrency, 1), timeout=opts.timeout)
@@ -256,16 +310,14 @@ class Crawl:
             config.headers = {**config.headers, "User-Agent": opts.user_agent}
         return config
 
-    def _gate(self) -> Any:
+    def _gate(self, user_agent: str) -> Any:
         from crawlhub.agents.politeness import DomainRules, open_gate
 
         rules = DomainRules(concurrency=self.opts.per_domain or self.opts.concurrency,
                             delay=self.opts.delay)
-        # robots.txt is asked for as the pages are: with the User-Agent of the crawl's
-        # downloader (which runs on the default headers)
+        # robots.txt is asked for as the pages are: with the downloader's User-Agent
         return open_gate(f"sqlite:///{self.opts.data_dir / 'politeness.db'}", rules=rules,
-                         robots=self.opts.robots,
-                         user_agent=self._downloader_config().user_agent)
+                         robots=self.opts.robots, user_agent=user_agent)
 
     async def _tick(self, queue: Any, on_progress: Callable[[Progress], None] | None) -> None:
         while True:

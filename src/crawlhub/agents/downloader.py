@@ -151,6 +151,10 @@ class Fetched:
     redirects: int = 0
     attempts: int = 1
     error: str = ""
+    #: the download center's agent that downloaded it ("" when downloaded here)
+    agent: str = ""
+    #: what that agent extracted (``crawlhub.agents.extract.Extracted``), or None
+    extracted: Any = None
 
     @property
     def ok(self) -> bool:
@@ -269,6 +273,14 @@ class Downloader:
         if held is None:
             return {}
         return {c.key: c.value for c in held.session.cookie_jar}
+
+    def seed_cookies(self, job: str, cookies: Mapping[str, str]) -> None:
+        """Put ``cookies`` (name -> value) in the job's cookie jar (its session is made
+        now if it has none): sent to every host, as a browser session's cookies are."""
+        held = self._sessions.get(job)
+        if held is None:
+            held = self._sessions[job] = _JobSession(self._new_session(), self._clock())
+        held.session.cookie_jar.update_cookies({str(k): str(v) for k, v in cookies.items()})
 
     async def release(self, job: str) -> bool:
         """Drop the job's session and cookies now (e.g. when the job ends)."""

@@ -1,5 +1,5 @@
-"""``/agents/``: the downloader agents registered on ``storage.agents``, alive or dead,
-with their last heartbeat."""
+"""``/agents/``: the downloader agents registered on ``storage.agents`` (and the download
+center's, on ``center.url``), alive or dead, with their last heartbeat."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ class AgentRow(BaseModel):
     qps: float = Field(description="requests per second since the heartbeat before")
     pages: int = Field(description="pages fetched since it started")
     errors: int = Field(description="failed fetches since it started")
+    jobs: list[str] = Field(default_factory=list,
+                            description="the download center's jobs allocated to it")
     last_seen: float = Field(description="epoch seconds of its last registration or"
                              " heartbeat")
     alive: bool = Field(description="heard from within dead_after seconds")
@@ -53,4 +55,5 @@ async def list_agents(
 ) -> dict[str, Any]:
     """Every agent still known, sorted by id; a dead one is listed until the registry's
     retention forgets it."""
-    return await listing(svc.agents, alive)
+    more = [svc.center_registry] if svc.center_registry is not None else []
+    return await listing(svc.agents, alive, more)

@@ -550,7 +550,8 @@ def _mount_optional() -> None:
                                  ("crawlhub.cli.demo", "demo"),
                                  ("crawlhub.cli.agents", "agents"),
                                  ("crawlhub.cli.crawl", "crawl"),
-                                 ("crawlhub.cli.agent", "agent")):
+                                 ("crawlhub.cli.agent", "agent"),
+                                 ("crawlhub.cli.center", "center")):
         try:
             module = importlib.import_module(module_name)
         except ImportError:

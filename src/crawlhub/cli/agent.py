@@ -25,6 +25,7 @@ from rich.console import Console
 
 from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, get_config
 from crawlhub.errors import ConfigError, CrawlhubError
+from crawlhub.storage.redact import redact_url
 
 err = Console(stderr=True)
 
@@ -69,9 +70,17 @@ def agent_command(
         min=0.0, show_default=False,
         help="Seconds between two request starts on one domain, across every agent on"
              " storage.agents. Default: the config's agent.politeness.delay, 0.")] = None,
+    center: Annotated[str | None, typer.Option(
+        help="Serve the download center on this broker (redis://...) instead of leasing"
+             " from queues: download the jobs' requests the center sends. Default: none"
+             " (queues); 'config' takes the config's center.url.")] = None,
+    agent_id: Annotated[str | None, typer.Option(
+        "--id", help="With --center: this agent's id. Give the same one after a restart"
+                     " and it reloads its allocations from the data dir. Default: host"
+                     " and pid.")] = None,
     config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt = None,
 ) -> None:
-    """Lease URL tasks, fetch them and report results."""
+    """Lease and fetch URL tasks, or serve the download center."""
     from crawlhub.cli.crawl import read_sink
 
     cfg = get_config(config, data_dir, sets)
@@ -80,6 +89,12 @@ def agent_command(
         settings = agent_settings(cfg.agent, queues=queue, concurrency=concurrency,
                                   sink=read_sink(sink), timeout=timeout, lease=lease,
                                   robots=robots, per_domain=per_domain, delay=delay)
+        if center is not None:
+            from crawlhub.cli.center import center_url
+
+            url = center_url(cfg, None if center == "config" else center)
+            asyncio.run(_serve_center(cfg, settings, url, agent_id))
+            return
         asyncio.run(_run(cfg, settings, rules))
     except CrawlhubError as exc:
         err.print(f"[bold red]error[/] {exc}", highlight=False, soft_wrap=True)
@@ -208,3 +223,40 @@ def _gate(storage: Any, downloader: Any, per_domain: int, delay: float, robots: 
     return open_gate(storage.agents_url, prefix=storage.redis_prefix,
                      rules=DomainRules(concurrency=per_domain, delay=delay), robots=robots,
                      user_agent=downloader.config.user_agent)
+
+
+async def _serve_center(cfg: Any, settings: Any, url: str, agent_id: str | None) -> None:
+    """One agent of the download center on ``url``: its downloader settings, proxies and
+    politeness from ``settings``; allocations kept in the data dir."""
+    from crawlhub.center import CenterWorker, open_bus
+
+    bus = open_bus(url, prefix=cfg.storage.redis_prefix)
+    dl = settings.downloader
+    config = dl.model_copy(update={"concurrency": max(dl.concurrency, settings.concurrency)})
+    polite = settings.politeness
+    gate = None
+    if polite.per_domain or polite.delay:
+        from crawlhub.agents.politeness import DomainRules, open_gate
+
+        gate = open_gate(cfg.storage.agents_url, prefix=cfg.storage.redis_prefix,
+                         rules=DomainRules(concurrency=polite.per_domain or
+                                           settings.concurrency, delay=polite.delay),
+                         robots=False, user_agent=config.user_agent)
+    worker = CenterWorker(bus, agent_id, downloader_config=config, gate=gate,
+                          concurrency=settings.concurrency,
+                          state_dir=cfg.data_dir,
+                          idle_release=cfg.center.idle_release,
+                          beat_every=cfg.center.beat_every)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    err.print(f"agent {worker.agent_id}: serving the download center on {redact_url(url)}",
+              highlight=False)
+    try:
+        await worker.run(stop)
+    finally:
+        if gate is not None:
+            with contextlib.suppress(Exception):
+                await gate.close()
+        await bus.close()

@@ -28,7 +28,7 @@ def agents_command(
     """
     cfg = get_config(config, data_dir, sets)
     url = cfg.storage.agents_url
-    listing = run(_listing(url, cfg.storage.redis_prefix))
+    listing = run(_listing(cfg, url))
     if as_json:
         out.print(json.dumps(listing, ensure_ascii=False), markup=False, highlight=False,
                   soft_wrap=True)
@@ -36,14 +36,21 @@ def agents_command(
     out.print(_table(listing, redact_url(url), time.time()))
 
 
-async def _listing(url: str, prefix: str) -> dict[str, Any]:
+async def _listing(cfg: Any, url: str) -> dict[str, Any]:
+    """The agents on ``storage.agents`` and, when ``center.url`` is another server, the
+    download center's agents there."""
     from crawlhub.agents.registry import listing, open_registry
+    from crawlhub.cli.center import open_center_registry
 
-    registry = open_registry(url, prefix=prefix)
+    registry = open_registry(url, prefix=cfg.storage.redis_prefix)
+    center = cfg.center.url
+    more = open_center_registry(cfg, center) if center and center != url else None
     try:
-        return await listing(registry)
+        return await listing(registry, more=[more] if more is not None else [])
     finally:
         await registry.close()
+        if more is not None:
+            await more.close()
 
 
 def _table(listing: dict[str, Any], where: str, now: float) -> Table:
@@ -54,10 +61,10 @@ def _table(listing: dict[str, Any], where: str, now: float) -> Table:
     for name, justify in (("agent", "left"), ("host", "left"), ("pid", "right"),
                           ("state", "left"), ("seen", "right"), ("busy", "right"),
                           ("qps", "right"), ("pages", "right"), ("errors", "right"),
-                          ("MB", "right"), ("cpu%", "right"), ("queues", "left")):
+                          ("MB", "right"), ("cpu%", "right"), ("queues/jobs", "left")):
         # fold: a cut agent id could not be looked up
         table.add_column(name, justify=justify,  # type: ignore[arg-type]
-                         overflow="fold" if name in ("agent", "queues") else "ellipsis")
+                         overflow="fold" if name in ("agent", "queues/jobs") else "ellipsis")
     for r in listing["agents"]:
         beats = r["beats"]
         table.add_row(
@@ -69,5 +76,5 @@ def _table(listing: dict[str, Any], where: str, now: float) -> Table:
             str(r["pages"]), str(r["errors"]),
             f"{r['memory'] / 2**20:.0f}" if beats else "-",
             f"{r['cpu']:.0f}" if beats else "-",
-            escape(",".join(r["queues"])))
+            escape(",".join(r["queues"] or [f"job:{j}" for j in r.get("jobs") or []])))
     return table

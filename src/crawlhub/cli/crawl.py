@@ -51,6 +51,20 @@ def crawl_command(
     user_agent: Annotated[str | None, typer.Option(
         help="User-Agent of every request (robots.txt is read for it), e.g."
              " 'mybot/1.0 (+https://example.com/bot)'. Default: crawlhub/0.1.")] = None,
+    center: Annotated[str | None, typer.Option(
+        help="Download through the download center on this broker (redis://...): its"
+             " agents fetch and extract, this process keeps the frontier and the items."
+             " Start `crawlhub center` and `crawlhub agent --center` first.")] = None,
+    strategy: Annotated[str, typer.Option(
+        help="With --center: random (every live agent), fixed (--agents kept) or chained"
+             " (fixed, and the links found on agent m's page are fetched by m).")
+    ] = "random",
+    agents: Annotated[int, typer.Option(
+        min=1, help="With --center: agents to allocate (random: at least this many).")
+    ] = 1,
+    center_prefix: Annotated[str, typer.Option(
+        help="With --center: the key prefix of the center's broker (its config's"
+             " storage.redis_prefix).")] = "crawlhub:",
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
 ) -> None:
     """Crawl URLs into JSON lines, resumably.
@@ -76,7 +90,11 @@ def crawl_command(
                             allow=list(allow or []), deny=list(deny or []), depth=depth,
                             concurrency=concurrency, per_domain=per_domain, delay=delay,
                             extract=rules, robots=robots, sink=read_sink(sink),
-                            user_agent=user_agent)
+                            user_agent=user_agent, center=center, strategy=strategy,
+                            agents=agents, center_prefix=center_prefix)
+        if strategy not in ("random", "fixed", "chained"):
+            raise ConfigError(f"--strategy {strategy!r}: use random, fixed or chained",
+                              key="strategy")
         crawl = Crawl(opts)
     except CrawlhubError as exc:
         err.print(f"[bold red]error[/] {exc}", highlight=False, soft_wrap=True)

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from crawlhub.config.agent import AgentSection
+from crawlhub.config.center import CenterSection
 from crawlhub.config.durations import parse_duration
 from crawlhub.config.frontier import FrontierConfig
 from crawlhub.config.jobs import JobConfig
@@ -430,6 +431,8 @@ class CrawlhubConfig(_Section):
     jobs: list[JobConfig] = Field(default_factory=list)
     #: how ``crawlhub agent`` downloads (crawlhub.config.agent)
     agent: AgentSection = Field(default_factory=AgentSection)
+    #: the download center (crawlhub.config.center)
+    center: CenterSection = Field(default_factory=CenterSection)
 
     _config_path: Path | None = PrivateAttr(default=None)
     _settings: Settings | None = PrivateAttr(default=None)
@@ -437,7 +440,7 @@ class CrawlhubConfig(_Section):
     _origins: dict[tuple[str, ...], str] = PrivateAttr(default_factory=dict)
 
     @field_validator("storage", "server", "routing", "failure", "logging", "agent",
-                     mode="before")
+                     "center", mode="before")
     @classmethod
     def _none_is_default(cls, value: Any) -> Any:
         return {} if value is None else value

@@ -68,9 +68,10 @@ class Heartbeat:
     """What an agent reports on every beat: its load now and its counters so far.
 
     ``memory`` is its resident size in bytes; ``cpu`` percent of one core since the last
-    beat; ``downloaders`` the download slots busy; ``in_flight`` requests under way;
-    ``qps`` requests per second since the last beat; ``pages`` and ``errors`` count
-    since the agent started.
+    beat; ``downloaders`` the download slots busy (an agent of the download center: the
+    job downloaders open); ``in_flight`` requests under way; ``qps`` requests per second
+    since the last beat; ``pages`` and ``errors`` count since the agent started; ``jobs``
+    the download center's jobs allocated to it.
     """
 
     memory: int = 0
@@ -80,6 +81,7 @@ class Heartbeat:
     qps: float = 0.0
     pages: int = 0
     errors: int = 0
+    jobs: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -91,6 +93,7 @@ class Heartbeat:
             downloaders=int(data.get("downloaders") or 0),
             in_flight=int(data.get("in_flight") or 0), qps=float(data.get("qps") or 0.0),
             pages=int(data.get("pages") or 0), errors=int(data.get("errors") or 0),
+            jobs=[str(j) for j in data.get("jobs") or []],
         )
 
 
@@ -162,9 +165,10 @@ class AgentRegistry(Protocol):
     #: Seconds a dead agent stays listed before it is forgotten.
     retention: float
 
-    async def register(self, info: AgentInfo) -> None:
-        """Record ``info`` and count it as a sign of life. Registering an id again (a
-        restarted agent) replaces its registration and drops its last heartbeat."""
+    async def register(self, info: AgentInfo, *, at: float | None = None) -> None:
+        """Record ``info`` and count it as a sign of life (now, or at ``at``, the agent's
+        own stamp: then the last sign of life never moves back). Registering an id again
+        (a restarted agent) replaces its registration and drops its last heartbeat."""
         ...
 
     async def heartbeat(self, agent_id: str, beat: Heartbeat) -> bool:
@@ -173,8 +177,12 @@ class AgentRegistry(Protocol):
         registered: the agent must :meth:`register` again."""
         ...
 
-    async def heartbeat_many(self, beats: Sequence[tuple[str, Heartbeat]]) -> list[bool]:
-        """:meth:`heartbeat` for several agents (a process running many) in one trip."""
+    async def heartbeat_many(self, beats: Sequence[tuple[str, Heartbeat]], *,
+                             at: Sequence[float] | None = None) -> list[bool]:
+        """:meth:`heartbeat` for several agents (a process running many) in one trip.
+        ``at``: each beat's own stamp (the download center passes the agents' clocks,
+        not the time it processed the beats); a beat older than the agent's last sign of
+        life is not stored, so a replayed beat cannot revive a dead agent."""
         ...
 
     async def unregister(self, agent_id: str) -> bool:
@@ -202,11 +210,19 @@ class AgentRegistry(Protocol):
     async def close(self) -> None: ...
 
 
-async def listing(registry: AgentRegistry, alive: bool | None = None) -> dict[str, Any]:
+async def listing(registry: AgentRegistry, alive: bool | None = None,
+                  more: Sequence[AgentRegistry] = ()) -> dict[str, Any]:
     """The ``GET /agents/`` body (also ``crawlhub agents --json``): every agent known,
     sorted by id (only the live or the dead ones with ``alive``), and how many of all are
-    alive and dead."""
-    rows = [s.as_dict() for s in await registry.agents()]
+    alive and dead. ``more``: other registries (the download center's, on another
+    server); an agent known to several is listed once, as last seen."""
+    found: dict[str, AgentStatus] = {}
+    for source in (registry, *more):
+        for status in await source.agents():
+            held = found.get(status.agent_id)
+            if held is None or status.last_seen > held.last_seen:
+                found[status.agent_id] = status
+    rows = [found[i].as_dict() for i in sorted(found)]
     live = sum(1 for r in rows if r["alive"])
     dead = len(rows) - live
     if alive is not None:

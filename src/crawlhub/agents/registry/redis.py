@@ -29,14 +29,18 @@ end
 return #old
 """
 
-# Heartbeats (KEYS: info, beat, seen; ARGV: now, then agent id / heartbeat pairs): a
-# registered agent's beat is stored and it is seen now; an unknown one gets 0.
+# Heartbeats (KEYS: info, beat, seen; ARGV: agent id / heartbeat / stamp triples): a
+# registered agent's beat is stored unless a later one is, and its last sign of life
+# moves to the stamp, never backwards (ZADD GT); an unknown agent gets 0.
 _BEAT = """
 local out = {}
-for i = 2, #ARGV, 2 do
+for i = 1, #ARGV, 3 do
   if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 1 then
-    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
-    redis.call('ZADD', KEYS[3], ARGV[1], ARGV[i])
+    local seen = redis.call('ZSCORE', KEYS[3], ARGV[i])
+    if not seen or tonumber(ARGV[i + 2]) >= tonumber(seen) then
+      redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+      redis.call('ZADD', KEYS[3], ARGV[i + 2], ARGV[i])
+    end
     out[#out + 1] = 1
   else
     out[#out + 1] = 0
@@ -85,24 +89,30 @@ class RedisAgentRegistry:
             beat=None if beat is None else Heartbeat.from_dict(jsoncodec.loads(beat)),
             last_seen=last, alive=now - last < self.dead_after)
 
-    async def register(self, info: AgentInfo) -> None:
-        now = self.clock()
+    async def register(self, info: AgentInfo, *, at: float | None = None) -> None:
+        now = self.clock() if at is None else at
         info_key, beat_key, seen_key = self._keys
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(info_key, info.agent_id, jsoncodec.dumps(info.as_dict()))
             pipe.hdel(beat_key, info.agent_id)
-            pipe.zadd(seen_key, {info.agent_id: now})
+            if at is None:
+                pipe.zadd(seen_key, {info.agent_id: now})
+            else:  # a stamped registration never moves the last sign of life back
+                pipe.zadd(seen_key, {info.agent_id: now}, gt=True)
             await pipe.execute()
 
     async def heartbeat(self, agent_id: str, beat: Heartbeat) -> bool:
         return (await self.heartbeat_many([(agent_id, beat)]))[0]
 
-    async def heartbeat_many(self, beats: Sequence[tuple[str, Heartbeat]]) -> list[bool]:
+    async def heartbeat_many(self, beats: Sequence[tuple[str, Heartbeat]], *,
+                             at: Sequence[float] | None = None) -> list[bool]:
         if not beats:
             return []
-        args: list[str] = [repr(self.clock())]
-        for agent_id, beat in beats:
-            args += [agent_id, jsoncodec.dumps(beat.as_dict())]
+        now = repr(self.clock())
+        args: list[str] = []
+        for n, (agent_id, beat) in enumerate(beats):
+            args += [agent_id, jsoncodec.dumps(beat.as_dict()),
+                     now if at is None else repr(float(at[n]))]
         return [bool(x) for x in await self._beat(keys=self._keys, args=args)]
 
     async def unregister(self, agent_id: str) -> bool:

@@ -48,23 +48,34 @@ class SqliteAgentRegistry:
             beat=None if beat is None else Heartbeat.from_dict(jsoncodec.loads(beat)),
             last_seen=float(seen), alive=now - float(seen) < self.dead_after)
 
-    async def register(self, info: AgentInfo) -> None:
-        now = self.clock()
+    async def register(self, info: AgentInfo, *, at: float | None = None) -> None:
+        now = self.clock() if at is None else at
         row = (info.agent_id, jsoncodec.dumps(info.as_dict()), now)
-        await self._db.transaction(lambda conn: conn.execute(
-            "INSERT OR REPLACE INTO agents(agent_id, info, beat, seen) VALUES (?, ?, NULL, ?)",
-            row))
+        sql = ("INSERT INTO agents(agent_id, info, beat, seen) VALUES (?, ?, NULL, ?)"
+               " ON CONFLICT(agent_id) DO UPDATE SET info = excluded.info, beat = NULL,"
+               + (" seen = excluded.seen" if at is None
+                  else " seen = MAX(seen, excluded.seen)"))
+        await self._db.transaction(lambda conn: conn.execute(sql, row))
 
     async def heartbeat(self, agent_id: str, beat: Heartbeat) -> bool:
         return (await self.heartbeat_many([(agent_id, beat)]))[0]
 
-    async def heartbeat_many(self, beats: Sequence[tuple[str, Heartbeat]]) -> list[bool]:
+    async def heartbeat_many(self, beats: Sequence[tuple[str, Heartbeat]], *,
+                             at: Sequence[float] | None = None) -> list[bool]:
         now = self.clock()
-        rows = [(jsoncodec.dumps(b.as_dict()), now, agent_id) for agent_id, b in beats]
+        rows = [(agent_id, jsoncodec.dumps(b.as_dict()), now if at is None else float(at[n]))
+                for n, (agent_id, b) in enumerate(beats)]
 
         def _beat(conn: sqlite3.Connection) -> list[bool]:
-            return [conn.execute("UPDATE agents SET beat = ?, seen = ? WHERE agent_id = ?",
-                                 row).rowcount > 0 for row in rows]
+            out = []
+            for agent_id, beat, seen in rows:
+                known = conn.execute("SELECT seen FROM agents WHERE agent_id = ?",
+                                     (agent_id,)).fetchone()
+                if known is not None and seen >= known[0]:  # never backwards
+                    conn.execute("UPDATE agents SET beat = ?, seen = ? WHERE agent_id = ?",
+                                 (beat, seen, agent_id))
+                out.append(known is not None)
+            return out
 
         return await self._db.transaction(_beat) if rows else []
 

@@ -1,0 +1,338 @@
+"""The download center: what routing every download through it costs.
+
+The site (``bench/crawl_site.py``, its own process) serves N pages of ~2 KB. Every run
+fetches all N once, no link following, on one Redis:
+
+- **queue**: K ``crawlhub agent`` processes leasing the N URL tasks straight from a
+  reliable queue (the taskHUB path: lease, fetch, report, ack);
+- **center**: one ``crawlhub center`` and K ``crawlhub agent --center`` processes; a
+  job in this process sends the N requests through the center (strategy random over the
+  K agents) with up to 64 x K in flight, and gets every response back;
+- **paced**: the same center with 2 agents, the job sending at a steady 1,000 requests/s:
+  the latency the center adds per request at that rate (reply time at the job minus the
+  agent's own download time: the hops job -> center -> agent -> job);
+- **Scrapy**: a plain Scrapy spider fetching the N URLs, then the same spider with
+  ``crawlhub.contrib.scrapy.center.CenterDownloadHandler`` (2 agents), no spider change.
+
+Targets: the center adds < 2 ms p50 and < 20 ms p99 per request at 1,000 requests/s;
+Scrapy through the center is at least as fast as plain Scrapy.
+
+Run:  python bench/center.py [--pages 10000] [--redis redis://127.0.0.1:6379/0]
+      [--only queue,center,paced,scrapy] [--agents 1,2,4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+HERE = Path(__file__).resolve().parent
+CRAWLHUB = str(Path(sys.executable).parent / "crawlhub")
+CONCURRENCY = 64
+
+SPIDER = '''
+import json, os, scrapy
+
+class Urls(scrapy.Spider):
+    name = "urls"
+    custom_settings = {{"CONCURRENT_REQUESTS": {conc}, "CONCURRENT_REQUESTS_PER_DOMAIN": {conc},
+                       "LOG_LEVEL": "WARNING", "ROBOTSTXT_OBEY": False, "COOKIES_ENABLED": False,
+                       "TELNETCONSOLE_ENABLED": False, "RETRY_ENABLED": True}}
+
+    async def start(self):
+        for n in range({pages}):
+            yield scrapy.Request(f"{base}/p/{{n}}", dont_filter=True)
+
+    def parse(self, response):
+        yield {{"url": response.url, "title": response.css("title::text").get()}}
+'''
+
+
+@dataclass
+class Run:
+    name: str
+    pages: int
+    seconds: float
+    added: list[float] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def rate(self) -> float:
+        return self.pages / self.seconds if self.seconds else 0.0
+
+    def pct(self, q: float) -> str:
+        if not self.added:
+            return "-"
+        data = sorted(self.added)
+        return f"{data[min(len(data) - 1, int(q * len(data)))] * 1000:.2f}"
+
+
+def start_site(pages: int) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen([sys.executable, str(HERE / "crawl_site.py"), "--pages", str(pages)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("ready"):
+        proc.kill()
+        raise SystemExit(f"the site did not start: {line!r}")
+    return proc, int(line.split()[1])
+
+
+class Cluster:
+    """A center and K agents as processes under a fresh prefix (stopped with SIGTERM)."""
+
+    def __init__(self, redis_url: str, work: Path, agents: int, *, queue: bool = False) -> None:
+        import yaml
+
+        self.redis_url = redis_url
+        self.prefix = f"bench-center-{uuid.uuid4().hex[:8]}:"
+        self.config = work / f"{self.prefix.strip(':')}.yaml"
+        self.work = work
+        cfg: dict[str, Any] = {"data_dir": str(work / self.prefix.strip(":")),
+                               "storage": {"redis_prefix": self.prefix},
+                               "center": {"url": redis_url}}
+        if queue:
+            cfg["storage"].update(queues=redis_url, state=redis_url)
+            cfg["inbound"] = [{"name": "http", "class": "http"}]
+            cfg["outbound"] = [{"name": "pages", "class": "queue", "init": {"key": "pages"}}]
+        self.config.write_text(yaml.safe_dump(cfg))
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.agents = agents
+        self.queue = queue
+
+    def start(self) -> None:
+        base = [CRAWLHUB]
+        if not self.queue:
+            self.procs.append(subprocess.Popen(base + ["center", "-c", str(self.config)],
+                                               stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.DEVNULL))
+        for n in range(self.agents):
+            argv = base + ["agent", "-c", str(self.config), "--concurrency", str(CONCURRENCY),
+                           "--no-robots", "--data-dir", str(self.work / f"a{n}-{self.prefix}")]
+            if not self.queue:
+                argv += ["--center", "config", "--id", f"a{n}"]
+            self.procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.DEVNULL))
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        import redis
+
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            keys = list(client.scan_iter(f"{self.prefix}*"))
+            if keys:
+                client.delete(*keys)
+        finally:
+            client.close()
+
+
+async def _client(cluster: Cluster, agents: int) -> Any:
+    from crawlhub.center import CenterClient, open_bus
+
+    for _ in range(100):
+        client = CenterClient(open_bus(cluster.redis_url, prefix=cluster.prefix),
+                              f"bench-{uuid.uuid4().hex[:6]}", strategy="random",
+                              agents=agents, allocate_timeout=5.0, window=10_000,
+                              options={"downloader": {"timeout": 30}})
+        try:
+            await client.open()
+            return client
+        except Exception:  # noqa: BLE001 - the agents are still starting
+            await client.bus.close()
+            await asyncio.sleep(0.3)
+    raise SystemExit("the center never allocated the agents")
+
+
+def center_run(base: str, pages: int, agents: int, redis_url: str, work: Path,
+               rate: float = 0.0) -> Run:
+    """All pages through the center: as fast as 64 x K in flight allow, or at ``rate``/s."""
+    cluster = Cluster(redis_url, work, agents)
+    cluster.start()
+
+    async def go() -> Run:
+        client = await _client(cluster, agents)
+        added: list[float] = []
+        urls = iter(range(pages))
+        try:
+            async def one(n: int) -> None:
+                t = time.perf_counter()
+                reply = await client.fetch(f"{base}/p/{n}")
+                if not reply.ok or reply.http_status != 200:
+                    raise SystemExit(f"a request failed: {reply}")
+                added.append(time.perf_counter() - t - reply.elapsed)
+
+            async def worker() -> None:
+                for n in urls:
+                    await one(n)
+
+            for n in range(min(pages, 200)):  # warm the connections
+                await one(n)
+            added.clear()
+            start = time.perf_counter()
+            if rate:
+                tasks = []
+                for n in range(pages):
+                    delay = start + n / rate - time.perf_counter()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    tasks.append(asyncio.create_task(one(n)))
+                await asyncio.gather(*tasks)
+            else:
+                await asyncio.gather(*[worker() for _ in range(CONCURRENCY * agents)])
+            seconds = time.perf_counter() - start
+        finally:
+            await client.close()
+            await client.bus.close()
+        label = (f"center, {agents} agents, paced {rate:,.0f}/s" if rate else
+                 f"center, {agents} agent{'s' if agents > 1 else ''}")
+        return Run(label, pages, seconds, added)
+
+    try:
+        return asyncio.run(go())
+    finally:
+        cluster.stop()
+
+
+def queue_run(base: str, pages: int, agents: int, redis_url: str, work: Path) -> Run:
+    """The same agents leasing the URL tasks straight from a Redis queue."""
+    from crawlhub.config import load_config
+    from crawlhub.service import Services
+
+    cluster = Cluster(redis_url, work, agents, queue=True)
+
+    async def go() -> float:
+        services = await Services.open(load_config(cluster.config))
+        try:
+            cluster.start()
+            await asyncio.sleep(3.0)  # the agents start and wait for work
+            start = time.perf_counter()
+            await services.hub.submit([{"url": f"{base}/p/{n}"} for n in range(pages)],
+                                      wait=True)
+            queue = services.queues.queue("pages")
+            quiet = 0
+            while quiet < 2:
+                await asyncio.sleep(0.1)
+                busy = await queue.length() or await services.state.pending()
+                quiet = 0 if busy else quiet + 1
+            return time.perf_counter() - start - 0.1
+        finally:
+            await services.close()
+
+    try:
+        seconds = asyncio.run(go())
+    finally:
+        cluster.stop()
+    return Run(f"queue, {agents} agent{'s' if agents > 1 else ''}", pages, seconds,
+               note="submit to last result settled")
+
+
+def scrapy_run(base: str, pages: int, work: Path, redis_url: str | None) -> Run:
+    """The spider alone, or (``redis_url``) through the center with 2 agents."""
+    spider = work / "urls_spider.py"
+    spider.write_text(SPIDER.format(conc=CONCURRENCY, pages=pages, base=base))
+    out = work / f"scrapy-{uuid.uuid4().hex[:6]}.jsonl"
+    argv = [sys.executable, "-m", "scrapy", "runspider", str(spider), "-o", f"{out}:jsonlines"]
+    cluster = None
+    if redis_url:
+        cluster = Cluster(redis_url, work, 2)
+        cluster.start()
+        handler = "crawlhub.contrib.scrapy.center.CenterDownloadHandler"
+        argv += ["-s", "DOWNLOAD_HANDLERS=" + json.dumps({"http": handler, "https": handler}),
+                 "-s", f"CRAWLHUB_CENTER_URL={redis_url}",
+                 "-s", f"CRAWLHUB_CENTER_PREFIX={cluster.prefix}",
+                 "-s", "CRAWLHUB_CENTER_AGENTS=2", "-s", "CRAWLHUB_CENTER_ALLOCATE_TIMEOUT=30"]
+        time.sleep(2.0)  # the agents register
+    try:
+        start = time.perf_counter()
+        subprocess.run(argv, cwd=str(work), check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        seconds = time.perf_counter() - start
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    got = len({json.loads(line)["url"] for line in out.read_text().splitlines() if line})
+    label = "Scrapy through the center, 2 agents" if redis_url else "Scrapy alone"
+    return Run(label, got, seconds, note=f"{got:,} items; process start included")  # noqa
+
+
+def table(runs: list[Run], pages: int) -> Table:
+    t = Table(title=f"download center: {pages:,} pages of ~2 KB from a local site, one Redis")
+    for name in ("run", "requests/s", "x queue (same agents)", "added p50 ms", "added p99 ms",
+                 "note"):
+        t.add_column(name, justify="left" if name in ("run", "note") else "right")
+    queues = {r.name.split(", ")[1]: r.rate for r in runs if r.name.startswith("queue")}
+    scrapy = next((r.rate for r in runs if r.name == "Scrapy alone"), 0.0)
+    for r in runs:
+        ratio = ""
+        if r.name.startswith("center, ") and "paced" not in r.name:
+            base = queues.get(r.name.split(", ")[1])
+            ratio = f"{r.rate / base:.2f}" if base else ""
+        if r.name.startswith("Scrapy through") and scrapy:
+            ratio = f"{r.rate / scrapy:.2f} x Scrapy alone"
+        t.add_row(r.name, f"{r.rate:,.0f}", ratio, r.pct(0.50), r.pct(0.99), r.note)
+    return t
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pages", type=int, default=10_000)
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--only", default="queue,center,paced,scrapy")
+    parser.add_argument("--agents", default="1,2,4")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    counts = [int(k) for k in args.agents.split(",")]
+    console = Console(width=150)
+    site, port = start_site(args.pages)
+    base = f"http://127.0.0.1:{port}"
+    runs: list[Run] = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            for k in counts:
+                if "queue" in only:
+                    runs.append(queue_run(base, args.pages, k, args.redis, work))
+                    console.print(f"{runs[-1].name}: {runs[-1].rate:,.0f}/s")
+                if "center" in only:
+                    runs.append(center_run(base, args.pages, k, args.redis, work))
+                    console.print(f"{runs[-1].name}: {runs[-1].rate:,.0f}/s")
+            if "paced" in only:
+                runs.append(center_run(base, args.pages, 2, args.redis, work, rate=1000.0))
+                console.print(f"{runs[-1].name}: p50 {runs[-1].pct(0.5)} ms")
+            if "scrapy" in only:
+                runs.append(scrapy_run(base, args.pages, work, None))
+                runs.append(scrapy_run(base, args.pages, work, args.redis))
+    finally:
+        site.kill()
+    console.print(table(runs, args.pages))
+    if any(r.added for r in runs):
+        paced = [r for r in runs if "paced" in r.name]
+        for r in paced:
+            console.print(f"{r.name}: added latency mean {statistics.mean(r.added) * 1000:.2f}"
+                          f" ms over {len(r.added):,} requests")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

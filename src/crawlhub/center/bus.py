@@ -1,0 +1,596 @@
+"""The download center's messaging: named channels on Redis Streams, or in process.
+
+A *channel* is an append-only stream of messages (a JSON header and optional raw body
+bytes). Each is read one of two ways:
+
+- **as a group** (``read`` / ``ack`` / ``claim``): every message goes to one reader of the
+  channel's one consumer group and stays *pending* for that reader until acked; a reader
+  that restarts reads its own pending first (``read(pending=True)``); a reader that died
+  leaves its pending messages to ``claim`` by another after they sat idle. The centers'
+  request and registration channels, each agent's command channel and each job's reply
+  channel are read this way.
+- **as a tail** (``tail``): every reader sees every message after the id it passed; the
+  heartbeat channel is read this way, so each center knows every agent's last beat.
+
+``take_all`` empties a channel atomically - unread and pending messages alike - and hands
+them to the caller: how a dead agent's commands are taken back, by exactly one center.
+
+Two implementations: :class:`RedisBus` (XADD / XREADGROUP / XAUTOCLAIM, one Lua script
+for ``take_all``; every process sharing the server shares the channels) and
+:class:`MemoryBus` (asyncio, one process; ``open_bus("memory://name")`` returns the same
+bus to every caller in the process). Broker failures raise :class:`BusError`; retry
+policy belongs to the caller (the seed's rules differ for jobs, agents and centers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from crawlhub import jsoncodec
+from crawlhub.errors import CrawlhubError
+from crawlhub.keys import DEFAULT_PREFIX
+from crawlhub.storage.redact import redact_url
+
+#: The consumer group of every group-read channel.
+GROUP = "g"
+
+
+async def wait_until(awaitable: Any, seconds: float) -> None:
+    """Await ``awaitable`` for at most ``seconds``; running out of time is not an error.
+    Not ``wait_for`` inside ``suppress(TimeoutError)``: on Python 3.11 a cancellation
+    that lands as the timeout fires comes out as ``TimeoutError`` there and is swallowed
+    (a cancelled agent went on beating); ``asyncio.timeout`` tells the two apart."""
+    try:
+        async with asyncio.timeout(seconds):
+            await awaitable
+    except TimeoutError:
+        pass
+
+
+class BusError(CrawlhubError):
+    """The broker failed (down, refused, timed out); the message says which and what."""
+
+
+@dataclass(slots=True)
+class Envelope:
+    """One message read from a channel: its ``id`` (what ``ack`` takes), ``header`` (a
+    JSON object) and ``body`` (raw bytes, often empty)."""
+
+    id: str
+    header: dict[str, Any]
+    body: bytes = b""
+    #: the header as it travelled (JSON bytes; Redis only): forwarded as is, not encoded
+    #: again, when a center passes a request on unchanged
+    raw: bytes = b""
+
+
+#: ``(channel, header, body)``; the header a mapping, or JSON bytes already encoded
+Outgoing = tuple[str, Mapping[str, Any] | bytes, bytes]
+
+
+class Bus(Protocol):
+    """Channels on one broker. Every method is one round trip (a pipeline or a script)."""
+
+    url: str
+
+    async def send(self, channel: str, header: Mapping[str, Any], body: bytes = b"") -> str:
+        """Append one message; its id."""
+        ...
+
+    async def send_many(self, items: Sequence[Outgoing], *, maxlen: int = 0,
+                        ack: Mapping[str, Sequence[str]] | None = None) -> None:
+        """Append ``(channel, header, body)`` messages in one trip; ``maxlen`` > 0 trims
+        each channel written to about that many messages (tail channels). ``ack``
+        (channel -> ids) acks messages in the same trip, after the sends."""
+        ...
+
+    async def read(self, channel: str, consumer: str, *, count: int = 100,
+                   block: float = 1.0, pending: bool = False) -> list[Envelope]:
+        """Up to ``count`` new messages for ``consumer`` of the channel's group, waiting
+        up to ``block`` s for the first; with ``pending`` the messages already delivered
+        to this consumer and not acked (after its restart), without waiting."""
+        ...
+
+    async def ack(self, channel: str, ids: Sequence[str]) -> None:
+        """Finish messages of the group: acked and deleted."""
+        ...
+
+    async def claim(self, channel: str, consumer: str, idle: float,
+                    count: int = 100) -> list[Envelope]:
+        """Take over messages pending for other consumers for more than ``idle`` s."""
+        ...
+
+    async def tail(self, channel: str, after: str, *, count: int = 1000,
+                   block: float = 1.0) -> tuple[list[Envelope], str]:
+        """Messages after id ``after`` (``"$"``: only new ones; ``"<ms>-0"``: since that
+        epoch millisecond), and the id to pass next time."""
+        ...
+
+    async def take_all(self, channel: str) -> list[Envelope]:
+        """Every message of the channel, unread or pending, removed in one atomic step."""
+        ...
+
+    async def length(self, channels: Sequence[str]) -> list[int]:
+        """Messages held by each channel (unread and pending)."""
+        ...
+
+    async def delete(self, channel: str) -> None: ...
+
+    async def put(self, table: str, key: str, value: Mapping[str, Any]) -> None:
+        """Store a record (allocations): ``table`` is a hash of JSON objects."""
+        ...
+
+    async def get(self, table: str, key: str) -> dict[str, Any] | None: ...
+
+    async def all(self, table: str) -> dict[str, dict[str, Any]]: ...
+
+    async def drop(self, table: str, key: str) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+def open_bus(url: str, *, prefix: str = DEFAULT_PREFIX) -> Bus:
+    """The bus on ``url``: ``redis://...`` (or ``valkey://``, ``rediss://``, ``unix://``)
+    or ``memory://NAME`` (in process; the same object for every caller of that name)."""
+    if url.startswith("memory://"):
+        name = url[len("memory://"):] or "default"
+        bus = _MEMORY.get(name)
+        if bus is None or bus.closed:
+            bus = _MEMORY[name] = MemoryBus(url)
+        bus.users += 1
+        return bus
+    return RedisBus(url, prefix=prefix)
+
+
+# ------------------------------------------------------------------------ in process
+class _Chan:
+    __slots__ = ("unread", "pending", "wake", "log", "first")
+
+    def __init__(self) -> None:
+        self.unread: deque[Envelope] = deque()
+        #: id -> (consumer, when delivered, envelope)
+        self.pending: dict[str, tuple[str, float, Envelope]] = {}
+        self.wake = asyncio.Event()
+        #: tail channels: (sequence, envelope), bounded by ``maxlen``
+        self.log: deque[tuple[int, Envelope]] = deque()
+        self.first = 0
+
+
+_MEMORY: dict[str, MemoryBus] = {}
+
+
+class MemoryBus:
+    """:class:`Bus` in one process: deques and events, no persistence (the embedded
+    center lives and dies with its process, and so do its jobs)."""
+
+    def __init__(self, url: str = "memory://default") -> None:
+        self.url = url
+        self.closed = False
+        self.users = 0
+        self._chans: dict[str, _Chan] = {}
+        self._tables: dict[str, dict[str, dict[str, Any]]] = {}
+        self._seq = itertools.count(1)
+
+    def _chan(self, name: str) -> _Chan:
+        chan = self._chans.get(name)
+        if chan is None:
+            chan = self._chans[name] = _Chan()
+        return chan
+
+    def _check(self) -> None:
+        if self.closed:
+            raise BusError(f"the in-process bus {self.url} is closed")
+
+    async def send(self, channel: str, header: Mapping[str, Any], body: bytes = b"") -> str:
+        self._check()
+        return self._append(channel, header, body, 0)
+
+    def _append(self, channel: str, header: Mapping[str, Any] | bytes, body: bytes,
+                maxlen: int) -> str:
+        n = next(self._seq)
+        head = jsoncodec.loads(header) if isinstance(header, bytes) else dict(header)
+        env = Envelope(f"{n}-0", head, body)
+        chan = self._chan(channel)
+        chan.unread.append(env)
+        chan.log.append((n, env))
+        limit = maxlen or 10_000
+        while len(chan.log) > limit:
+            chan.log.popleft()
+        chan.wake.set()
+        return env.id
+
+    async def send_many(self, items: Sequence[Outgoing], *, maxlen: int = 0,
+                        ack: Mapping[str, Sequence[str]] | None = None) -> None:
+        self._check()
+        for channel, header, body in items:
+            self._append(channel, header, body, maxlen)
+        for channel, ids in (ack or {}).items():
+            await self.ack(channel, ids)
+
+    async def read(self, channel: str, consumer: str, *, count: int = 100,
+                   block: float = 1.0, pending: bool = False) -> list[Envelope]:
+        self._check()
+        chan = self._chan(channel)
+        if pending:
+            return [env for who, _, env in chan.pending.values() if who == consumer][:count]
+        if not chan.unread and block > 0:
+            chan.wake.clear()
+            await wait_until(chan.wake.wait(), block)
+            self._check()
+        out: list[Envelope] = []
+        now = asyncio.get_running_loop().time()
+        while chan.unread and len(out) < count:
+            env = chan.unread.popleft()
+            chan.pending[env.id] = (consumer, now, env)
+            out.append(env)
+        return out
+
+    async def ack(self, channel: str, ids: Sequence[str]) -> None:
+        self._check()
+        chan = self._chans.get(channel)
+        if chan is not None:
+            for i in ids:
+                chan.pending.pop(i, None)
+
+    async def claim(self, channel: str, consumer: str, idle: float,
+                    count: int = 100) -> list[Envelope]:
+        self._check()
+        chan = self._chans.get(channel)
+        if chan is None:
+            return []
+        now = asyncio.get_running_loop().time()
+        out: list[Envelope] = []
+        for i, (who, since, env) in list(chan.pending.items()):
+            if who != consumer and now - since >= idle and len(out) < count:
+                chan.pending[i] = (consumer, now, env)
+                out.append(env)
+        return out
+
+    async def tail(self, channel: str, after: str, *, count: int = 1000,
+                   block: float = 1.0) -> tuple[list[Envelope], str]:
+        self._check()
+        chan = self._chan(channel)
+        top = chan.log[-1][0] if chan.log else 0
+        last = top if after == "$" else int(after.split("-")[0])
+        if last > top:
+            last = 0  # an epoch-millisecond start: in process every message is recent
+        newer = [(n, e) for n, e in chan.log if n > last]
+        if not newer and block > 0:
+            chan.wake.clear()
+            await wait_until(chan.wake.wait(), block)
+            newer = [(n, e) for n, e in chan.log if n > last]
+        newer = newer[:count]
+        if newer:
+            last = newer[-1][0]
+        return [e for _, e in newer], f"{last}-0"
+
+    async def take_all(self, channel: str) -> list[Envelope]:
+        self._check()
+        chan = self._chans.pop(channel, None)
+        if chan is None:
+            return []
+        out = [env for _, _, env in chan.pending.values()] + list(chan.unread)
+        return sorted(out, key=lambda e: int(e.id.split("-")[0]))
+
+    async def length(self, channels: Sequence[str]) -> list[int]:
+        out = []
+        for name in channels:
+            chan = self._chans.get(name)
+            out.append(0 if chan is None else len(chan.unread) + len(chan.pending))
+        return out
+
+    async def delete(self, channel: str) -> None:
+        self._chans.pop(channel, None)
+
+    async def put(self, table: str, key: str, value: Mapping[str, Any]) -> None:
+        self._check()
+        self._tables.setdefault(table, {})[key] = jsoncodec.loads(jsoncodec.dumps(dict(value)))
+
+    async def get(self, table: str, key: str) -> dict[str, Any] | None:
+        self._check()
+        value = self._tables.get(table, {}).get(key)
+        return None if value is None else dict(value)
+
+    async def all(self, table: str) -> dict[str, dict[str, Any]]:
+        self._check()
+        return {k: dict(v) for k, v in self._tables.get(table, {}).items()}
+
+    async def drop(self, table: str, key: str) -> bool:
+        self._check()
+        return self._tables.get(table, {}).pop(key, None) is not None
+
+    async def close(self) -> None:
+        self.users -= 1
+        if self.users <= 0:
+            self.closed = True
+            for chan in self._chans.values():
+                chan.wake.set()
+            name = self.url[len("memory://"):] or "default"
+            if _MEMORY.get(name) is self:
+                del _MEMORY[name]
+
+
+# ------------------------------------------------------------------------ Redis
+# Every message of a stream, then the stream gone (group and pending list with it).
+_TAKE_ALL = """
+local all = redis.call('XRANGE', KEYS[1], '-', '+')
+redis.call('DEL', KEYS[1])
+return all
+"""
+
+
+def _envelopes(entries: Any) -> list[Envelope]:
+    out = []
+    for raw_id, fields in entries or ():
+        mid = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+        if not fields:  # deleted after delivery: nothing to hand over
+            continue
+        if isinstance(fields, list):  # from a script: flat [k, v, k, v]
+            fields = {fields[i]: fields[i + 1] for i in range(0, len(fields), 2)}
+        head = fields.get(b"h")
+        if head is None:
+            continue
+        out.append(Envelope(mid, jsoncodec.loads(head), fields.get(b"b") or b"", head))
+    return out
+
+
+class RedisBus:
+    """:class:`Bus` on Redis Streams: channel ``name`` is the stream
+    ``<prefix>center:<name>``, its group ``g``; tables are hashes of JSON."""
+
+    def __init__(self, url: str, *, prefix: str = DEFAULT_PREFIX,
+                 longest_block: float = 5.0) -> None:
+        from crawlhub.storage.redis import redis_client
+
+        self.url = url
+        self._prefix = f"{prefix}center:"
+        # retries=0: the caller's failure rules count broker errors, the client must not
+        # hide them behind its own retries
+        self._redis = redis_client(url, name="download center bus", retries=0,
+                                   socket_timeout=longest_block + 10.0)
+        self._groups: set[str] = set()
+        self._take_all = self._redis.register_script(_TAKE_ALL)
+        self._where = redact_url(url)
+
+    def key(self, channel: str) -> str:
+        return self._prefix + channel
+
+    async def _call(self, op: str, awaitable: Any) -> Any:
+        from redis.exceptions import RedisError
+
+        try:
+            return await awaitable
+        except RedisError as exc:
+            raise BusError(f"the broker {self._where} failed to {op}: "
+                           f"{type(exc).__name__}: {exc}") from exc
+        except OSError as exc:
+            raise BusError(f"the broker {self._where} failed to {op}: {exc}") from exc
+
+    async def _group(self, key: str) -> None:
+        if key in self._groups:
+            return
+        from redis.exceptions import ResponseError
+
+        try:
+            await self._call("create a consumer group",
+                             self._redis.xgroup_create(key, GROUP, id="0", mkstream=True))
+        except BusError as exc:
+            if not isinstance(exc.__cause__, ResponseError) or "BUSYGROUP" not in str(exc):
+                raise
+        self._groups.add(key)
+
+    @staticmethod
+    def _fields(header: Mapping[str, Any] | bytes, body: bytes) -> Any:
+        fields: dict[str, Any] = {
+            "h": header if isinstance(header, bytes) else jsoncodec.dumps(dict(header))}
+        if body:
+            fields["b"] = body
+        return fields
+
+    async def send(self, channel: str, header: Mapping[str, Any], body: bytes = b"") -> str:
+        mid = await self._call(f"send to {channel}",
+                               self._redis.xadd(self.key(channel), self._fields(header, body)))
+        return mid.decode() if isinstance(mid, bytes) else str(mid)
+
+    async def send_many(self, items: Sequence[Outgoing], *, maxlen: int = 0,
+                        ack: Mapping[str, Sequence[str]] | None = None) -> None:
+        acks = {c: ids for c, ids in (ack or {}).items() if ids}
+        if not items and not acks:
+            return
+        pipe = self._redis.pipeline(transaction=False)
+        for channel, header, body in items:
+            if maxlen:
+                pipe.xadd(self.key(channel), self._fields(header, body), maxlen=maxlen,
+                          approximate=True)
+            else:
+                pipe.xadd(self.key(channel), self._fields(header, body))
+        for channel, ids in acks.items():
+            pipe.xack(self.key(channel), GROUP, *ids)
+            pipe.xdel(self.key(channel), *ids)
+        await self._call(f"send {len(items)} messages", pipe.execute())
+
+    async def read(self, channel: str, consumer: str, *, count: int = 100,
+                   block: float = 1.0, pending: bool = False) -> list[Envelope]:
+        from redis.exceptions import ResponseError
+
+        key = self.key(channel)
+        await self._group(key)
+        for _ in range(2):
+            try:
+                got = await self._call(
+                    f"read {channel}",
+                    self._redis.xreadgroup(GROUP, consumer, {key: "0" if pending else ">"},
+                                           count=count,
+                                           block=None if pending else max(1, int(block * 1000))))
+            except BusError as exc:
+                if isinstance(exc.__cause__, ResponseError) and "NOGROUP" in str(exc):
+                    self._groups.discard(key)  # emptied by take_all: create it again
+                    await self._group(key)
+                    continue
+                raise
+            if not got:
+                return []
+            return _envelopes(got[0][1])
+        return []
+
+    async def ack(self, channel: str, ids: Sequence[str]) -> None:
+        if not ids:
+            return
+        key = self.key(channel)
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.xack(key, GROUP, *ids)
+        pipe.xdel(key, *ids)
+        await self._call(f"ack on {channel}", pipe.execute())
+
+    async def claim(self, channel: str, consumer: str, idle: float,
+                    count: int = 100) -> list[Envelope]:
+        from redis.exceptions import ResponseError
+
+        key = self.key(channel)
+        try:
+            got = await self._call(f"claim on {channel}", self._redis.xautoclaim(
+                key, GROUP, consumer, min_idle_time=max(0, int(idle * 1000)),
+                start_id="0-0", count=count))
+        except BusError as exc:
+            if isinstance(exc.__cause__, ResponseError) and "NOGROUP" in str(exc):
+                return []
+            raise
+        return _envelopes(got[1])
+
+    async def tail(self, channel: str, after: str, *, count: int = 1000,
+                   block: float = 1.0) -> tuple[list[Envelope], str]:
+        got = await self._call(f"read {channel}", self._redis.xread(
+            {self.key(channel): after}, count=count, block=max(1, int(block * 1000))))
+        if not got:
+            if after == "$":
+                last = await self._call(f"read {channel}",
+                                        self._redis.xrevrange(self.key(channel), count=1))
+                if last:
+                    raw = last[0][0]
+                    return [], raw.decode() if isinstance(raw, bytes) else str(raw)
+            return [], after
+        entries = got[0][1]
+        raw = entries[-1][0]
+        return _envelopes(entries), raw.decode() if isinstance(raw, bytes) else str(raw)
+
+    async def take_all(self, channel: str) -> list[Envelope]:
+        key = self.key(channel)
+        got = await self._call(f"take back {channel}", self._take_all(keys=[key]))
+        self._groups.discard(key)
+        return _envelopes(got)
+
+    async def length(self, channels: Sequence[str]) -> list[int]:
+        if not channels:
+            return []
+        pipe = self._redis.pipeline(transaction=False)
+        for channel in channels:
+            pipe.xlen(self.key(channel))
+        return [int(n) for n in await self._call("measure channels", pipe.execute())]
+
+    async def delete(self, channel: str) -> None:
+        await self._call(f"delete {channel}", self._redis.delete(self.key(channel)))
+        self._groups.discard(self.key(channel))
+
+    async def put(self, table: str, key: str, value: Mapping[str, Any]) -> None:
+        await self._call(f"store {table}", self._redis.hset(
+            self.key(table), key, jsoncodec.dumps(dict(value))))
+
+    async def get(self, table: str, key: str) -> dict[str, Any] | None:
+        raw = await self._call(f"read {table}", self._redis.hget(self.key(table), key))
+        return None if raw is None else dict(jsoncodec.loads(raw))
+
+    async def all(self, table: str) -> dict[str, dict[str, Any]]:
+        raw = await self._call(f"read {table}", self._redis.hgetall(self.key(table)))
+        return {(k.decode() if isinstance(k, bytes) else str(k)): dict(jsoncodec.loads(v))
+                for k, v in raw.items()}
+
+    async def drop(self, table: str, key: str) -> bool:
+        return bool(await self._call(f"drop from {table}",
+                                     self._redis.hdel(self.key(table), key)))
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+
+
+class Outbox:
+    """Coalesces sends and acks into one ``send_many`` and one ``ack`` per channel per
+    event-loop turn: callers ``put`` (and optionally wait until it was sent), the flusher
+    sends whatever piled up meanwhile. A failed send is retried ``retries`` times with a
+    doubling pause; then the waiting callers get the :class:`BusError` and messages
+    nobody waits for are dropped (and counted in ``dropped``) - the seed's rule for an
+    agent's replies: the job retries, or exits on its own rules."""
+
+    def __init__(self, bus: Bus, *, retries: int = 3, first_pause: float = 0.05,
+                 maxlen: int = 0) -> None:
+        self.bus = bus
+        self.retries = retries
+        self.first_pause = first_pause
+        self.maxlen = maxlen
+        self.dropped = 0
+        self._items: list[Outgoing] = []
+        self._futs: list[asyncio.Future[None] | None] = []
+        self._acks: dict[str, list[str]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def put_nowait(self, channel: str, header: Mapping[str, Any], body: bytes = b"",
+                   *, ack: tuple[str, str] | None = None) -> None:
+        """Queue a message (and the ack of the message it answers, sent after it)."""
+        self._items.append((channel, header, body))
+        self._futs.append(None)
+        if ack is not None:
+            self._acks.setdefault(ack[0], []).append(ack[1])
+        self._kick()
+
+    def ack_nowait(self, channel: str, mid: str) -> None:
+        self._acks.setdefault(channel, []).append(mid)
+        self._kick()
+
+    async def put(self, channel: str, header: Mapping[str, Any], body: bytes = b"") -> None:
+        """Queue a message and wait until it was sent (:class:`BusError` if it never was)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._items.append((channel, header, body))
+        self._futs.append(fut)
+        self._kick()
+        await fut
+
+    def _kick(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._flush())
+
+    async def _flush(self) -> None:
+        while self._items or self._acks:
+            items, futs, acks = self._items, self._futs, self._acks
+            self._items, self._futs, self._acks = [], [], {}
+            error: BusError | None = None
+            pause = self.first_pause
+            for attempt in range(self.retries + 1):
+                try:
+                    # the acks ride in the same trip: after the sends, so a send that
+                    # failed never leaves its command acked
+                    await self.bus.send_many(items, maxlen=self.maxlen, ack=acks)
+                    error = None
+                    break
+                except BusError as exc:
+                    error = exc
+                    if attempt < self.retries:
+                        await asyncio.sleep(pause)
+                        pause = min(pause * 2, 2.0)
+            for fut in futs:
+                if fut is not None and not fut.done():
+                    if error is None:
+                        fut.set_result(None)
+                    else:
+                        fut.set_exception(error)
+            if error is not None:
+                self.dropped += sum(1 for f in futs if f is None)
+                # unacked: the commands stay pending, handed to another reader or again
+
+    async def drain(self) -> None:
+        """Wait until everything queued so far was sent (or given up)."""
+        while self._task is not None and not self._task.done():
+            await asyncio.shield(self._task)

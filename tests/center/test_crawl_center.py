@@ -1,0 +1,71 @@
+"""``crawlhub crawl --center``: a crawl whose downloads go through the center's agents
+(in process here, on a memory bus): every page once, the agents extract, and with
+``chained`` every link goes back to the agent that found it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from pathlib import Path
+
+import pytest
+
+from crawlhub.agents.crawl import Crawl, CrawlOptions
+from crawlhub.center import CenterError, CenterWorker, DownloadCenter, open_bus
+from tests.agents.servers import Site
+from tests.agents.test_crawl import rows
+
+
+@pytest.mark.parametrize("strategy", ["chained", "random"])
+async def test_a_crawl_through_the_center_fetches_every_page_once(
+        tmp_path: Path, strategy: str) -> None:
+    url = f"memory://{uuid.uuid4().hex}"
+    stop = asyncio.Event()
+    parts = [DownloadCenter(open_bus(url), check_every=0.1),
+             CenterWorker(open_bus(url), "a1", beat_every=0.1),
+             CenterWorker(open_bus(url), "a2", beat_every=0.1)]
+    tasks = [asyncio.create_task(p.run(stop)) for p in parts]
+    try:
+        center = parts[0]
+        assert isinstance(center, DownloadCenter)
+        while len(center.live_agents()) < 2:
+            await asyncio.sleep(0.05)
+        async with Site(pages=120) as site:
+            out = tmp_path / "items.jsonl"
+            # chained, one start page: every page is found on a page its agent fetched
+            starts = [f"{site.url}/page/0"] if strategy == "chained" else \
+                [f"{site.url}/page/0", f"{site.url}/page/60"]
+            opts = CrawlOptions(urls=starts, out=out,
+                                data_dir=tmp_path / "data", follow=True, robots=False,
+                                extract={"fields": {"heading": {"css": "h1::text"}}},
+                                center=url, strategy=strategy, agents=2)
+            progress = await Crawl(opts).run()
+            items = rows(out)
+            assert len(items) == 120 == len({i["url"] for i in items})
+            assert all(site.hits[f"/page/{n}"] == 1 for n in range(120))
+            assert {i["heading"] for i in items} == {f"Page {n}" for n in range(120)}
+            assert progress.errors == 0
+        served = [p.pages for p in parts[1:]]  # type: ignore[attr-defined]
+        assert sum(served) == 120
+        if strategy == "chained":  # the whole graph stays on the start page's agent
+            assert sorted(served) == [0, 120]
+        else:
+            assert all(served)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for p in parts:
+            await p.bus.close()
+
+
+async def test_a_crawl_with_no_center_fails_before_fetching(tmp_path: Path) -> None:
+    async with Site(pages=5) as site:
+        opts = CrawlOptions(urls=[f"{site.url}/page/0"], out=tmp_path / "items.jsonl",
+                            data_dir=tmp_path / "data", center=f"memory://{uuid.uuid4().hex}",
+                            strategy="fixed", agents=2, allocate_timeout=0.5)
+        with pytest.raises(CenterError, match="no answer to its allocation"):
+            await Crawl(opts).run()
+        assert site.hits.total() == 0
+    with contextlib.suppress(FileNotFoundError):
+        assert rows(tmp_path / "items.jsonl") == []
