@@ -160,3 +160,15 @@ async def test_every_sqlite_store_reports_an_unreachable_file_as_backend_unavail
     path = unreachable_paths(tmp_path)["is a directory"]
     with pytest.raises(BackendUnavailable, match="unable to open database file"):
         await opener(path)
+
+
+async def test_the_page_cache_is_bounded_on_request(tmp_path: Path) -> None:
+    db = SqliteDB(tmp_path / "a.db", schema="CREATE TABLE t (x INTEGER)")
+    try:
+        assert await db.run(lambda c: c.execute("PRAGMA cache_size").fetchone()[0]) == -2000
+        await db.set_cache_kib(512)
+        assert await db.run(lambda c: c.execute("PRAGMA cache_size").fetchone()[0]) == -512
+        with pytest.raises(ValueError, match="positive"):
+            await db.set_cache_kib(0)
+    finally:
+        await db.close()

@@ -161,6 +161,9 @@ def _lock(data_dir: Path) -> Any:
 #: for long-lived hubs with many segments; a crawl's keys are read back rarely and the
 #: OS caches the file anyway): keeps a crawl's RSS flat as the site grows.
 FRONTIER_CACHE_KIB = 4096
+#: KiB of SQLite page cache for each of the crawl's other files (hub ledger, queue, the
+#: sink's index): SQLite's default is 2 MB each.
+CACHE_KIB = 512
 
 
 class Crawl:
@@ -223,6 +226,12 @@ class Crawl:
             store = services.frontiers[QUEUE].store
             if isinstance(store, SqliteSeedStore):  # (the data dir's frontier.db)
                 await store.set_cache_kib(FRONTIER_CACHE_KIB)
+            # the ledger, the queue and the sink's index: SQLite's 2 MB each fill as the
+            # site grows; what a crawl reads back is recent (the OS caches the rest)
+            for db in (hub.state, services.queues, self.sink):
+                bound = getattr(db, "set_cache_kib", None)
+                if bound is not None:
+                    await bound(CACHE_KIB)
             await hub.submit([{"url": u, "depth": 0} for u in opts.urls], wait=True)
             agent = Agent({QUEUE: queue}, downloader, report=HubReport(hub, "http"),
                           rules=self.rules, codes=self.codes, on_pages=self._on_pages,

@@ -217,8 +217,7 @@ class SqliteSeedStore:
     async def set_cache_kib(self, kib: int) -> None:
         """Size this store's SQLite page cache (the schema's 64 MB suits a long-lived hub
         with many segments; a one-off crawl keeps its RSS flat with less)."""
-        size = int(kib)
-        await self.db.run(lambda conn: conn.execute(f"PRAGMA cache_size = -{size}"))
+        await self.db.set_cache_kib(kib)
 
     async def close(self) -> None:
         if self._closed:

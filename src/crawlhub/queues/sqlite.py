@@ -224,6 +224,10 @@ class SqliteQueueBackend:
         rows = await self.run("names", lambda c: c.execute("SELECT queue FROM queue_counters"))
         return sorted(r[0] for r in rows)
 
+    async def set_cache_kib(self, kib: int) -> None:
+        """Bound the SQLite page cache of this store's connection (see SqliteDB)."""
+        await self._db.set_cache_kib(kib)
+
     async def close(self) -> None:
         if self._closed:
             return

@@ -51,6 +51,13 @@ class JsonlSink:
                             name=f"sink '{self.name}' index {index}")
         await self._db.run(lambda db: self._open(db, fresh_index))
 
+    async def set_cache_kib(self, kib: int) -> None:
+        """Bound the SQLite page cache of this store's connection (see SqliteDB)."""
+        if self._db is None:
+            raise SinkError(f"sink '{self.name}': set_cache_kib before open(); open the sink"
+                            " first")
+        await self._db.set_cache_kib(kib)
+
     async def close(self) -> None:
         db, self._db = self._db, None
         if db is not None:

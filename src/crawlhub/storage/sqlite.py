@@ -89,6 +89,14 @@ class SqliteDB:
     def __repr__(self) -> str:
         return f"<SqliteDB {self.path}>"
 
+    async def set_cache_kib(self, kib: int) -> None:
+        """Bound this connection's SQLite page cache to ``kib`` KiB (SQLite's default is
+        2 MB per connection; the OS caches the file beneath it anyway)."""
+        size = int(kib)
+        if size <= 0:
+            raise ValueError(f"cache size must be positive KiB, not {kib!r}")
+        await self.run(lambda conn: conn.execute(f"PRAGMA cache_size = -{size}"))
+
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
             if self.path != MEMORY:

@@ -276,5 +276,9 @@ class SqliteHubState(SqliteIntake):
 
         return await self._db.run(_count)
 
+    async def set_cache_kib(self, kib: int) -> None:
+        """Bound the SQLite page cache of this store's connection (see SqliteDB)."""
+        await self._db.set_cache_kib(kib)
+
     async def close(self) -> None:
         await self._db.close()
