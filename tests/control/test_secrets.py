@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,19 +72,15 @@ def test_the_embedded_default_keeps_its_key_in_the_data_dir_readable_by_the_owne
     assert err.value.file == str(path)
 
 
-def _make(path: str, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
-    out.put(SecretBox.from_setting(None, Path(path)).encrypt("same"))
+MAKE = ("import sys; from pathlib import Path; from crawlhub.control.secrets import SecretBox;"
+        " print(SecretBox.from_setting(None, Path(sys.argv[1])).encrypt('same'))")
 
 
 def test_processes_creating_the_key_at_once_end_up_with_one_key(tmp_path: Path) -> None:
-    ctx = multiprocessing.get_context("fork")
-    out: multiprocessing.Queue = ctx.Queue()  # type: ignore[type-arg]
-    procs = [ctx.Process(target=_make, args=(str(tmp_path), out)) for _ in range(4)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(30)
-    tokens = [out.get(timeout=5) for _ in procs]
+    procs = [subprocess.Popen([sys.executable, "-c", MAKE, str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    tokens = [p.communicate(timeout=60)[0].strip() for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4
     box = SecretBox.from_setting(None, tmp_path)
     assert [box.decrypt(t).reveal() for t in tokens] == ["same"] * 4
-    assert [n for n in os.listdir(tmp_path)] == [KEY_FILE]
+    assert os.listdir(tmp_path) == [KEY_FILE]
