@@ -331,3 +331,40 @@ async def test_an_orphaned_request_of_a_dead_center_is_served_by_another(rig: Ri
             reply = await task  # served by c2 once the message sat idle: no send again
             assert reply.ok and c.retried == 0
             assert second.counters["claimed"] >= 1
+
+
+async def test_a_cancel_dressed_as_a_broker_error_still_stops_a_centers_loop(
+        redis_url: str) -> None:
+    """redis-py can let a cancel out as a connection error, which the bus reports as a
+    BusError; the center's retry loop must still end when cancelled (a halted center's
+    loop that ran on kept the event loop's shutdown waiting for ever in CI)."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from crawlhub.center.bus import RedisBus
+
+    bus = RedisBus(redis_url)
+    center = DownloadCenter(bus, center_id="c-cancel")
+    reads = 0
+
+    async def step() -> None:
+        nonlocal reads
+        reads += 1
+
+        async def read() -> None:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                raise RedisConnectionError("Connection closed by server.") from None
+
+        await bus._call("read", read())
+
+    try:
+        task = asyncio.create_task(center._forever(asyncio.Event(), "reading", step))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        done, _ = await asyncio.wait([task], timeout=3)
+        assert task in done and task.cancelled() and reads == 1
+    finally:
+        if not task.done():
+            task.cancel()
+        await bus.close()

@@ -52,6 +52,17 @@ async def wait_until(awaitable: Any, seconds: float) -> None:
         pass
 
 
+def raise_if_cancelled() -> None:
+    """Raise ``CancelledError`` when the running task was asked to stop. A cancel that
+    lands while redis-py reads can come out of it as a connection or timeout error; a
+    retry loop that took it for a broker error would swallow the cancel and run on (a
+    halted center's loop outlived it, and the event loop's shutdown waited on it for
+    ever). ``Task.cancelling()`` keeps the request however the error was dressed."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 class BusError(CrawlhubError):
     """The broker failed (down, refused, timed out); the message says which and what."""
 

@@ -41,7 +41,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from crawlhub.agents.registry.base import AgentInfo, Heartbeat
-from crawlhub.center.bus import Bus, BusError, Envelope, Outgoing, wait_until
+from crawlhub.center.bus import (
+    Bus,
+    BusError,
+    Envelope,
+    Outgoing,
+    raise_if_cancelled,
+    wait_until,
+)
 from crawlhub.center.protocol import (
     ALLOCATIONS,
     BEATS,
@@ -139,6 +146,7 @@ class DownloadCenter:
             try:
                 await step()
             except BusError as exc:
+                raise_if_cancelled()
                 if not down:
                     log.warning("center %s: %s: %s; retrying", self.center_id, what, exc)
                     down = True
@@ -146,6 +154,7 @@ class DownloadCenter:
                 pause = min(pause * 2, 5.0)
                 continue
             except Exception:
+                raise_if_cancelled()
                 log.exception("center %s: %s failed; going on", self.center_id, what)
                 await asyncio.sleep(pause)
                 continue
