@@ -41,6 +41,9 @@ from rich.console import Console
 from rich.table import Table
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from crawl import start_site  # noqa: E402  (the synthetic site, started the same way)
+
 CRAWLHUB = str(Path(sys.executable).parent / "crawlhub")
 CONCURRENCY = 64
 
@@ -79,17 +82,6 @@ class Run:
             return "-"
         data = sorted(self.added)
         return f"{data[min(len(data) - 1, int(q * len(data)))] * 1000:.2f}"
-
-
-def start_site(pages: int) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen([sys.executable, str(HERE / "crawl_site.py"), "--pages", str(pages)],
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("ready"):
-        proc.kill()
-        raise SystemExit(f"the site did not start: {line!r}")
-    return proc, int(line.split()[1])
 
 
 class Cluster:

@@ -84,12 +84,12 @@ class Services:
         """The registry of the center's agents, when it is not ``agents`` already (the
         center on another server than ``storage.agents``); else None."""
         url = self.config.center.url
-        if not url or url.startswith("memory://") or url == self.config.storage.agents_url:
+        if not url or url == self.config.storage.agents_url:
             return None
         if self._center_registry is None:
-            self._center_registry = open_registry(
-                url, prefix=self.config.storage.redis_prefix,
-                dead_after=self.config.center.dead_after)
+            from crawlhub.center.center import open_center_registry
+
+            self._center_registry = open_center_registry(self.config, url)
         return self._center_registry
 
     async def start(self) -> None:

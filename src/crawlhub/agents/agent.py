@@ -78,8 +78,9 @@ def link_tasks(links: Mapping[str, int], pages: Sequence[Page]) -> list[dict[str
     """The tasks for ``links`` (URL -> depth) found on ``pages``: ``{url, depth}``, and the
     ``extract`` of the page that found the link first when that page's task had one, so a
     crawl keeps the rules its seed asked for, and ``center_agent``, the download center's
-    agent that downloaded that page (a chained crawl sends the link back to it). Costs one pass over the links of the flush
-    only when one of its tasks carries ``extract``."""
+    agent that downloaded that page (a chained crawl sends the link back to it). Costs
+    one pass over the links of the flush only when one of its tasks carries ``extract``
+    or one of its pages came through the download center."""
     if not any("extract" in p.task or p.fetched.agent for p in pages):
         return [{"url": u, "depth": d} for u, d in links.items()]
     first: dict[str, Any] = {}

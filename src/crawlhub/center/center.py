@@ -575,6 +575,17 @@ class DownloadCenter:
         return await center_jobs(self.bus)
 
 
+def open_center_registry(config: Any, url: str) -> Any:
+    """The agent registry the centers on ``url`` share: on that Redis, under the config's
+    prefix (None in process: the center keeps registrations in memory)."""
+    if url.startswith("memory://"):
+        return None
+    from crawlhub.agents.registry import open_registry
+
+    return open_registry(url, prefix=config.storage.redis_prefix,
+                         dead_after=config.center.dead_after)
+
+
 async def _end(tasks: Sequence[asyncio.Task[Any]]) -> None:
     """Stop loops: every one is told (``stop``) and has one read's block to end; then
     cancelled (a blocking read cancelled inside redis-py may wait on its connection, so

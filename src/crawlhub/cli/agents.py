@@ -40,7 +40,7 @@ async def _listing(cfg: Any, url: str) -> dict[str, Any]:
     """The agents on ``storage.agents`` and, when ``center.url`` is another server, the
     download center's agents there."""
     from crawlhub.agents.registry import listing, open_registry
-    from crawlhub.cli.center import open_center_registry
+    from crawlhub.center.center import open_center_registry
 
     registry = open_registry(url, prefix=cfg.storage.redis_prefix)
     center = cfg.center.url

@@ -30,17 +30,6 @@ def center_url(cfg: Any, given: str | None) -> str:
     return str(url)
 
 
-def open_center_registry(cfg: Any, url: str) -> Any:
-    """The agent registry the centers on ``url`` share: on that Redis, under the config's
-    prefix (none in process: the center keeps registrations in memory)."""
-    if url.startswith("memory://"):
-        return None
-    from crawlhub.agents.registry import open_registry
-
-    return open_registry(url, prefix=cfg.storage.redis_prefix,
-                         dead_after=cfg.center.dead_after)
-
-
 def center_command(
     center: CenterOpt = None,
     center_id: Annotated[str | None, typer.Option(
@@ -61,6 +50,8 @@ async def _run(cfg: Any, url: str, center_id: str | None) -> None:
     from crawlhub.center import DownloadCenter, open_bus
 
     bus = open_bus(url, prefix=cfg.storage.redis_prefix)
+    from crawlhub.center.center import open_center_registry
+
     registry = open_center_registry(cfg, url)
     section = cfg.center
     center = DownloadCenter(bus, registry=registry, center_id=center_id,

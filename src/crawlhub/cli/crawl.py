@@ -92,8 +92,10 @@ def crawl_command(
                             extract=rules, robots=robots, sink=read_sink(sink),
                             user_agent=user_agent, center=center, strategy=strategy,
                             agents=agents, center_prefix=center_prefix)
-        if strategy not in ("random", "fixed", "chained"):
-            raise ConfigError(f"--strategy {strategy!r}: use random, fixed or chained",
+        from crawlhub.center.protocol import STRATEGIES
+
+        if strategy not in STRATEGIES:
+            raise ConfigError(f"--strategy {strategy!r}: use {', '.join(STRATEGIES)}",
                               key="strategy")
         crawl = Crawl(opts)
     except CrawlhubError as exc:

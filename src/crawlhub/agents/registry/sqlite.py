@@ -67,15 +67,12 @@ class SqliteAgentRegistry:
                 for n, (agent_id, b) in enumerate(beats)]
 
         def _beat(conn: sqlite3.Connection) -> list[bool]:
-            out = []
-            for agent_id, beat, seen in rows:
-                known = conn.execute("SELECT seen FROM agents WHERE agent_id = ?",
-                                     (agent_id,)).fetchone()
-                if known is not None and seen >= known[0]:  # never backwards
-                    conn.execute("UPDATE agents SET beat = ?, seen = ? WHERE agent_id = ?",
-                                 (beat, seen, agent_id))
-                out.append(known is not None)
-            return out
+            # a known agent's row always matches (True); an older stamp changes nothing:
+            # the last sign of life never moves back
+            return [conn.execute(
+                "UPDATE agents SET beat = CASE WHEN ? >= seen THEN ? ELSE beat END,"
+                " seen = MAX(seen, ?) WHERE agent_id = ?",
+                (seen, beat, seen, agent_id)).rowcount > 0 for agent_id, beat, seen in rows]
 
         return await self._db.transaction(_beat) if rows else []
 
