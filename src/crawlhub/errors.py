@@ -16,7 +16,12 @@ names the input, the place and, where there is one, the fix::
     ├── FrontierError        seed store / dedup failures
     ├── FetchError           a request failed after its retries
     ├── SinkError            a sink could not write a batch
-    └── CancelledError       work stopped by a cancellation token
+    ├── CancelledError       work stopped by a cancellation token
+    ├── NotFoundError        a named thing (job, run, project, build) does not exist: 404
+    └── ConflictError        the request clashes with the current state: 409
+
+The API maps the last three kinds once (``crawlhub.api.errors``): ``NotFoundError`` 404,
+``ConflictError`` 409, ``BackendUnavailable`` 503; routers raise, they do not translate.
 """
 
 from __future__ import annotations
@@ -141,3 +146,12 @@ class SinkError(CrawlhubError):
 
 class CancelledError(CrawlhubError):
     """Work stopped because its cancellation token was cancelled."""
+
+
+class NotFoundError(CrawlhubError):
+    """A named thing does not exist (the API answers 404 with the message)."""
+
+
+class ConflictError(CrawlhubError):
+    """The request clashes with the current state, e.g. a job already running at its
+    ``max_instances`` or a name taken (the API answers 409 with the message)."""

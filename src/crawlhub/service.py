@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from crawlhub.agents.registry import AgentRegistry, open_registry
+from crawlhub.control.plane import ControlPlane
 from crawlhub.hub.hub import Hub
 from crawlhub.hub.state import HubState, open_state
 from crawlhub.queues import open_backend
@@ -26,7 +27,8 @@ class Services:
 
     def __init__(self, config: Any, *, queues: QueueBackend, state: HubState, hub: Hub,
                  frontiers: dict[str, Any], jobs: Any | None = None,
-                 agents: AgentRegistry | None = None) -> None:
+                 agents: AgentRegistry | None = None,
+                 control: ControlPlane | None = None) -> None:
         self.config = config
         self.queues = queues
         self.state = state
@@ -35,6 +37,9 @@ class Services:
         self.hub = hub
         self.frontiers = frontiers
         self.jobs = jobs
+        #: the control plane (projects, builds, jobs, runs, logs, alerts); None only for
+        #: services built without one (embedding tests of the hub alone)
+        self.control = control
         self._started = False
         #: the download center's broker and registry (``center.url``), opened on first use
         self._center_bus: Any = None
@@ -67,7 +72,15 @@ class Services:
             from crawlhub.collect.service import JobManager
 
             jobs = JobManager(config)
-        return cls(config, queues=queues, state=state, hub=hub, frontiers=frontiers, jobs=jobs)
+        try:
+            control = await ControlPlane.open(config)
+        except BaseException:
+            await hub.stop()
+            await state.close()
+            await queues.close()
+            raise
+        return cls(config, queues=queues, state=state, hub=hub, frontiers=frontiers, jobs=jobs,
+                   control=control)
 
     @property
     def center_bus(self) -> Any:
@@ -101,6 +114,8 @@ class Services:
         await self.hub.start()
         if self.jobs is not None:
             await self.jobs.start_auto()
+        if self.control is not None:
+            await self.control.start()
         section = self.config.center
         if section.url and section.serve:
             import asyncio
@@ -126,6 +141,9 @@ class Services:
                 with contextlib.suppress(Exception):
                     await held.close()
         self._center_bus = self._center_registry = None
+        if self.control is not None:
+            with contextlib.suppress(Exception):
+                await self.control.close()
         if self.jobs is not None:
             with contextlib.suppress(Exception):
                 await self.jobs.close()

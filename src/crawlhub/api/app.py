@@ -40,7 +40,9 @@ PUBLIC_PATHS = frozenset({"/healthz", docs.DOCS_URL, "/openapi.json", docs.REDOC
 #: Path prefixes anyone may read: the package's static files (docs assets).
 PUBLIC_PREFIXES = (f"{docs.STATIC_URL}/",)
 #: Routers of other parts, mounted when their module is present.
-OPTIONAL_ROUTERS = ("crawlhub.api.frontier", "crawlhub.api.jobs", "crawlhub.api.center")
+OPTIONAL_ROUTERS = ("crawlhub.api.frontier", "crawlhub.api.jobs", "crawlhub.api.center",
+                    "crawlhub.api.runs", "crawlhub.api.projects", "crawlhub.api.logs",
+                    "crawlhub.api.alerts", "crawlhub.web.routes")
 
 
 class BearerToken:

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from crawlhub.api.deps import ApiError
-from crawlhub.errors import BackendUnavailable, CrawlhubError
+from crawlhub.errors import BackendUnavailable, ConflictError, CrawlhubError, NotFoundError
 from crawlhub.storage.errors import is_unavailable, unavailable, unavailable_types
 from crawlhub.storage.redact import redact_url
 
@@ -33,6 +33,8 @@ def install(app: FastAPI) -> None:
     """Register the JSON error answers on ``app``."""
     app.add_exception_handler(ApiError, _api_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
+    app.add_exception_handler(NotFoundError, _not_found)  # type: ignore[arg-type]
+    app.add_exception_handler(ConflictError, _conflict)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     for error_type in (BackendUnavailable, CrawlhubError, OSError, *unavailable_types()):
         app.add_exception_handler(error_type, backend_error)
@@ -87,6 +89,14 @@ async def _crash(request: Request, exc: Exception) -> JSONResponse:
     if is_unavailable(exc):
         return await backend_error(request, exc)
     return internal_error(request, exc)
+
+
+async def _not_found(request: Request, exc: NotFoundError) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=404)
+
+
+async def _conflict(request: Request, exc: ConflictError) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=409)
 
 
 async def _api_error(request: Request, exc: ApiError) -> JSONResponse:

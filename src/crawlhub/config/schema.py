@@ -25,6 +25,7 @@ from pydantic import (
 
 from crawlhub.config.agent import AgentSection
 from crawlhub.config.center import CenterSection
+from crawlhub.config.control import ControlSection
 from crawlhub.config.durations import parse_duration
 from crawlhub.config.frontier import FrontierConfig
 from crawlhub.config.jobs import JobConfig
@@ -433,6 +434,8 @@ class CrawlhubConfig(_Section):
     agent: AgentSection = Field(default_factory=AgentSection)
     #: the download center (crawlhub.config.center)
     center: CenterSection = Field(default_factory=CenterSection)
+    #: the control plane: projects, builds, jobs, runs, logs, alerts (crawlhub.config.control)
+    control: ControlSection = Field(default_factory=ControlSection)
 
     _config_path: Path | None = PrivateAttr(default=None)
     _settings: Settings | None = PrivateAttr(default=None)
@@ -440,7 +443,7 @@ class CrawlhubConfig(_Section):
     _origins: dict[tuple[str, ...], str] = PrivateAttr(default_factory=dict)
 
     @field_validator("storage", "server", "routing", "failure", "logging", "agent",
-                     "center", mode="before")
+                     "center", "control", mode="before")
     @classmethod
     def _none_is_default(cls, value: Any) -> Any:
         return {} if value is None else value
@@ -454,7 +457,7 @@ class CrawlhubConfig(_Section):
     def _defaults_under_data_dir(self) -> CrawlhubConfig:
         """Default storage URLs and the failure file live under ``data_dir``, also for a
         config built in Python (the loader fills every other placeholder)."""
-        for section in (self.storage, self.failure):
+        for section in (self.storage, self.failure, self.control):
             for name in type(section).model_fields:
                 value = getattr(section, name)
                 if (name not in section.model_fields_set and isinstance(value, str)

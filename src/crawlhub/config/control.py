@@ -1,0 +1,67 @@
+"""The ``control`` config section: the control plane's projects, builds, jobs, runs,
+logs and alerts (issue 10). ``crawlhub serve`` runs it; ``crawlhub jobs|runs|logs|
+projects|builds`` read the same stores.
+
+    control:
+      url: sqlite:///{data_dir}/control.db   # projects, builds, jobs, runs, alerts
+                                             # (or postgresql://... distributed)
+      logs_url: sqlite:///{data_dir}/logs.db # the searchable log store (FTS5 / PG full text)
+      channel: null                          # redis://... : pause/continue/exit and log
+                                             # transport between hosts; null: in process
+      secret_key: null                       # Fernet key(s) for secrets at rest; default:
+                                             # $CRAWLHUB_SECRET_KEY or <data_dir>/secret.key
+      tag_pattern: release/{{name}}/{{version}}  # the release tag that runs a build (braces
+                                             # doubled: {x} is a config placeholder)
+      builds_dir: "{data_dir}/builds"        # clones, virtualenvs and artifacts
+      runs_dir: "{data_dir}/runs"            # per-run working files (control file, counters)
+      scheduler: true                        # this process fires cron ticks and runs jobs
+      grace: 10                              # seconds between the graceful signal and kill
+      log_max_age: 7d                        # log retention by age
+      log_max_lines: 5000000                 # ... and by size
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from crawlhub.config.frontier import Duration
+
+DEFAULT_TAG_PATTERN = "release/{name}/{version}"
+
+
+class ControlSection(BaseModel):
+    """Config key ``control``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = "sqlite:///{data_dir}/control.db"
+    logs_url: str = "sqlite:///{data_dir}/logs.db"
+    channel: str | None = None
+    secret_key: SecretStr | None = None
+    tag_pattern: str = DEFAULT_TAG_PATTERN
+    builds_dir: str = "{data_dir}/builds"
+    runs_dir: str = "{data_dir}/runs"
+    scheduler: bool = True
+    grace: Duration = Field(default=10.0, gt=0)
+    log_max_age: Duration = Field(default=7 * 86400.0, gt=0)
+    log_max_lines: int = Field(default=5_000_000, ge=1000)
+
+    @field_validator("url", "logs_url")
+    @classmethod
+    def _sql_url(cls, value: str) -> str:
+        scheme = value.split("://", 1)[0].lower() if "://" in value else ""
+        if scheme not in ("sqlite", "postgres", "postgresql"):
+            raise ValueError(f"URL {value!r} must start with sqlite://, postgres:// or"
+                             " postgresql://")
+        return value
+
+    @field_validator("channel")
+    @classmethod
+    def _channel_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        scheme = value.split("://", 1)[0].lower() if "://" in value else ""
+        if scheme not in ("redis", "rediss", "valkey", "memory"):
+            raise ValueError(f"channel URL {value!r} must start with redis:// (or be null"
+                             " for the in-process channel)")
+        return value
