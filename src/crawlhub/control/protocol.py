@@ -1,0 +1,104 @@
+"""What a job process and its runner say to each other, without a network.
+
+The runner starts a job with these environment variables:
+
+- ``CRAWLHUB_JOB``, ``CRAWLHUB_RUN``: the job's name and the run's code;
+- ``CRAWLHUB_CONTROL_FILE``: a JSON file ``{"state": "run"|"pause"|"exit", "changed_at":
+  <unix time>}`` the runner rewrites (atomically: write + rename) when the job's desired
+  state changes; the job reads it (``crawlhub.sdk.control()``);
+- ``CRAWLHUB_COUNTERS_FILE``: a JSON file ``{"counters": {name: number}, "updated_at":
+  <unix time>}`` the job rewrites (atomically) as it counts; the runner reads it.
+
+On stdout, a line that is a JSON object with a ``"crawlhub"`` key is a message to the
+runner, anything else is a plain log line:
+
+- ``{"crawlhub": "log", "level": "info", "task": "t-1" | null, "message": "..."}``
+- ``{"crawlhub": "task", "task": "t-1", "status": "running" | "succeeded" | "failed",
+  "ts": <unix time>, "detail": "..."}``: the run's timeline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ENV_JOB = "CRAWLHUB_JOB"
+ENV_RUN = "CRAWLHUB_RUN"
+ENV_CONTROL_FILE = "CRAWLHUB_CONTROL_FILE"
+ENV_COUNTERS_FILE = "CRAWLHUB_COUNTERS_FILE"
+
+#: Desired states of a job: run, pause (hold still, lose nothing), exit (stop cleanly).
+RUN, PAUSE, EXIT = "run", "pause", "exit"
+STATES = (RUN, PAUSE, EXIT)
+
+#: Statuses of a task in a run's timeline.
+TASK_STATUSES = ("running", "succeeded", "failed")
+
+_LEVEL_WORD = re.compile(r"\b(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b")
+_LEVEL_OF = {"DEBUG": "debug", "INFO": "info", "WARNING": "warning", "WARN": "warning",
+             "ERROR": "error", "CRITICAL": "critical", "FATAL": "critical"}
+
+
+@dataclass(slots=True)
+class LogMessage:
+    message: str
+    level: str = "info"
+    task: str | None = None
+
+
+@dataclass(slots=True)
+class TaskEvent:
+    task: str
+    status: str
+    ts: float
+    detail: str = ""
+
+
+def parse_line(text: str) -> LogMessage | TaskEvent:
+    """What one stdout/stderr line of a job says: a task event or a log message.
+
+    Plain text gets its level from a level word near its start (``ERROR``, ``WARNING``,
+    ... as Python's logging and most tools print them), else ``info``.
+    """
+    line = text.rstrip("\r\n")
+    if line.startswith("{") and '"crawlhub"' in line:
+        try:
+            data = json.loads(line)
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            kind = data.get("crawlhub")
+            task = data.get("task")
+            task = str(task)[:200] if task not in (None, "") else None
+            if kind == "task" and task and data.get("status") in TASK_STATUSES:
+                ts = data.get("ts")
+                return TaskEvent(task, str(data["status"]),
+                                 float(ts) if isinstance(ts, int | float) else time.time(),
+                                 str(data.get("detail") or "")[:2000])
+            if kind == "log":
+                level = str(data.get("level") or "info").lower()
+                level = _LEVEL_OF.get(level.upper(), "info")
+                return LogMessage(str(data.get("message", "")), level, task)
+    match = _LEVEL_WORD.search(line[:80])
+    return LogMessage(line, _LEVEL_OF[match.group(1)] if match else "info")
+
+
+def write_json_atomic(path: str | Path, value: Any) -> None:
+    """Write ``value`` as JSON to ``path`` so a reader never sees half a file."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(value), encoding="utf-8")
+    os.replace(tmp, target)
+
+
+def read_json(path: str | Path) -> Any:
+    """The JSON in ``path``, or None when it is missing or not (yet) valid."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
