@@ -551,7 +551,13 @@ def _mount_optional() -> None:
                                  ("crawlhub.cli.agents", "agents"),
                                  ("crawlhub.cli.crawl", "crawl"),
                                  ("crawlhub.cli.agent", "agent"),
-                                 ("crawlhub.cli.center", "center")):
+                                 ("crawlhub.cli.center", "center"),
+                                 ("crawlhub.cli.jobs", "jobs"),
+                                 ("crawlhub.cli.runs", "runs"),
+                                 ("crawlhub.cli.logs", "logs"),
+                                 ("crawlhub.cli.projects", "projects"),
+                                 ("crawlhub.cli.builds", "builds"),
+                                 ("crawlhub.cli.alerts", "alerts")):
         try:
             module = importlib.import_module(module_name)
         except ImportError:
