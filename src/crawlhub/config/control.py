@@ -18,6 +18,15 @@ projects|builds`` read the same stores.
       grace: 10                              # seconds between the graceful signal and kill
       log_max_age: 7d                        # log retention by age
       log_max_lines: 5000000                 # ... and by size
+      smtp_url: null                         # alert emails: smtp://user:pass@host:587
+                                             # (smtps://... for TLS from the start)
+      smtp_from: crawlhub@localhost          # their From address
+      smtp_starttls: null                    # null: STARTTLS when offered; true: required
+      alert_interval: 10m                    # the same alert is not re-sent within this
+      alert_timeout: 10                      # seconds per webhook / SMTP attempt
+      alert_poll: 15                         # seconds between agent / queue checks
+      queue_stall_after: 10m                 # a queue with Left > 0 and no Success for
+                                             # this long is stalled
 """
 
 from __future__ import annotations
@@ -45,6 +54,14 @@ class ControlSection(BaseModel):
     grace: Duration = Field(default=10.0, gt=0)
     log_max_age: Duration = Field(default=7 * 86400.0, gt=0)
     log_max_lines: int = Field(default=5_000_000, ge=1000)
+    # -- alerts (crawlhub.control.alerts) --
+    smtp_url: SecretStr | None = None
+    smtp_from: str = "crawlhub@localhost"
+    smtp_starttls: bool | None = None
+    alert_interval: Duration = Field(default=600.0, ge=0)
+    alert_timeout: Duration = Field(default=10.0, gt=0)
+    alert_poll: Duration = Field(default=15.0, gt=0)
+    queue_stall_after: Duration = Field(default=600.0, gt=0)
 
     @field_validator("url", "logs_url")
     @classmethod
@@ -53,6 +70,18 @@ class ControlSection(BaseModel):
         if scheme not in ("sqlite", "postgres", "postgresql"):
             raise ValueError(f"URL {value!r} must start with sqlite://, postgres:// or"
                              " postgresql://")
+        return value
+
+    @field_validator("smtp_url")
+    @classmethod
+    def _smtp_url(cls, value: SecretStr | None) -> SecretStr | None:
+        # the message never shows the URL: it holds the SMTP password
+        if value is None:
+            return None
+        scheme, sep, _ = value.get_secret_value().partition("://")
+        if not sep or scheme.lower() not in ("smtp", "smtps"):
+            raise ValueError("the SMTP URL must look like smtp://user:password@host:587 (or"
+                             " smtps://... for TLS from the first byte)")
         return value
 
     @field_validator("channel")
