@@ -27,6 +27,11 @@ projects|builds`` read the same stores.
       alert_poll: 15                         # seconds between agent / queue checks
       queue_stall_after: 10m                 # a queue with Left > 0 and no Success for
                                              # this long is stalled
+      builder: venv                          # new projects' builder: venv, wheel, docker,
+                                             # command (crawlhub.control.builders)
+      build_timeout: 15m                     # clone + build, then the build fails
+      build_log_lines: 5000                  # the last lines of a build's log kept
+      builds_parallel: 2                     # builds run at once by this process
 """
 
 from __future__ import annotations
@@ -62,6 +67,19 @@ class ControlSection(BaseModel):
     alert_timeout: Duration = Field(default=10.0, gt=0)
     alert_poll: Duration = Field(default=15.0, gt=0)
     queue_stall_after: Duration = Field(default=600.0, gt=0)
+    # -- builds (crawlhub.control.builds) --
+    builder: str = "venv"
+    build_timeout: Duration = Field(default=900.0, gt=0)
+    build_log_lines: int = Field(default=5000, ge=100, le=1_000_000)
+    builds_parallel: int = Field(default=2, ge=1, le=64)
+
+    @field_validator("tag_pattern")
+    @classmethod
+    def _tag_pattern(cls, value: str) -> str:
+        from crawlhub.control.hooks import TagPattern
+
+        TagPattern(value)  # a pattern git can never match is an error here, with why
+        return value
 
     @field_validator("url", "logs_url")
     @classmethod
