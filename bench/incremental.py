@@ -26,8 +26,8 @@ from rich.table import Table
 
 from crawlhub.collect.build import new_run
 from crawlhub.collect.plan import IncrementalState, plan_incremental
-from crawlhub.collect.store import Progress, open_store
-from crawlhub.config.jobs import JobConfig
+from crawlhub.collect.store import Progress, open_metadata_store
+from crawlhub.config.jobs import CollectJobConfig
 
 
 class PagedApi:
@@ -51,8 +51,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def job(url: str, strategy: str, batch: int, sink: Path) -> JobConfig:
-    return JobConfig.model_validate(
+def job(url: str, strategy: str, batch: int, sink: Path) -> CollectJobConfig:
+    return CollectJobConfig.model_validate(
         {
             "name": f"bench-{strategy}",
             "source": {"url": f"{url}/items", "date_field": "date"},
@@ -72,7 +72,7 @@ async def measure(n: int, k: int, batch: int, tmp: Path) -> dict[str, Any]:
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     url = f"http://127.0.0.1:{port}"
-    store = await open_store(f"sqlite:///{tmp}/meta-{n}-{k}.db")
+    store = await open_metadata_store(f"sqlite:///{tmp}/meta-{n}-{k}.db")
     try:
         # The state a completed earlier run leaves when the source held n - k items.
         inc = job(url, "incremental", batch, tmp / f"inc-{n}-{k}.jsonl")

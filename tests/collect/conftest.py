@@ -9,8 +9,8 @@ from typing import Any, overload
 
 import pytest
 
-from crawlhub.collect.store import SqlMetadataStore, open_store
-from crawlhub.config.jobs import JobConfig
+from crawlhub.collect.store import SqlMetadataStore, open_metadata_store
+from crawlhub.config.jobs import CollectJobConfig
 from crawlhub.sinks.base import BatchResult
 from tests.httpapi import DATE_FORMAT, ApiServer
 
@@ -91,7 +91,7 @@ def list_offsets(api: ApiServer) -> list[tuple[int, int]]:
     ]
 
 
-def job_config(url: str, name: str = "news", **over: Any) -> JobConfig:
+def job_config(url: str, name: str = "news", **over: Any) -> CollectJobConfig:
     """A job against the test API: no rate gaps, dates in the server's format."""
     data: dict[str, Any] = {
         "name": name,
@@ -112,12 +112,12 @@ def job_config(url: str, name: str = "news", **over: Any) -> JobConfig:
             data[key] = {**data[key], **value}
         else:
             data[key] = value
-    return JobConfig.model_validate(data)
+    return CollectJobConfig.model_validate(data)
 
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[SqlMetadataStore]:
-    s = await open_store(f"sqlite:///{tmp_path}/meta.db")
+    s = await open_metadata_store(f"sqlite:///{tmp_path}/meta.db")
     yield s
     await s.close()
 
@@ -131,7 +131,7 @@ async def any_store(
         url = f"sqlite:///{tmp_path}/meta.db"
     else:
         url = request.getfixturevalue("postgres_url")
-    s = await open_store(url, table_prefix=f"{unique_name}_")
+    s = await open_metadata_store(url, table_prefix=f"{unique_name}_")
     yield s
     if request.param == "postgres":
         for table in (s.progress_table, s.cursors_table, s.runs_table, s.leases_table,

@@ -9,7 +9,7 @@ import asyncpg
 import redis.asyncio as aioredis
 
 from crawlhub.collect.build import job_sink, new_run
-from crawlhub.collect.store import open_store
+from crawlhub.collect.store import open_metadata_store
 from crawlhub.pipeline.result import Status
 from tests.collect.conftest import LazyItems, job_config
 from tests.httpapi import ApiServer
@@ -27,7 +27,7 @@ async def test_postgres_progress_and_sink_absorb_boundary_duplicates(
     postgres_url: str, unique_name: str
 ) -> None:
     items = LazyItems(430)
-    store = await open_store(postgres_url, table_prefix=f"{unique_name}_")
+    store = await open_metadata_store(postgres_url, table_prefix=f"{unique_name}_")
     table = f"{unique_name}_news"
     try:
         async with ApiServer(items=items) as api:  # type: ignore[arg-type]
@@ -62,7 +62,7 @@ async def test_redis_stream_sink_absorbs_boundary_duplicates(
     redis_url: str, unique_name: str, tmp_path: Any
 ) -> None:
     items = LazyItems(300)
-    store = await open_store(f"sqlite:///{tmp_path}/meta.db")
+    store = await open_metadata_store(f"sqlite:///{tmp_path}/meta.db")
     prefix = f"{unique_name}:"
     stream = f"{unique_name}:news"
     client = aioredis.from_url(redis_url)

@@ -15,7 +15,7 @@ import yaml
 
 from crawlhub.collect.build import new_run
 from crawlhub.collect.service import metadata_url_for
-from crawlhub.collect.store import SqlMetadataStore, open_store
+from crawlhub.collect.store import SqlMetadataStore, open_metadata_store
 from crawlhub.config.loader import load_config
 from crawlhub.fetch.retry import RetryPolicy
 from crawlhub.pipeline.result import Status
@@ -138,7 +138,7 @@ async def interrupted_in_details(tmp_path: Path, sig: signal.Signals) -> tuple[P
         api.clear_faults()
         api.log.clear()
         cfg = load_config(cfg_path)
-        store = await open_store(metadata_url_for(cfg))
+        store = await open_metadata_store(metadata_url_for(cfg))
         try:
             pending = await store.detail_ids("deals")
             assert 24 in pending

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from crawlhub.cli import app
 from crawlhub.collect.build import new_run
 from crawlhub.collect.service import metadata_url_for
-from crawlhub.collect.store import open_store
+from crawlhub.collect.store import open_metadata_store
 from crawlhub.config.loader import load_config
 from crawlhub.pipeline.result import Status
 from tests.collect.conftest import LazyItems, list_offsets
@@ -69,7 +69,7 @@ async def test_a_run_killed_with_sigkill_resumes_from_its_saved_offset(tmp_path:
         items.total = 2150  # new items arrived while it was down
 
         cfg = load_config(cfg_path)
-        store = await open_store(metadata_url_for(cfg))
+        store = await open_metadata_store(metadata_url_for(cfg))
         try:
             crashed = await store.load_progress("news")
             assert crashed is not None and crashed.run_id and crashed.saved_offset == 1200

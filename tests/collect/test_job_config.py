@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from crawlhub.collect.build import job_pipeline_config
-from crawlhub.config.jobs import JobConfig, load_job
+from crawlhub.config.jobs import CollectJobConfig, load_job
 from crawlhub.config.loader import load_config
 from crawlhub.errors import ConfigError
 
@@ -16,7 +16,7 @@ SOURCE = {"url": "http://127.0.0.1:1/items", "date_field": "date"}
 
 
 def test_defaults_follow_seed_000() -> None:
-    job = JobConfig.model_validate({"name": "n", "source": SOURCE})
+    job = CollectJobConfig.model_validate({"name": "n", "source": SOURCE})
     assert (job.strategy.type, job.strategy.batch_size, job.strategy.max_expired_batches) == (
         "incremental", 100, 3)
     assert job.enabled and not job.auto_start
@@ -24,12 +24,12 @@ def test_defaults_follow_seed_000() -> None:
 
 
 def test_durations_take_units_and_iso_8601() -> None:
-    job = JobConfig.model_validate({"name": "n", "source": {
+    job = CollectJobConfig.model_validate({"name": "n", "source": {
         **SOURCE, "pagination": {"window": "2d", "segment": "PT30M"}},
         "strategy": {"type": "window"}})
     assert job.source.pagination.window == timedelta(days=2)
     assert job.source.pagination.segment == timedelta(minutes=30)
-    again = JobConfig.model_validate(job.model_dump(mode="json"))
+    again = CollectJobConfig.model_validate(job.model_dump(mode="json"))
     assert again == job
 
 
@@ -66,7 +66,7 @@ def test_a_config_file_with_a_bad_job_names_its_key(tmp_path: Path) -> None:
 
 
 def test_job_pipeline_settings_layer_global_job_section_and_cli() -> None:
-    job = JobConfig.model_validate({"name": "news", "source": SOURCE,
+    job = CollectJobConfig.model_validate({"name": "news", "source": SOURCE,
                                     "pipeline": {"workers": 3},
                                     "scheduler": {"rate_min": 1, "rate_max": 2}})
     cfg = job_pipeline_config(job, {"workers": 5, "batch_size": 50, "news": {"queue_size": 7}},

@@ -20,7 +20,7 @@ from fastapi import FastAPI
 
 from crawlhub.api.jobs import router
 from crawlhub.collect.lease import JobRunning, RunLease
-from crawlhub.collect.service import JobManager
+from crawlhub.collect.service import CollectJobManager
 from crawlhub.collect.store import SqlMetadataStore
 from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.fetch.cancel import CancellationToken
@@ -77,7 +77,7 @@ async def test_a_second_manager_gets_a_conflict_naming_pid_host_and_start(
     tmp_path: Path, api: ApiServer
 ) -> None:
     cfg = load(write_config(tmp_path, api.url))
-    first, second = JobManager(cfg), JobManager(cfg)
+    first, second = CollectJobManager(cfg), CollectJobManager(cfg)
     hang_at(api, 250)
     try:
         await first.start("news")
@@ -107,7 +107,7 @@ async def test_a_second_manager_gets_a_conflict_naming_pid_host_and_start(
 
 async def test_the_cli_refuses_a_job_the_server_is_running(tmp_path: Path, api: ApiServer) -> None:
     cfg_path = write_config(tmp_path, api.url)
-    manager = JobManager(load(cfg_path))
+    manager = CollectJobManager(load(cfg_path))
     hang_at(api, 250)
     try:
         await manager.start("news")
@@ -125,7 +125,7 @@ async def test_the_server_sees_stops_and_reads_the_log_of_a_cli_run(
     tmp_path: Path, api: ApiServer
 ) -> None:
     cfg_path = write_config(tmp_path, api.url)
-    manager = JobManager(load(cfg_path))
+    manager = CollectJobManager(load(cfg_path))
     hang_at(api, 150)
     proc = await start_cli(cfg_path, "--lease-ttl", "0.6")
     try:
@@ -163,7 +163,7 @@ async def test_a_run_killed_with_sigkill_does_not_block_the_next_one(
     proc.send_signal(signal.SIGKILL)
     await proc.wait()
     api.clear_faults()
-    manager = JobManager(load(cfg_path))
+    manager = CollectJobManager(load(cfg_path))
     try:
         await manager.start("news")  # same host, dead pid: taken over at once
         result = await manager.wait("news")
@@ -227,9 +227,9 @@ async def test_a_run_that_lost_its_lease_stops(store: SqlMetadataStore) -> None:
 async def test_a_run_stops_when_the_store_is_out_of_reach_for_a_whole_ttl(
     tmp_path: Path,
 ) -> None:
-    from crawlhub.collect.store import open_store
+    from crawlhub.collect.store import open_metadata_store
 
-    store = await open_store(f"sqlite:///{tmp_path}/meta.db")
+    store = await open_metadata_store(f"sqlite:///{tmp_path}/meta.db")
     clock = FakeClock(1000.0)
     lease, token = RunLease(store, "news", "r1", ttl=30, clock=clock), CancellationToken()
     await lease.acquire()
@@ -247,7 +247,7 @@ async def test_auto_start_leaves_a_job_running_elsewhere_to_that_run(
 ) -> None:
     cfg = load(write_config(tmp_path, api.url))
     cfg.jobs[0].auto_start = True
-    first, second = JobManager(cfg), JobManager(cfg)
+    first, second = CollectJobManager(cfg), CollectJobManager(cfg)
     hang_at(api, 250)
     try:
         assert len(await first.start_auto()) == 1
@@ -263,7 +263,7 @@ async def test_api_job_log_shows_the_lines_of_a_run_from_another_manager(
     tmp_path: Path, api: ApiServer
 ) -> None:
     cfg = load(write_config(tmp_path, api.url))
-    runner, server = JobManager(cfg), JobManager(cfg)
+    runner, server = CollectJobManager(cfg), CollectJobManager(cfg)
     app = FastAPI()
     app.include_router(router)
     app.state.services = SimpleNamespace(jobs=server)

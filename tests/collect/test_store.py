@@ -13,7 +13,7 @@ from crawlhub.collect.store import (
     Progress,
     RunRecord,
     SqlMetadataStore,
-    open_store,
+    open_metadata_store,
     store_for,
 )
 from crawlhub.errors import ConfigError
@@ -27,7 +27,7 @@ async def store(
         url = f"sqlite:///{tmp_path}/meta.db"
     else:
         url = request.getfixturevalue("postgres_url")
-    s = await open_store(url, table_prefix=f"{unique_name}_")
+    s = await open_metadata_store(url, table_prefix=f"{unique_name}_")
     yield s
     if request.param == "postgres":
         for table in (s.progress_table, s.cursors_table, s.runs_table, s.leases_table,

@@ -135,9 +135,9 @@ async def _frontier(path: Path) -> None:
 
 
 async def _collect(path: Path) -> None:
-    from crawlhub.collect.store import open_store
+    from crawlhub.collect.store import open_metadata_store
 
-    store = await open_store(f"sqlite:///{path}")
+    store = await open_metadata_store(f"sqlite:///{path}")
     await store.close()
 
 

@@ -20,7 +20,7 @@ from rich.table import Table
 from crawlhub.collect.build import new_run
 from crawlhub.collect.lease import DEFAULT_LEASE_TTL, JobRunning
 from crawlhub.collect.service import metadata_url_for
-from crawlhub.collect.store import open_store
+from crawlhub.collect.store import open_metadata_store
 from crawlhub.config.pipeline import cli_overrides
 from crawlhub.errors import ConfigError, CrawlhubError
 from crawlhub.fetch.cancel import CancellationToken, ctrl_c_cancels
@@ -127,7 +127,7 @@ async def _collect(
     lease_ttl: float = DEFAULT_LEASE_TTL,
 ) -> RunResult:
     job = next(j for j in cfg.jobs if j.name == name)
-    store = await open_store(url)
+    store = await open_metadata_store(url)
     try:
         run = new_run(job, store=store, config=cfg, token=token, cli=cli, lease_ttl=lease_ttl)
         await run.claim()  # before the progress bar: a conflict is one clear line

@@ -1,16 +1,21 @@
 """collect: API collection jobs (newest-first incremental, time windows, full scans).
 
 The public face; behind it: plan (pure planners), source (requests and answers), store
-(progress, cursors, runs), runner (one run), build (a run from config), service (JobManager).
+(progress, cursors, runs), runner (one run), build (a run from config), service
+(CollectJobManager).
+
+"Job" here is a collection job of the config's ``jobs:`` (``crawlhub collect``), one of
+the kinds of job the control plane runs (``crawlhub.control``).
 """
 
 from crawlhub.collect.build import new_run
 from crawlhub.collect.plan import IncrementalState, Sweep, plan_incremental
 from crawlhub.collect.runner import JobRun
-from crawlhub.collect.service import JobConflict, JobManager, JobNotFound
-from crawlhub.collect.store import MetadataStore, Progress, RunRecord, open_store
+from crawlhub.collect.service import CollectJobManager, JobConflict, JobManager, JobNotFound
+from crawlhub.collect.store import MetadataStore, Progress, RunRecord, open_metadata_store
 
 __all__ = [
+    "CollectJobManager",
     "IncrementalState",
     "JobConflict",
     "JobManager",
@@ -21,6 +26,6 @@ __all__ = [
     "RunRecord",
     "Sweep",
     "new_run",
-    "open_store",
+    "open_metadata_store",
     "plan_incremental",
 ]

@@ -1,6 +1,6 @@
 """Assembling one run of a job from config: pipeline settings, sink, retries, fetcher.
 
-The JobManager and the CLI both build runs here, so a job behaves the same in both.
+The CollectJobManager and the CLI both build runs here, so a job behaves the same in both.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 from crawlhub.collect.lease import DEFAULT_LEASE_TTL
 from crawlhub.collect.runner import JobRun, _now
 from crawlhub.collect.store.base import MetadataStore
-from crawlhub.config.jobs import JobConfig
+from crawlhub.config.jobs import CollectJobConfig
 from crawlhub.config.pipeline import (
     PipelineConfig,
     PipelineSection,
@@ -33,7 +33,7 @@ _SCHEDULER_KEYS = ("mode", "rate_min", "rate_max", "concurrency", "scope")
 
 
 def job_pipeline_config(
-    job: JobConfig,
+    job: CollectJobConfig,
     section: PipelineSection | Mapping[str, Any] | None = None,
     *,
     env: Any = None,
@@ -60,7 +60,7 @@ def job_pipeline_config(
     return resolve_pipeline_config(merged, job.name, env, cli)
 
 
-def job_sink(job: JobConfig, spec: Mapping[str, Any] | None = None, *, config: Any = None) -> Sink:
+def job_sink(job: CollectJobConfig, spec: Mapping[str, Any] | None = None, *, config: Any = None) -> Sink:
     """The job's sink (not opened): its ``sink:`` spec, named after the job, keyed by id."""
     data = dict(spec if spec is not None else job.sink)
     data.setdefault("name", job.name)
@@ -68,7 +68,7 @@ def job_sink(job: JobConfig, spec: Mapping[str, Any] | None = None, *, config: A
     return build_sink(data, config=config, name=job.name, entry=f"job '{job.name}' sink")
 
 
-def job_retry(job: JobConfig, pipeline: PipelineConfig, **overrides: Any) -> RetryPolicy:
+def job_retry(job: CollectJobConfig, pipeline: PipelineConfig, **overrides: Any) -> RetryPolicy:
     """Retries per the pipeline's ``tries``; API error codes per the source's error field."""
     options: dict[str, Any] = {"tries": pipeline.tries}
     if job.source.error_field:
@@ -84,7 +84,7 @@ def scheduler_for(pipeline: PipelineConfig) -> RequestScheduler:
 
 
 def new_run(
-    job: JobConfig,
+    job: CollectJobConfig,
     *,
     store: MetadataStore,
     config: Any = None,

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 
 from crawlhub.collect.store.base import Lease, MetadataStore
-from crawlhub.errors import CrawlhubError
+from crawlhub.errors import ConflictError
 from crawlhub.fetch.cancel import CancellationToken
 from crawlhub.fetch.joblog import JobLog
 
@@ -26,7 +26,7 @@ from crawlhub.fetch.joblog import JobLog
 DEFAULT_LEASE_TTL = 30.0
 
 
-class JobConflict(CrawlhubError):
+class JobConflict(ConflictError):
     """The job cannot start now: already running, or disabled (the API answers 409)."""
 
 

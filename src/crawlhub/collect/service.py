@@ -1,6 +1,7 @@
-"""The job service: starts, stops and reports the collection jobs of one crawlhub process.
+"""The collection-job service: starts, stops and reports the collection jobs (the
+config's ``jobs:``) of one crawlhub process.
 
-``JobManager`` runs each job as an asyncio task with its own cancellation token; jobs
+``CollectJobManager`` runs each job as an asyncio task with its own cancellation token; jobs
 with ``enabled`` and ``auto_start`` start with the server. Progress, the run lease (who
 runs a job, in any process) and recent log lines live in the metadata store, so status
 and stop work for runs started elsewhere (another server, ``crawlhub collect``).
@@ -20,9 +21,9 @@ from typing import Any
 from crawlhub.collect.build import job_pipeline_config, new_run, scheduler_for
 from crawlhub.collect.lease import DEFAULT_LEASE_TTL, JobConflict, JobRunning, is_live
 from crawlhub.collect.runner import JobRun
-from crawlhub.collect.store import Lease, SqlMetadataStore, open_store
-from crawlhub.config.jobs import JobConfig
-from crawlhub.errors import CrawlhubError
+from crawlhub.collect.store import Lease, SqlMetadataStore, open_metadata_store
+from crawlhub.config.jobs import CollectJobConfig
+from crawlhub.errors import NotFoundError
 from crawlhub.fetch.cancel import CancellationToken
 from crawlhub.fetch.joblog import format_line
 from crawlhub.fetch.scheduler import RequestScheduler
@@ -30,11 +31,12 @@ from crawlhub.pipeline.result import RunResult
 
 _log = logging.getLogger("crawlhub.collect")
 
-__all__ = ["JobConflict", "JobManager", "JobNotFound", "JobRunning", "metadata_url_for"]
+__all__ = ["CollectJobManager", "JobConflict", "JobManager", "JobNotFound", "JobRunning",
+           "metadata_url_for"]
 
 
-class JobNotFound(CrawlhubError):
-    """No job of that name in the config (the API answers 404)."""
+class JobNotFound(NotFoundError):
+    """No collection job of that name in the config (the API answers 404)."""
 
 
 @dataclass
@@ -52,7 +54,7 @@ def metadata_url_for(config: Any) -> str:
     return url.replace("{data_dir}", data_dir)
 
 
-class JobManager:
+class CollectJobManager:
     """Collection jobs of one process: ``start``, ``stop``, ``status``, ``list``.
 
     Jobs sharing a scheduler setup (mode, scope, concurrency) share one scheduler, so
@@ -71,7 +73,7 @@ class JobManager:
     ) -> None:
         self.config = config
         self.lease_ttl = lease_ttl
-        self.jobs: dict[str, JobConfig] = {job.name: job for job in config.jobs}
+        self.jobs: dict[str, CollectJobConfig] = {job.name: job for job in config.jobs}
         self.metadata_url = metadata_url or metadata_url_for(config)
         self.table_prefix = table_prefix
         self.env = env
@@ -87,7 +89,7 @@ class JobManager:
         """The metadata store, opened on first use (tables created if missing)."""
         async with self._store_lock:
             if self._store is None:
-                self._store = await open_store(self.metadata_url, table_prefix=self.table_prefix)
+                self._store = await open_metadata_store(self.metadata_url, table_prefix=self.table_prefix)
             return self._store
 
     async def start_auto(self) -> list[str]:
@@ -117,7 +119,7 @@ class JobManager:
             self._store = None
 
     # ---- control ----------------------------------------------------------------------
-    def job(self, name: str) -> JobConfig:
+    def job(self, name: str) -> CollectJobConfig:
         job = self.jobs.get(name)
         if job is None:
             known = ", ".join(sorted(self.jobs)) or "none configured"
@@ -268,7 +270,7 @@ class JobManager:
         return out
 
     # ---- schedulers ---------------------------------------------------------------------
-    def _scheduler(self, job: JobConfig) -> RequestScheduler:
+    def _scheduler(self, job: CollectJobConfig) -> RequestScheduler:
         """One scheduler per (mode, scope, concurrency, bucket) setup, shared by jobs."""
         pipeline = job_pipeline_config(
             job,
@@ -294,3 +296,8 @@ def _runner(lease: Lease | None) -> dict[str, Any] | None:
     if lease is None:
         return None
     return {"pid": lease.pid, "host": lease.host, "since": lease.since, "run_id": lease.run_id}
+
+
+#: The name of :class:`CollectJobManager` before the control plane's jobs (subprocess,
+#: crawl and collect kinds) came; kept while other modules still import it.
+JobManager = CollectJobManager

@@ -159,8 +159,8 @@ class SchedulerConfig(_Model):
         return self
 
 
-class JobConfig(_Model):
-    """One collection job."""
+class CollectJobConfig(_Model):
+    """One collection job (an entry of the config's ``jobs:``)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,100}$")
     enabled: bool = True
@@ -173,7 +173,7 @@ class JobConfig(_Model):
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
 
     @model_validator(mode="after")
-    def _strategy_fits_pagination(self) -> JobConfig:
+    def _strategy_fits_pagination(self) -> CollectJobConfig:
         kind = self.source.pagination.type
         if self.strategy.type == "incremental" and kind != "offset":
             raise ValueError(
@@ -189,10 +189,16 @@ class JobConfig(_Model):
         return self
 
 
-def load_job(data: Any, *, file: str | None = None, index: int | None = None) -> JobConfig:
+#: The name of :class:`CollectJobConfig` before the control plane's jobs came; kept
+#: while other modules still import it.
+JobConfig = CollectJobConfig
+
+
+def load_job(data: Any, *, file: str | None = None, index: int | None = None
+             ) -> CollectJobConfig:
     """Validate one job entry; a bad key is a ``ConfigError`` naming the job and the key."""
     try:
-        return JobConfig.model_validate(data)
+        return CollectJobConfig.model_validate(data)
     except ValidationError as exc:
         raise job_config_error(exc, data, file=file, index=index) from None
 

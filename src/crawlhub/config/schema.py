@@ -28,7 +28,7 @@ from crawlhub.config.center import CenterSection
 from crawlhub.config.control import ControlSection
 from crawlhub.config.durations import parse_duration
 from crawlhub.config.frontier import FrontierConfig
-from crawlhub.config.jobs import JobConfig
+from crawlhub.config.jobs import CollectJobConfig
 from crawlhub.config.pipeline import PipelineSection
 from crawlhub.config.settings import DEFAULT_DATA_DIR, Settings
 from crawlhub.errors import ConfigError
@@ -429,7 +429,7 @@ class CrawlhubConfig(_Section):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     frontier: Annotated[dict[str, FrontierConfig], BeforeValidator(_as_dict)] = Field(default_factory=dict)
     pipeline: PipelineSection = Field(default_factory=PipelineSection)
-    jobs: list[JobConfig] = Field(default_factory=list)
+    jobs: list[CollectJobConfig] = Field(default_factory=list)
     #: how ``crawlhub agent`` downloads (crawlhub.config.agent)
     agent: AgentSection = Field(default_factory=AgentSection)
     #: the download center (crawlhub.config.center)

@@ -14,7 +14,7 @@ from crawlhub.collect.store.base import (
 )
 from crawlhub.storage.urls import parse_backend_url
 
-__all__ = ["Lease", "MetadataStore", "Progress", "RunRecord", "SqlMetadataStore", "open_store", "store_for"]
+__all__ = ["Lease", "MetadataStore", "Progress", "RunRecord", "SqlMetadataStore", "open_metadata_store", "store_for"]
 
 
 def store_for(url: str, *, table_prefix: str = "crawlhub_collect_") -> SqlMetadataStore:
@@ -30,7 +30,7 @@ def store_for(url: str, *, table_prefix: str = "crawlhub_collect_") -> SqlMetada
     return PostgresMetadataStore(backend.dsn, table_prefix=table_prefix)
 
 
-async def open_store(url: str, *, table_prefix: str = "crawlhub_collect_") -> SqlMetadataStore:
+async def open_metadata_store(url: str, *, table_prefix: str = "crawlhub_collect_") -> SqlMetadataStore:
     """``store_for`` then ``open()``: tables are created if missing (idempotent)."""
     store = store_for(url, table_prefix=table_prefix)
     await store.open()

@@ -110,7 +110,7 @@ class Lease:
 @runtime_checkable
 class MetadataStore(Protocol):
     """Progress, cursors, run history, run leases, pending detail ids and recent log lines
-    of collection jobs. Callers: JobRun (one run), JobManager (the API), the CLI.
+    of collection jobs. Callers: JobRun (one run), CollectJobManager (the API), the CLI.
 
     Leases: ``acquire_lease`` takes the job's lease when it is free, expired, ours, or
     held by ``take_from`` (a holder known dead), in one atomic statement, and returns the
