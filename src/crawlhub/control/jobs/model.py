@@ -1,0 +1,211 @@
+"""One job model for every kind of job (seed 001's cron subprocesses, ``crawlhub crawl``
+runs and the collection jobs of ``crawlhub collect``), and the record of a run.
+
+    kind        what runs
+    ----------  ------------------------------------------------------------------
+    subprocess  ``command`` (an argv list, never a shell line) in the artifact's
+                directory, with its virtualenv first on PATH when it has one
+    crawl       ``crawlhub crawl`` with ``command`` as its arguments
+    collect     a collection job of the config's ``jobs:`` (``crawlhub collect``),
+                in the serving process; defined in the config, not through the API
+
+Every run gets a row in the runs table: status, exit code, start/end, trigger, host and
+pid, the job's counters (``crawlhub.sdk.count``) and its tasks' timeline.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, datetime
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+KINDS = ("subprocess", "crawl", "collect")
+Kind = Literal["subprocess", "crawl", "collect"]
+
+#: Run statuses: queued and running are live; the rest are final.
+LIVE = ("queued", "running")
+FINAL = ("succeeded", "failed", "cancelled", "timeout", "lost", "skipped")
+#: A status with a non-zero exit or no exit at all.
+FAILED = ("failed", "timeout", "lost")
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+#: Environment names a job may not set: the runner's own protocol and the loader's.
+RESERVED_ENV = ("CRAWLHUB_JOB", "CRAWLHUB_RUN", "CRAWLHUB_CONTROL_FILE",
+                "CRAWLHUB_COUNTERS_FILE", "LD_PRELOAD", "LD_LIBRARY_PATH")
+
+
+def check_name(name: str, what: str = "job") -> str:
+    if not NAME_RE.match(name):
+        raise ValueError(f"{what} name {name!r} must be 1-64 letters, digits, '_', '.' or"
+                         " '-', starting with a letter or digit")
+    return name
+
+
+def next_cron_time(cron: str, after: float, tz: str = "UTC") -> float:
+    """The first time strictly after ``after`` (unix seconds) that ``cron`` fires."""
+    zone = ZoneInfo(tz)
+    start = datetime.fromtimestamp(after, zone).replace(microsecond=0)
+    fire = next(CronSim(cron, start))
+    return fire.timestamp()
+
+
+class JobSpec(BaseModel):
+    """What a user says a job is (``POST /jobs/``, ``crawlhub jobs add``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    kind: Kind = "subprocess"
+    #: the project whose build artifact the job runs in (None: the server's directory)
+    project: str | None = None
+    #: the artifact's version; "latest" is the newest successful build
+    version: str | None = None
+    #: argv: the program and its arguments (for ``crawl``: the arguments of crawlhub crawl)
+    command: list[str] = Field(default_factory=list, max_length=1000)
+    #: more arguments appended to ``command`` (kept apart so a UI can edit them alone)
+    args: list[str] = Field(default_factory=list, max_length=1000)
+    cron: str | None = None
+    #: the zone cron times are read in
+    timezone: str = "UTC"
+    env: dict[str, str] = Field(default_factory=dict)
+    notes: str = Field(default="", max_length=10_000)
+    #: seconds a run may take; then it is cancelled and counts as ``timeout``
+    timeout: float | None = Field(default=None, gt=0)
+    #: runs at once; a cron tick or run request over it is skipped / refused
+    max_instances: int = Field(default=1, ge=1, le=1000)
+    #: pause a job that does not use crawlhub.sdk by stopping its processes (SIGSTOP)
+    pause_signal: bool = False
+    enabled: bool = True
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_name(value)
+
+    @field_validator("project")
+    @classmethod
+    def _project(cls, value: str | None) -> str | None:
+        return None if value is None else check_name(value, "project")
+
+    @field_validator("command", "args")
+    @classmethod
+    def _argv(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            if "\x00" in arg:
+                raise ValueError("an argument holds a NUL byte, which no program can receive")
+            if len(arg) > 100_000:
+                raise ValueError("an argument is over 100,000 characters")
+        return value
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = " ".join(value.split())
+        try:
+            next(CronSim(value, datetime.now(UTC)))
+        except (CronSimError, StopIteration, ValueError) as exc:
+            raise ValueError(f"cron {value!r} is not a valid cron expression ({exc}); write"
+                             " five fields like '*/5 * * * *' (minute hour day month"
+                             " weekday)") from None
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"timezone {value!r} is not an IANA zone name such as 'UTC'"
+                             " or 'Asia/Shanghai'") from None
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, val in value.items():
+            if not _ENV_NAME.match(key):
+                raise ValueError(f"environment name {key!r} must be letters, digits and '_'")
+            if key.upper() in RESERVED_ENV:
+                raise ValueError(f"environment name {key!r} is set by the runner; choose"
+                                 " another")
+            if "\x00" in val:
+                raise ValueError(f"environment value of {key!r} holds a NUL byte")
+        return value
+
+    def argv(self) -> list[str]:
+        return [*self.command, *self.args]
+
+    def next_fire(self, after: float | None = None) -> float | None:
+        """When cron fires next after ``after`` (now by default); None without cron."""
+        if not self.cron:
+            return None
+        return next_cron_time(self.cron, time.time() if after is None else after,
+                              self.timezone)
+
+
+class JobPatch(BaseModel):
+    """``PATCH /jobs/{name}``: the fields to change (the name and kind stay)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str | None = None
+    version: str | None = None
+    command: list[str] | None = None
+    args: list[str] | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    env: dict[str, str] | None = None
+    notes: str | None = None
+    timeout: float | None = None
+    max_instances: int | None = None
+    pause_signal: bool | None = None
+    enabled: bool | None = None
+
+    def apply(self, spec: JobSpec) -> JobSpec:
+        """``spec`` with these changes, validated like a new job."""
+        data = spec.model_dump()
+        data.update(self.model_dump(exclude_unset=True))
+        return JobSpec.model_validate(data)
+
+
+class RunRecord(BaseModel):
+    """One run of a job, as stored and as ``GET /runs/{id}`` answers."""
+
+    id: str
+    job: str
+    kind: str
+    status: str
+    trigger: str
+    host: str = ""
+    pid: int | None = None
+    scheduled_for: float | None = None
+    started_at: float
+    finished_at: float | None = None
+    heartbeat_at: float | None = None
+    exit_code: int | None = None
+    error: str | None = None
+    counters: dict[str, Any] = Field(default_factory=dict)
+    version: str | None = None
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.finished_at is None else self.finished_at - self.started_at
+
+
+class TaskRecord(BaseModel):
+    """One task of a run's timeline."""
+
+    run: str
+    task: str
+    status: str
+    started_at: float
+    finished_at: float | None = None
+    detail: str = ""

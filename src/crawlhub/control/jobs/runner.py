@@ -1,0 +1,477 @@
+"""The job runner: starts a job's process, follows it and records how it ended.
+
+A run of a ``subprocess`` or ``crawl`` job is a child process in its own session (its
+own process group, so signals reach its children too) with:
+
+- the protocol's environment (:mod:`crawlhub.control.protocol`): its job and run codes,
+  a control file the runner rewrites whenever the job's desired state changes on the
+  control channel (pause / continue / exit), and a counters file it writes;
+- its stdout and stderr read line by line into the log store, each line carrying the
+  job, run and task codes (a JSON ``{"crawlhub": "task", ...}`` line moves the run's
+  timeline instead);
+- a heartbeat with its counters in the run's row every ``beat`` seconds, so a run whose
+  host died is seen as ``lost`` by the next claim.
+
+Cancel sends SIGTERM to the group (and writes ``exit`` to the control file), then
+SIGKILL after ``grace`` seconds. A ``timeout`` counts only running time, not paused time.
+Jobs that do not use the SDK can be paused with ``pause_signal`` (SIGSTOP / SIGCONT).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from crawlhub.control import protocol
+from crawlhub.control.jobs.model import JobSpec, RunRecord
+from crawlhub.control.jobs.store import HOST, JobStore
+from crawlhub.control.logs.line import LogLine
+
+log = logging.getLogger("crawlhub.control.runner")
+
+#: Longest line read from a job's output; longer ones are cut (the rest is dropped).
+MAX_LINE = 64 * 1024
+#: Log lines buffered before a write to the log store (or every FLUSH_EVERY seconds).
+FLUSH_LINES = 500
+FLUSH_EVERY = 0.2
+
+
+class Channel(Protocol):
+    """What the runner needs of :mod:`crawlhub.control.channel`."""
+
+    async def get(self, job: str) -> str: ...
+
+    async def set(self, job: str, state: str) -> None: ...
+
+    def watch(self, job: str) -> AsyncIterator[str]: ...
+
+
+LogSink = Callable[[list[LogLine]], Awaitable[None]]
+FinishHook = Callable[[JobSpec, RunRecord], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class Artifact:
+    """Where a job's build lives: its directory, the virtualenv's ``bin`` and more env."""
+
+    path: Path
+    version: str
+    bin_dir: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+ArtifactLookup = Callable[[str, str], Awaitable[Artifact]]
+
+
+@dataclass(slots=True)
+class _Live:
+    spec: JobSpec
+    run: RunRecord
+    task: asyncio.Task[RunRecord] | None = None
+    process: asyncio.subprocess.Process | None = None
+    cancelled: str | None = None  # "cancelled" or "timeout" once asked to stop
+    paused_since: float | None = None
+    paused_total: float = 0.0
+    stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Runner:
+    """Runs jobs in this process's host; see the module docstring."""
+
+    def __init__(self, store: JobStore, *, channel: Channel, runs_dir: str | Path,
+                 grace: float = 10.0, beat: float = 5.0, log_sink: LogSink | None = None,
+                 artifacts: ArtifactLookup | None = None, on_finish: FinishHook | None = None,
+                 collect: Any | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.channel = channel
+        self.runs_dir = Path(runs_dir)
+        self.grace = grace
+        self.beat = beat
+        self.log_sink = log_sink
+        self.artifacts = artifacts
+        self.on_finish = on_finish
+        #: the collection-job manager (crawlhub.collect.service.JobManager) for ``collect``
+        self.collect = collect
+        self.clock = clock
+        self.live: dict[str, _Live] = {}
+
+    # -- starting -----------------------------------------------------------------------
+    async def start(self, spec: JobSpec, *, trigger: str,
+                    scheduled_for: float | None = None) -> RunRecord:
+        """Claim a run of ``spec`` (ConflictError at ``max_instances``) and start it in
+        the background; returns the ``running`` run at once."""
+        artifact = None
+        if spec.project and spec.kind != "collect":
+            if self.artifacts is None:
+                from crawlhub.errors import ConflictError
+
+                raise ConflictError(f"job {spec.name!r} needs project {spec.project!r}'s"
+                                    " build, and this server has no build store")
+            artifact = await self.artifacts(spec.project, spec.version or "latest")
+        if await self.channel.get(spec.name) == protocol.EXIT and not self._mine(spec.name):
+            # A stale exit request (its runs are over): a new run is not asked to exit.
+            await self.channel.set(spec.name, protocol.RUN)
+        run = await self.store.claim_run(spec, trigger=trigger, now=self.clock(),
+                                         scheduled_for=scheduled_for,
+                                         version=artifact.version if artifact else None)
+        live = _Live(spec, run)
+        self.live[run.id] = live
+        live.task = asyncio.create_task(self._run(live, artifact), name=f"run {run.id}")
+        return run
+
+    def _mine(self, job: str) -> bool:
+        return any(live.spec.name == job for live in self.live.values())
+
+    async def wait(self, run_id: str) -> RunRecord:
+        """The run's record once it has ended (a run of another process: as stored)."""
+        live = self.live.get(run_id)
+        if live is not None and live.task is not None:
+            return await asyncio.shield(live.task)
+        return await self.store.run(run_id)
+
+    def local_runs(self, job: str | None = None) -> list[RunRecord]:
+        return [live.run for live in self.live.values() if job is None or live.spec.name == job]
+
+    # -- stopping -----------------------------------------------------------------------
+    def stop_local(self, job: str, *, why: str = "cancelled") -> list[str]:
+        """Ask this process's runs of ``job`` to stop (SIGTERM now, SIGKILL after the
+        grace period); the ids asked."""
+        asked = []
+        for live in list(self.live.values()):
+            if live.spec.name == job and live.cancelled is None:
+                live.cancelled = why
+                live.stop_requested.set()
+                asked.append(live.run.id)
+        return asked
+
+    async def close(self) -> None:
+        """Stop every local run gracefully and wait for their records."""
+        for live in list(self.live.values()):
+            if live.cancelled is None:
+                live.cancelled = "cancelled"
+                live.stop_requested.set()
+        tasks = [live.task for live in self.live.values() if live.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.grace + 5)
+
+    # -- one run ------------------------------------------------------------------------
+    async def _run(self, live: _Live, artifact: Artifact | None) -> RunRecord:
+        run, spec = live.run, live.spec
+        status, exit_code, error, counters = "failed", None, None, None
+        try:
+            if spec.kind == "collect":
+                status, error, counters = await self._collect(live)
+            else:
+                status, exit_code, error, counters = await self._process(live, artifact)
+        except asyncio.CancelledError:
+            status, error = "cancelled", "the server stopped"
+            raise
+        except Exception as exc:  # a run that could not start: its record says why
+            log.warning("run %s of job %s failed to run: %s", run.id, spec.name, exc)
+            status, error = "failed", f"{type(exc).__name__}: {exc}"
+            await self._emit(live, [LogLine(ts=self.clock(), message=error, level="error",
+                                            source="control", job=spec.name, run=run.id,
+                                            host=HOST)])
+        finally:
+            now = self.clock()
+            with contextlib.suppress(Exception):
+                await self.store.finish(run.id, status=status, now=now, exit_code=exit_code,
+                                        error=error, counters=counters)
+            self.live.pop(run.id, None)
+            if not self._mine(spec.name):
+                with contextlib.suppress(Exception):
+                    if await self.channel.get(spec.name) == protocol.EXIT:
+                        await self.channel.set(spec.name, protocol.RUN)
+        record = await self.store.run(run.id)
+        if self.on_finish is not None:
+            try:
+                await self.on_finish(spec, record)
+            except Exception:
+                log.exception("the end-of-run hook of %s failed", run.id)
+        return record
+
+    async def _process(self, live: _Live, artifact: Artifact | None
+                       ) -> tuple[str, int | None, str | None, dict[str, Any] | None]:
+        spec, run = live.spec, live.run
+        argv = spec.argv()
+        if spec.kind == "crawl":
+            argv = [sys.executable, "-m", "crawlhub", "crawl", *argv]
+        if not argv:
+            return "failed", None, "the job has no command", None
+        workdir = self.runs_dir / run.id
+        workdir.mkdir(parents=True, exist_ok=True)
+        control_file = workdir / "control.json"
+        counters_file = workdir / "counters.json"
+        env = dict(os.environ)
+        cwd: Path = workdir
+        if artifact is not None:
+            cwd = artifact.path
+            env.update(artifact.env)
+            if artifact.bin_dir is not None:
+                env["PATH"] = f"{artifact.bin_dir}{os.pathsep}{env.get('PATH', '')}"
+                env["VIRTUAL_ENV"] = str(artifact.bin_dir.parent)
+        env.update(spec.env)
+        env.update({protocol.ENV_JOB: spec.name, protocol.ENV_RUN: run.id,
+                    protocol.ENV_CONTROL_FILE: str(control_file),
+                    protocol.ENV_COUNTERS_FILE: str(counters_file),
+                    "PYTHONUNBUFFERED": "1"})
+        state = await self.channel.get(spec.name)
+        _write_control(control_file, state, self.clock())
+        program = argv[0]
+        if os.sep not in program and shutil.which(program, path=env.get("PATH")) is None:
+            return "failed", None, f"program {program!r} is not on PATH", None
+        process = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, cwd=str(cwd), env=env,
+            start_new_session=True, limit=MAX_LINE)
+        live.process = process
+        await self.store.beat(run.id, self.clock(), pid=process.pid)
+        lines: list[LogLine] = []
+        readers = [asyncio.create_task(self._read(live, process.stdout, "stdout", lines)),
+                   asyncio.create_task(self._read(live, process.stderr, "stderr", lines))]
+        helpers = [asyncio.create_task(self._flush_loop(live, lines)),
+                   asyncio.create_task(self._follow_control(live, control_file, state)),
+                   asyncio.create_task(self._beat_loop(live, counters_file))]
+        waiter = asyncio.create_task(process.wait())
+        try:
+            await self._supervise(live, waiter)
+            code = await waiter
+            await asyncio.gather(*readers, return_exceptions=True)
+        finally:
+            for task in helpers:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            if process.returncode is None:  # the server is going down under us
+                _signal_group(process.pid, signal.SIGKILL)
+            for task in readers:
+                task.cancel()
+            await self._flush(live, lines)
+        counters = _counters(counters_file)
+        if live.cancelled == "timeout":
+            return "timeout", code, f"ran over its timeout of {spec.timeout:g} s", counters
+        if live.cancelled is not None:
+            return "cancelled", code, "cancelled", counters
+        if code == 0:
+            return "succeeded", code, None, counters
+        why = f"exited with code {code}" if code > 0 else f"killed by signal {-code}"
+        return "failed", code, why, counters
+
+    async def _supervise(self, live: _Live, waiter: asyncio.Task[int]) -> None:
+        """Wait for the process; on a stop request (or the timeout) SIGTERM it, then
+        SIGKILL after the grace period."""
+        spec, process = live.spec, live.process
+        assert process is not None
+        while not waiter.done():
+            timeout = None
+            if spec.timeout is not None and live.paused_since is None:
+                ran = self.clock() - live.run.started_at - live.paused_total
+                timeout = max(0.0, spec.timeout - ran)
+            stop = asyncio.create_task(live.stop_requested.wait())
+            done, _ = await asyncio.wait({waiter, stop}, timeout=min(timeout or 1.0, 1.0),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            if waiter in done:
+                return
+            if (spec.timeout is not None and live.paused_since is None and live.cancelled is None
+                    and self.clock() - live.run.started_at - live.paused_total >= spec.timeout):
+                live.cancelled = "timeout"
+                live.stop_requested.set()
+            if live.stop_requested.is_set():
+                break
+        if waiter.done():
+            return
+        control_file = self.runs_dir / live.run.id / "control.json"
+        _write_control(control_file, protocol.EXIT, self.clock())
+        if live.paused_since is not None:  # a stopped process cannot handle SIGTERM
+            _signal_group(process.pid, signal.SIGCONT)
+        _signal_group(process.pid, signal.SIGTERM)
+        await self._log(live, f"asked to stop ({live.cancelled}): SIGTERM sent; SIGKILL in"
+                        f" {self.grace:g} s", "warning")
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), self.grace)
+        except TimeoutError:
+            _signal_group(process.pid, signal.SIGKILL)
+            await self._log(live, f"still running {self.grace:g} s after SIGTERM: SIGKILL",
+                            "warning")
+
+    async def _read(self, live: _Live, stream: asyncio.StreamReader | None, name: str,
+                    lines: list[LogLine]) -> None:
+        if stream is None:
+            return
+        spec, run = live.spec, live.run
+        while True:
+            try:
+                raw = await stream.readuntil(b"\n")
+            except asyncio.IncompleteReadError as exc:
+                raw = exc.partial
+                if not raw:
+                    return
+            except asyncio.LimitOverrunError as exc:
+                raw = await stream.read(exc.consumed)
+                # drop the rest of the over-long line
+                with contextlib.suppress(asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+                    while True:
+                        try:
+                            await stream.readuntil(b"\n")
+                            break
+                        except asyncio.LimitOverrunError as more:
+                            await stream.read(more.consumed)
+                raw = raw[:MAX_LINE] + b" [line cut]"
+            text = raw.decode("utf-8", "replace").rstrip("\r\n").replace("\x00", "")
+            said = protocol.parse_line(text)
+            if isinstance(said, protocol.TaskEvent):
+                try:
+                    await self.store.task_event(run.id, said.task, said.status, said.ts,
+                                                said.detail)
+                except Exception:
+                    log.exception("recording task %s of run %s failed", said.task, run.id)
+                message = f"task {said.task} {said.status}" + (
+                    f": {said.detail}" if said.detail else "")
+                level = "error" if said.status == "failed" else "info"
+                lines.append(LogLine(ts=said.ts, message=message, level=level, job=spec.name,
+                                     run=run.id, task=said.task, host=HOST, stream=name))
+            else:
+                lines.append(LogLine(ts=self.clock(), message=said.message, level=said.level,
+                                     job=spec.name, run=run.id, task=said.task, host=HOST,
+                                     stream=name))
+            if len(lines) >= FLUSH_LINES:
+                await self._flush(live, lines)
+
+    async def _flush_loop(self, live: _Live, lines: list[LogLine]) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_EVERY)
+            await self._flush(live, lines)
+
+    async def _flush(self, live: _Live, lines: list[LogLine]) -> None:
+        if not lines:
+            return
+        batch = lines[:]
+        del lines[:len(batch)]
+        await self._emit(live, batch)
+
+    async def _emit(self, live: _Live, batch: list[LogLine]) -> None:
+        if self.log_sink is None:
+            return
+        try:
+            await self.log_sink(batch)
+        except Exception as exc:  # the log store down: the run goes on
+            log.warning("%d log lines of run %s not stored: %s", len(batch), live.run.id, exc)
+
+    async def _log(self, live: _Live, message: str, level: str = "info") -> None:
+        await self._emit(live, [LogLine(ts=self.clock(), message=message, level=level,
+                                        source="control", job=live.spec.name,
+                                        run=live.run.id, host=HOST)])
+
+    async def _follow_control(self, live: _Live, control_file: Path, state: str) -> None:
+        """Mirror the job's desired state into the control file (and, for
+        ``pause_signal`` jobs, into SIGSTOP / SIGCONT); an exit request stops the run."""
+        spec = live.spec
+        current = state
+        await self._apply(live, current, first=True)
+        while True:
+            try:
+                async for new in self.channel.watch(spec.name):
+                    if new == current:
+                        continue
+                    current = new
+                    _write_control(control_file, new, self.clock())
+                    await self._apply(live, new, first=False)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the channel's backend away: try again shortly
+                log.debug("control watch of %s: %s", spec.name, exc)
+            await asyncio.sleep(1.0)
+
+    async def _apply(self, live: _Live, state: str, *, first: bool) -> None:
+        process = live.process
+        if state == protocol.PAUSE and live.paused_since is None:
+            live.paused_since = self.clock()
+            if live.spec.pause_signal and process is not None:
+                _signal_group(process.pid, signal.SIGSTOP)
+            await self._log(live, "paused" + (" (SIGSTOP)" if live.spec.pause_signal else ""))
+        elif state != protocol.PAUSE and live.paused_since is not None:
+            live.paused_total += self.clock() - live.paused_since
+            live.paused_since = None
+            if live.spec.pause_signal and process is not None:
+                _signal_group(process.pid, signal.SIGCONT)
+            await self._log(live, "continued")
+        if state == protocol.EXIT and live.cancelled is None:
+            live.cancelled = "cancelled"
+            live.stop_requested.set()
+
+    async def _beat_loop(self, live: _Live, counters_file: Path) -> None:
+        last: dict[str, Any] | None = None
+        last_beat = 0.0
+        while True:
+            await asyncio.sleep(min(1.0, self.beat))
+            counters = _counters(counters_file)
+            now = self.clock()
+            if counters != last or now - last_beat >= self.beat:
+                try:
+                    await self.store.beat(live.run.id, now,
+                                          counters if counters != last else None)
+                    last, last_beat = counters, now
+                except Exception as exc:
+                    log.warning("heartbeat of run %s not stored: %s", live.run.id, exc)
+
+    # -- collection jobs ----------------------------------------------------------------
+    async def _collect(self, live: _Live) -> tuple[str, str | None, dict[str, Any] | None]:
+        """A collection job through this process's JobManager; its RunResult's counts
+        are the run's counters."""
+        manager = self.collect
+        spec = live.spec
+        if manager is None:
+            return "failed", "this server has no collection jobs (the config has no 'jobs:')", None
+        await manager.start(spec.name)
+        waiter = asyncio.create_task(manager.wait(spec.name))
+        while not waiter.done():
+            stop = asyncio.create_task(live.stop_requested.wait())
+            await asyncio.wait({waiter, stop}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            if live.stop_requested.is_set() and not waiter.done():
+                await manager.stop(spec.name, wait=True)
+                break
+        result = await waiter
+        if result is None:
+            return "failed", "the collection run left no result", None
+        data = result.to_dict()
+        counters = {"requests_ok": data["requests"]["ok"],
+                    "requests_failed": data["requests"]["failed"],
+                    "requests_retried": data["requests"]["retried"],
+                    "items": data["records"]["written"],
+                    "records_processed": data["records"]["processed"],
+                    "records_failed": data["records"]["failed"]}
+        status = str(data.get("status", "FAILED")).upper()
+        if live.cancelled is not None or status == "CANCELLED":
+            return "cancelled", data.get("reason") or "cancelled", counters
+        if status == "SUCCEEDED":
+            return "succeeded", None, counters
+        return "failed", str(data.get("reason") or f"collection run ended {status}"), counters
+
+
+def _write_control(path: Path, state: str, now: float) -> None:
+    with contextlib.suppress(OSError):
+        protocol.write_json_atomic(path, {"state": state, "changed_at": now})
+
+
+def _counters(path: Path) -> dict[str, Any] | None:
+    data = protocol.read_json(path)
+    if isinstance(data, dict) and isinstance(data.get("counters"), Mapping):
+        return {str(k): v for k, v in data["counters"].items()
+                if isinstance(v, int | float | str) and not isinstance(v, bool)}
+    return None
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)

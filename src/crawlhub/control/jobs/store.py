@@ -1,0 +1,330 @@
+"""Jobs, runs and run timelines in the control database (SQLite embedded, PostgreSQL
+distributed): the one place their SQL lives.
+
+Costs: every method is one statement, but :meth:`JobStore.claim_run` (one transaction
+under the job's lock: mark stale runs lost, count live runs, insert) and
+:meth:`JobStore.claim_tick` (one compare-and-set, so of many schedulers exactly one fires
+a cron tick). Listing is keyset-paged on indexed columns, so a page costs the same at
+100,000 runs as at 10.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from crawlhub.control.db import ControlDB, Tx
+from crawlhub.control.jobs.model import FINAL, LIVE, JobSpec, RunRecord, TaskRecord
+from crawlhub.errors import ConflictError, NotFoundError
+
+#: A live run whose runner has not beaten for this long is lost (its host died).
+STALE_AFTER = 30.0
+
+HOST = socket.gethostname()
+
+_RUN_COLUMNS = ("id, job, kind, status, trigger_, host, pid, scheduled_for, started_at,"
+                " finished_at, heartbeat_at, exit_code, error, counters, version")
+
+
+def new_run_id(now: float | None = None) -> str:
+    """A run code that sorts by start time: ``r`` + milliseconds (hex) + 6 random hex."""
+    millis = int((time.time() if now is None else now) * 1000)
+    return f"r{millis:011x}{secrets.token_hex(3)}"
+
+
+class JobStore:
+    """The ``jobs``, ``runs`` and ``run_tasks`` tables."""
+
+    def __init__(self, db: ControlDB) -> None:
+        self.db = db
+        self.jobs = db.table("jobs")
+        self.runs = db.table("runs")
+        self.tasks = db.table("run_tasks")
+
+    async def open(self) -> None:
+        j, r, t = self.jobs, self.runs, self.tasks
+        await self.db.schema([
+            f"CREATE TABLE IF NOT EXISTS {j} (name TEXT PRIMARY KEY, kind TEXT NOT NULL,"
+            " spec TEXT NOT NULL, next_fire DOUBLE PRECISION,"
+            " created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL)",
+            f"CREATE INDEX IF NOT EXISTS {j}_next ON {j} (next_fire)",
+            f"CREATE TABLE IF NOT EXISTS {r} (id TEXT PRIMARY KEY, job TEXT NOT NULL,"
+            " kind TEXT NOT NULL, status TEXT NOT NULL, trigger_ TEXT NOT NULL,"
+            " host TEXT NOT NULL, pid BIGINT, scheduled_for DOUBLE PRECISION,"
+            " started_at DOUBLE PRECISION NOT NULL, finished_at DOUBLE PRECISION,"
+            " heartbeat_at DOUBLE PRECISION, exit_code BIGINT, error TEXT,"
+            " counters TEXT NOT NULL, version TEXT)",
+            f"CREATE INDEX IF NOT EXISTS {r}_job ON {r} (job, id)",
+            f"CREATE INDEX IF NOT EXISTS {r}_status ON {r} (status, id)",
+            f"CREATE TABLE IF NOT EXISTS {t} (run TEXT NOT NULL, task TEXT NOT NULL,"
+            " status TEXT NOT NULL, started_at DOUBLE PRECISION NOT NULL,"
+            " finished_at DOUBLE PRECISION, detail TEXT NOT NULL,"
+            " PRIMARY KEY (run, task))",
+        ])
+
+    # -- jobs ---------------------------------------------------------------------------
+    async def create(self, spec: JobSpec, now: float) -> None:
+        fire = spec.next_fire(now) if spec.enabled else None
+        count = await self.db.execute(
+            f"INSERT INTO {self.jobs} (name, kind, spec, next_fire, created_at, updated_at)"
+            " VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (name) DO NOTHING",
+            spec.name, spec.kind, spec.model_dump_json(), fire, now)
+        if count == 0:
+            raise ConflictError(f"job {spec.name!r} exists; PATCH /jobs/{spec.name} changes"
+                                " it, DELETE removes it")
+
+    async def replace(self, spec: JobSpec, now: float) -> None:
+        fire = spec.next_fire(now) if spec.enabled else None
+        count = await self.db.execute(
+            f"UPDATE {self.jobs} SET spec = $2, next_fire = $3, updated_at = $4"
+            " WHERE name = $1", spec.name, spec.model_dump_json(), fire, now)
+        if count == 0:
+            raise NotFoundError(f"no job named {spec.name!r}")
+
+    async def delete(self, name: str) -> None:
+        if await self.db.execute(f"DELETE FROM {self.jobs} WHERE name = $1", name) == 0:
+            raise NotFoundError(f"no job named {name!r}")
+
+    async def get(self, name: str) -> JobSpec:
+        row = await self.db.fetchone(f"SELECT spec FROM {self.jobs} WHERE name = $1", name)
+        if row is None:
+            raise NotFoundError(f"no job named {name!r}; GET /jobs/ lists them")
+        return JobSpec.model_validate_json(row[0])
+
+    async def find(self, name: str) -> JobSpec | None:
+        row = await self.db.fetchone(f"SELECT spec FROM {self.jobs} WHERE name = $1", name)
+        return None if row is None else JobSpec.model_validate_json(row[0])
+
+    async def list_jobs(self, *, after: str | None = None, limit: int = 100,
+                   kind: str | None = None, prefix: str | None = None
+                   ) -> list[tuple[JobSpec, float | None]]:
+        """Jobs by name after ``after``, with their next cron time."""
+        where: list[str] = ["1 = 1"]
+        args: list[Any] = []
+        if after is not None:
+            args.append(after)
+            where.append(f"name > ${len(args)}")
+        if kind is not None:
+            args.append(kind)
+            where.append(f"kind = ${len(args)}")
+        if prefix:
+            args.append(_like_prefix(prefix))
+            where.append(f"name LIKE ${len(args)} ESCAPE '\\'")
+        args.append(limit)
+        rows = await self.db.fetch(
+            f"SELECT spec, next_fire FROM {self.jobs} WHERE {' AND '.join(where)}"
+            f" ORDER BY name LIMIT ${len(args)}", *args)
+        return [(JobSpec.model_validate_json(spec), fire) for spec, fire in rows]
+
+    async def count(self) -> int:
+        row = await self.db.fetchone(f"SELECT COUNT(*) FROM {self.jobs}")
+        return int(row[0]) if row else 0
+
+    async def next_fire(self, name: str) -> float | None:
+        row = await self.db.fetchone(f"SELECT next_fire FROM {self.jobs} WHERE name = $1",
+                                     name)
+        return None if row is None or row[0] is None else float(row[0])
+
+    async def due(self, now: float, limit: int = 100) -> list[tuple[str, float]]:
+        """Jobs whose cron tick is due: (name, the tick's time)."""
+        rows = await self.db.fetch(
+            f"SELECT name, next_fire FROM {self.jobs} WHERE next_fire IS NOT NULL AND"
+            " next_fire <= $1 ORDER BY next_fire LIMIT $2", now, limit)
+        return [(name, float(fire)) for name, fire in rows]
+
+    async def earliest_fire(self) -> float | None:
+        row = await self.db.fetchone(f"SELECT MIN(next_fire) FROM {self.jobs}")
+        return None if row is None or row[0] is None else float(row[0])
+
+    async def claim_tick(self, name: str, tick: float, following: float | None) -> bool:
+        """Move ``name``'s next tick from ``tick`` to ``following``; True for the one
+        scheduler that moved it (it fires the tick), False for the others."""
+        count = await self.db.execute(
+            f"UPDATE {self.jobs} SET next_fire = $3 WHERE name = $1 AND next_fire = $2",
+            name, tick, following)
+        return count == 1
+
+    # -- runs ---------------------------------------------------------------------------
+    async def claim_run(self, spec: JobSpec, *, trigger: str, now: float,
+                        scheduled_for: float | None = None, version: str | None = None,
+                        run_id: str | None = None) -> RunRecord:
+        """A new ``running`` run of ``spec``, unless ``max_instances`` runs are live:
+        then :class:`ConflictError` naming them. Live runs whose runner stopped beating
+        over :data:`STALE_AFTER` ago are marked ``lost`` first (their host died)."""
+        run = RunRecord(id=run_id or new_run_id(now), job=spec.name, kind=spec.kind,
+                        status="running", trigger=trigger, host=HOST, pid=os.getpid(),
+                        scheduled_for=scheduled_for, started_at=now, heartbeat_at=now,
+                        version=version)
+
+        async def steps(tx: Tx) -> list[str]:
+            await tx.execute(
+                f"UPDATE {self.runs} SET status = 'lost', finished_at = $2, error = $3"
+                " WHERE job = $1 AND status IN ('queued', 'running')"
+                " AND heartbeat_at < $4", spec.name, now,
+                "its runner stopped reporting (host or process died)", now - STALE_AFTER)
+            live = await tx.fetch(
+                f"SELECT id FROM {self.runs} WHERE job = $1 AND status IN"
+                " ('queued', 'running') ORDER BY id", spec.name)
+            if len(live) >= spec.max_instances:
+                return [row[0] for row in live]
+            await tx.execute(*self._insert(run))
+            return []
+
+        busy = await self.db.transaction(steps, lock=f"job:{spec.name}")
+        if busy:
+            raise ConflictError(
+                f"job {spec.name!r} has {len(busy)} run(s) going ({', '.join(busy[:5])}) and"
+                f" max_instances is {spec.max_instances}; cancel one or raise max_instances")
+        return run
+
+    def _insert(self, run: RunRecord) -> tuple[Any, ...]:
+        return (f"INSERT INTO {self.runs} ({_RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6,"
+                " $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+                run.id, run.job, run.kind, run.status, run.trigger, run.host, run.pid,
+                run.scheduled_for, run.started_at, run.finished_at, run.heartbeat_at,
+                run.exit_code, run.error, json.dumps(run.counters), run.version)
+
+    async def record_skip(self, spec: JobSpec, *, trigger: str, now: float,
+                          scheduled_for: float | None, why: str) -> RunRecord:
+        """A ``skipped`` run: the tick that did not run, and why."""
+        run = RunRecord(id=new_run_id(now), job=spec.name, kind=spec.kind, status="skipped",
+                        trigger=trigger, host=HOST, pid=None, scheduled_for=scheduled_for,
+                        started_at=now, finished_at=now, error=why)
+        await self.db.execute(*self._insert(run))
+        return run
+
+    async def beat(self, run_id: str, now: float, counters: dict[str, Any] | None = None,
+                   pid: int | None = None) -> None:
+        """The runner is alive; the run's counters so far."""
+        if counters is None:
+            await self.db.execute(
+                f"UPDATE {self.runs} SET heartbeat_at = $2, pid = COALESCE($3, pid)"
+                " WHERE id = $1", run_id, now, pid)
+        else:
+            await self.db.execute(
+                f"UPDATE {self.runs} SET heartbeat_at = $2, counters = $3,"
+                " pid = COALESCE($4, pid) WHERE id = $1",
+                run_id, now, json.dumps(counters), pid)
+
+    async def finish(self, run_id: str, *, status: str, now: float, exit_code: int | None,
+                     error: str | None, counters: dict[str, Any] | None) -> None:
+        if status not in FINAL:
+            raise ValueError(f"{status!r} is not a final run status")
+        await self.db.execute(
+            f"UPDATE {self.runs} SET status = $2, finished_at = $3, exit_code = $4,"
+            " error = $5, counters = COALESCE($6, counters), heartbeat_at = $3"
+            " WHERE id = $1", run_id, status, now, exit_code, error,
+            None if counters is None else json.dumps(counters))
+        # Tasks a run left open end with it.
+        await self.db.execute(
+            f"UPDATE {self.tasks} SET status = $2, finished_at = $3 WHERE run = $1 AND"
+            " status = 'running'", run_id, "succeeded" if status == "succeeded" else "failed",
+            now)
+
+    async def run(self, run_id: str) -> RunRecord:
+        row = await self.db.fetchone(f"SELECT {_RUN_COLUMNS} FROM {self.runs} WHERE id = $1",
+                                     run_id)
+        if row is None:
+            raise NotFoundError(f"no run {run_id!r}; GET /runs/ lists them")
+        return _run(row)
+
+    async def list_runs(self, *, job: str | None = None, status: Sequence[str] = (),
+                        before: str | None = None, limit: int = 50) -> list[RunRecord]:
+        """Newest first, keyset-paged by id (ids sort by start time)."""
+        where: list[str] = ["1 = 1"]
+        args: list[Any] = []
+        if job is not None:
+            args.append(job)
+            where.append(f"job = ${len(args)}")
+        if status:
+            marks = []
+            for value in status:
+                args.append(value)
+                marks.append(f"${len(args)}")
+            where.append(f"status IN ({', '.join(marks)})")
+        if before is not None:
+            args.append(before)
+            where.append(f"id < ${len(args)}")
+        args.append(limit)
+        rows = await self.db.fetch(
+            f"SELECT {_RUN_COLUMNS} FROM {self.runs} WHERE {' AND '.join(where)}"
+            f" ORDER BY id DESC LIMIT ${len(args)}", *args)
+        return [_run(row) for row in rows]
+
+    async def live_runs(self, job: str | None = None) -> list[RunRecord]:
+        return await self.list_runs(job=job, status=LIVE, limit=1000)
+
+    async def last_run(self, job: str) -> RunRecord | None:
+        rows = await self.db.fetch(
+            f"SELECT {_RUN_COLUMNS} FROM {self.runs} WHERE job = $1 AND status <> 'skipped'"
+            " ORDER BY id DESC LIMIT 1", job)
+        return _run(rows[0]) if rows else None
+
+    async def lose_dead_runs(self, now: float, *, host: str = HOST,
+                             own_pid: int | None = None) -> int:
+        """Mark ``lost`` the live runs this host started in a process that is gone (a
+        server restarted after SIGKILL): the runs cannot report any more."""
+        rows = await self.db.fetch(
+            f"SELECT id, pid FROM {self.runs} WHERE status IN ('queued', 'running')"
+            " AND host = $1", host)
+        lost = 0
+        for run_id, pid in rows:
+            if pid is not None and (pid == own_pid or _alive(int(pid))):
+                continue
+            lost += await self.db.execute(
+                f"UPDATE {self.runs} SET status = 'lost', finished_at = $2, error = $3"
+                " WHERE id = $1 AND status IN ('queued', 'running')", run_id, now,
+                "the process that ran it ended without recording the end (killed?)")
+        return lost
+
+    # -- timeline -----------------------------------------------------------------------
+    async def task_event(self, run_id: str, task: str, status: str, ts: float,
+                         detail: str = "") -> None:
+        """A task of the run started (``running``) or ended (``succeeded``/``failed``)."""
+        if status == "running":
+            await self.db.execute(
+                f"INSERT INTO {self.tasks} (run, task, status, started_at, detail)"
+                " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run, task) DO UPDATE SET"
+                " status = $3, detail = $5, finished_at = NULL", run_id, task, status, ts,
+                detail)
+            return
+        await self.db.execute(
+            f"INSERT INTO {self.tasks} (run, task, status, started_at, finished_at, detail)"
+            " VALUES ($1, $2, $3, $4, $4, $5) ON CONFLICT (run, task) DO UPDATE SET"
+            " status = $3, finished_at = $4, detail = $5", run_id, task, status, ts, detail)
+
+    async def run_tasks(self, run_id: str, *, limit: int = 10_000) -> list[TaskRecord]:
+        rows = await self.db.fetch(
+            f"SELECT run, task, status, started_at, finished_at, detail FROM {self.tasks}"
+            " WHERE run = $1 ORDER BY started_at, task LIMIT $2", run_id, limit)
+        return [TaskRecord(run=r[0], task=r[1], status=r[2], started_at=r[3],
+                           finished_at=r[4], detail=r[5]) for r in rows]
+
+
+def _run(row: tuple[Any, ...]) -> RunRecord:
+    (run_id, job, kind, status, trigger, host, pid, scheduled_for, started_at, finished_at,
+     heartbeat_at, exit_code, error, counters, version) = row
+    return RunRecord(id=run_id, job=job, kind=kind, status=status, trigger=trigger,
+                     host=host, pid=pid, scheduled_for=scheduled_for, started_at=started_at,
+                     finished_at=finished_at, heartbeat_at=heartbeat_at,
+                     exit_code=exit_code, error=error,
+                     counters=json.loads(counters) if counters else {}, version=version)
+
+
+def _like_prefix(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
