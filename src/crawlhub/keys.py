@@ -106,3 +106,17 @@ def frontier_keys(prefix: str, name: str) -> dict[str, str]:
 def frontier_segment_key(prefix: str, name: str, segment: int, part: str) -> str:
     """One per-segment key of a frontier, e.g. part ``stats`` or ``bloom:1``."""
     return f"{frontier_keys(prefix, name)['segment']}{segment}:{part}"
+
+
+def control_channel(prefix: str, job: str) -> str:
+    """The pub/sub channel of one job's desired state (run / pause / exit): a message
+    ``{"job", "state", "changed_at"}`` is published there on every change. The job's name
+    goes in verbatim (channel names are binary-safe)."""
+    return f"{prefix}control:{job}"
+
+
+def control_pattern(prefix: str) -> str:
+    """The PSUBSCRIBE pattern of every job's control channel, the prefix's glob
+    characters escaped so that only this prefix matches."""
+    escaped = "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix)
+    return f"{escaped}control:*"

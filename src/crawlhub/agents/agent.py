@@ -47,6 +47,8 @@ LEASE_SECONDS = 120.0
 IDLE_POLL = 0.05
 #: Seconds before leasing again after a backend error.
 LEASE_RETRY = 1.0
+#: Seconds between two looks at the run's control (pause / continue / exit).
+CONTROL_POLL = 0.1
 
 
 @dataclass(slots=True)
@@ -158,6 +160,11 @@ class Agent:
     ``clock`` (epoch seconds, :mod:`crawlhub.clock`) times the held leases; they are
     extended on real time, every third of ``lease_seconds``.
     ``gate`` is an optional ``DomainGate``; ``registry`` an optional ``AgentRegistry``.
+    ``control`` (anything with ``state``: ``run`` / ``pause`` / ``exit``, e.g.
+    ``crawlhub.sdk.control()``) is looked at every ``CONTROL_POLL`` s: paused, the agent
+    leases nothing and starts no fetch, the fetches in flight finish and are flushed and
+    the tasks it holds keep their leases; exit ends the run once those are flushed
+    (``exited`` is then True; buffered tasks go back when their leases end).
     ``robots`` (anything with ``allowed(url, user_agent)``: a ``DomainGate`` opened with
     robots, or a ``RobotsCache``) is asked before each fetch, for the downloader's
     User-Agent; its rules are parsed once per origin and kept in memory, so a check on the
@@ -186,6 +193,7 @@ class Agent:
         robots: Any | None = None,
         heartbeat_every: float = 2.0,
         clock: Clock = system_clock,
+        control: Any | None = None,
     ) -> None:
         if not queues:
             raise ValueError("an agent needs at least one queue to lease from")
@@ -232,6 +240,12 @@ class Agent:
         self._room.set()
         self._wake = asyncio.Event()
         self._started = time.monotonic()
+        self.control = control
+        #: clear while the run's control says pause (or exit): no lease, no new fetch
+        self._running = asyncio.Event()
+        self._running.set()
+        #: the control said exit: the run ended after flushing what was in flight
+        self.exited = False
 
     # ------------------------------------------------------------------ running
     async def run(self, stop: asyncio.Event | None = None,
@@ -241,11 +255,17 @@ class Agent:
         workers = [asyncio.create_task(self._worker(stop)) for _ in range(self.concurrency)]
         flusher = asyncio.create_task(self._flush_forever(stop))
         renewer = asyncio.create_task(self._renew_forever(stop))
+        follower = (asyncio.create_task(self._follow_control(stop))
+                    if self.control is not None else None)
         try:
             await self._feed(stop, until_idle)
         finally:
             stop.set()
             self._wake.set()
+            if follower is not None:
+                follower.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await follower
             for w in workers:
                 w.cancel()
             for w in workers:
@@ -267,6 +287,12 @@ class Agent:
         names = list(self.queues)
         turn = 0
         while not stop.is_set():
+            if not self._running.is_set():  # paused, or exit asked
+                if self.exited:
+                    await self._settle()
+                    return
+                await asyncio.sleep(IDLE_POLL)
+                continue
             if len(self._ready) < self.concurrency:
                 got = 0
                 for k in range(len(names)):
@@ -320,7 +346,11 @@ class Agent:
 
     async def _worker(self, stop: asyncio.Event) -> None:
         ready = self._ready
+        running = self._running
         while not stop.is_set():
+            if not running.is_set():
+                await running.wait()
+                continue
             if not ready:
                 self._wake.clear()
                 await self._wake.wait()
@@ -409,6 +439,34 @@ class Agent:
             return bool(await robots.allowed(url, self.user_agent))
         except ValueError:
             return True  # not an absolute http(s) URL: the downloader reports it
+
+    # ------------------------------------------------------------------ control
+    async def _follow_control(self, stop: asyncio.Event) -> None:
+        """Apply the run's control: one look (a memory read, a ``stat`` at most) a poll."""
+        control: Any = self.control
+        running = self._running
+        while not stop.is_set():
+            state = control.state
+            if state == "exit":
+                log.info("agent %s: exit requested; finishing the %d fetches in flight",
+                            self.agent_id, self._inflight)
+                self.exited = True
+                running.clear()
+                return
+            if state == "pause" and running.is_set():
+                log.info("agent %s: paused; %d fetches in flight finish, no new ones",
+                            self.agent_id, self._inflight)
+                running.clear()
+            elif state == "run" and not running.is_set():
+                log.info("agent %s: continued", self.agent_id)
+                running.set()
+            await asyncio.sleep(CONTROL_POLL)
+
+    async def _settle(self) -> None:
+        """Wait for the fetches in flight, then for every page done to be flushed (the
+        flusher takes the outbox within ``flush_every``)."""
+        while self._inflight or self._outbox or self._flushing is not None:
+            await asyncio.sleep(IDLE_POLL)
 
     # ------------------------------------------------------------------ flushing
     def _start_flush(self) -> None:

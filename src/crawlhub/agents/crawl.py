@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from crawlhub import sdk
 from crawlhub.agents.agent import Agent, HubReport, Page, link_tasks
 from crawlhub.agents.codes import ROBOTS_DISALLOWED, ResultCodes
 from crawlhub.agents.downloader import Downloader, DownloaderConfig
@@ -112,6 +113,10 @@ class CrawlOptions:
     center_prefix: str = "crawlhub:"
     #: seconds to wait for the center's allocation
     allocate_timeout: float = 10.0
+    #: pause / continue / exit (anything with ``state``, e.g. ``crawlhub.sdk.Manual()``);
+    #: None: the runner's control file when a runner started this process
+    #: (``crawlhub.sdk.control()``), else none
+    control: Any | None = None
 
 
 @dataclass
@@ -124,6 +129,8 @@ class Progress:
     robots: int = 0
     links: int = 0
     queued: int = 0
+    #: the run's control said exit: stopped after flushing what was in flight (resumable)
+    exited: bool = False
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -233,10 +240,14 @@ class Crawl:
                 if bound is not None:
                     await bound(CACHE_KIB)
             await hub.submit([{"url": u, "depth": 0} for u in opts.urls], wait=True)
+            control = opts.control
+            if control is None and sdk.under_runner():
+                control = sdk.control()
             agent = Agent({QUEUE: queue}, downloader, report=HubReport(hub, "http"),
                           rules=self.rules, codes=self.codes, on_pages=self._on_pages,
                           concurrency=opts.concurrency, gate=gate if limits else None,
-                          robots=gate if opts.robots else None, skip=self._written)
+                          robots=gate if opts.robots else None, skip=self._written,
+                          control=control)
             self.agent = agent
 
             async def idle() -> bool:
@@ -256,11 +267,14 @@ class Crawl:
             if fatal is not None:
                 await agent.drain()
                 raise fatal
-            self.progress.queued = 0
+            self.progress.exited = agent.exited
+            if not agent.exited:
+                self.progress.queued = 0
             if on_progress is not None:
                 on_progress(self.progress)
             return self.progress
         finally:
+            self._count(flush=True)
             await downloader.close()
             if gate is not None:
                 with contextlib.suppress(Exception):
@@ -333,8 +347,20 @@ class Crawl:
             await asyncio.sleep(0.5)
             with contextlib.suppress(Exception):
                 self.progress.queued = await queue.length()
+            self._count()
             if on_progress is not None:
                 on_progress(self.progress)
+
+    def _count(self, *, flush: bool = False) -> None:
+        """The run's counters for its runner (pages, items, errors...), when one runs it."""
+        if not sdk.under_runner():
+            return
+        p = self.progress
+        sdk.set_counters({"pages": p.pages, "items": p.items, "errors": p.errors,
+                          "links": p.links, "queued": p.queued, "skipped": p.skipped,
+                          "robots": p.robots})
+        if flush:
+            sdk.flush()
 
     async def _written(self, messages: Sequence[Message]) -> set[str]:
         written = getattr(self.sink, "written", None)

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from crawlhub import sdk
 from crawlhub.collect.build import new_run
 from crawlhub.collect.lease import DEFAULT_LEASE_TTL, JobRunning
 from crawlhub.collect.service import metadata_url_for
@@ -129,7 +130,12 @@ async def _collect(
     job = next(j for j in cfg.jobs if j.name == name)
     store = await open_metadata_store(url)
     try:
-        run = new_run(job, store=store, config=cfg, token=token, cli=cli, lease_ttl=lease_ttl)
+        # under a job runner: its control file pauses / ends the run, its counters file
+        # gets the run's requests, items and errors
+        under = sdk.under_runner()
+        run = new_run(job, store=store, config=cfg, token=token, cli=cli, lease_ttl=lease_ttl,
+                      control=sdk.control() if under else None,
+                      counters=sdk.process_counters() if under else None)
         await run.claim()  # before the progress bar: a conflict is one clear line
         if not progress:
             return await run.run()

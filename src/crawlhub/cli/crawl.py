@@ -115,6 +115,9 @@ def crawl_command(
               f" {progress.errors:,} errors, {progress.robots:,} skipped by robots,"
               f" {progress.skipped:,} already written"
               f" (data: {data_dir})", highlight=False)
+    if progress.exited:
+        err.print("stopped on request (exit) after the pages in flight were written; the"
+                  " same command with the same --data-dir resumes", highlight=False)
 
 
 def read_sink(text: str | None) -> dict[str, Any] | None:

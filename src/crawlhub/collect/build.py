@@ -26,6 +26,7 @@ from crawlhub.fetch.http import HttpClient, Transport
 from crawlhub.fetch.joblog import JobLog, job_log
 from crawlhub.fetch.retry import RetryPolicy
 from crawlhub.fetch.scheduler import RequestScheduler
+from crawlhub.sdk import Counters
 from crawlhub.sinks.base import Sink
 
 #: Scheduler keys a job may set under ``scheduler:`` (folded into its pipeline settings).
@@ -101,8 +102,11 @@ def new_run(
     now: Callable[[], datetime] = _now,
     run_id: str | None = None,
     lease_ttl: float = DEFAULT_LEASE_TTL,
+    control: Any = None,
+    counters: Counters | None = None,
 ) -> JobRun:
-    """A ready ``JobRun`` for ``job``; ``config`` is the CrawlhubConfig (or app settings)."""
+    """A ready ``JobRun`` for ``job``; ``config`` is the CrawlhubConfig (or app settings).
+    ``control`` / ``counters``: pause, continue, exit and the run's counters (JobRun)."""
     if section is None and config is not None:
         section = getattr(config, "pipeline", None)
     settings = getattr(config, "settings", None) or config
@@ -143,6 +147,8 @@ def new_run(
         run_id=run_id,
         closers=closers,
         lease_ttl=lease_ttl,
+        control=control,
+        counters=counters,
     )
 
 

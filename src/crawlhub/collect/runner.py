@@ -8,6 +8,8 @@ progress is saved (``Pipeline.flush`` / ``Pipeline.segment``).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -37,6 +39,7 @@ from crawlhub.collect.source import (
 from crawlhub.collect.store.base import MetadataStore, Progress, RunRecord
 from crawlhub.config.jobs import JobConfig
 from crawlhub.config.pipeline import PipelineConfig
+from crawlhub.control.protocol import EXIT, PAUSE, RUN
 from crawlhub.errors import CancelledError, FetchError
 from crawlhub.fetch.fetcher import Fetcher
 from crawlhub.fetch.http import Request, Response
@@ -44,11 +47,16 @@ from crawlhub.fetch.joblog import JobLog, format_line
 from crawlhub.fetch.retry import TooManyFailures
 from crawlhub.pipeline.result import RunResult
 from crawlhub.pipeline.run import DetailMode, Pipeline
+from crawlhub.sdk import Counters
 from crawlhub.sinks.base import Sink
 
 #: Cursor names in the metadata store.
 WINDOW_CURSOR = "window_end"
 FULL_CURSOR = "full_offset"
+#: Seconds between two looks at the run's control (pause / continue / exit).
+CONTROL_POLL = 0.1
+#: Seconds between two reports of the run's counters.
+COUNTERS_EVERY = 0.5
 
 
 def _now() -> datetime:
@@ -76,6 +84,12 @@ class JobRun:
 
     The caller owns the fetcher (its scheduler may be shared) and the store; the run's
     pipeline opens and closes the sinks. ``progress()`` is a live snapshot for bars.
+
+    ``control`` (anything with ``state``: ``run`` / ``pause`` / ``exit``, e.g.
+    ``crawlhub.sdk.control()``): paused, no new request is sent (those in flight finish
+    and are delivered, the lease is kept); exit cancels the run like Ctrl-C (CANCELLED,
+    what was processed written, progress saved). ``counters`` (``crawlhub.sdk.Counters``)
+    get ``requests``, ``items`` and ``errors`` while the run lasts.
     """
 
     def __init__(
@@ -93,8 +107,14 @@ class JobRun:
         closers: list[Callable[[], Awaitable[None]]] | None = None,
         lease_ttl: float = DEFAULT_LEASE_TTL,
         log_keep: int = DEFAULT_LOG_KEEP,
+        control: Any | None = None,
+        counters: Counters | None = None,
     ) -> None:
         self.job = job
+        self.control = control
+        self.counters = counters
+        #: the run's control says pause: requests wait
+        self.paused = False
         self.store = store
         self.fetcher = fetcher
         self.sink = sink
@@ -163,6 +183,9 @@ class JobRun:
             started_at=time.time(),
         )
         await self.store.start_run(record)
+        follower = None
+        if self.control is not None or self.counters is not None:
+            follower = asyncio.create_task(self._follow_control())
         try:
             # Before any request: what the previous runs saved is in hand (and marked as
             # this run's), so however this run ends, the final save keeps it.
@@ -186,6 +209,11 @@ class JobRun:
         finally:
             result = await self.pipeline.finish()
             await self._close()
+            if follower is not None:
+                follower.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await follower
+                self._report_counters(flush=True)
         record.status = result.status.value
         record.finished_at = result.finished_at
         record.result = result.to_dict()
@@ -520,6 +548,54 @@ class JobRun:
             checkpoint_every=self.config.batch_size,
         )
 
+    # ---- control ------------------------------------------------------------------------------
+    async def _follow_control(self) -> None:
+        """Apply the run's control (one cheap look a poll) and report its counters."""
+        control, token = self.control, self.token
+        gate = asyncio.Event()
+        gate.set()
+
+        async def hold() -> None:
+            if not gate.is_set():
+                await token.run(gate.wait())  # CancelledError when the run is cancelled
+
+        self.fetcher.hold = hold
+        reported = 0.0
+        try:
+            while not token.is_cancelled:
+                state = control.state if control is not None else RUN
+                if state == EXIT:
+                    self.log.warning("exit requested: the run stops; what was processed is"
+                                     " written and progress saved")
+                    token.cancel("exit requested")
+                    break
+                if state == PAUSE and gate.is_set():
+                    gate.clear()
+                    self.paused = True
+                    self.log.info("paused: no new requests; those in flight finish")
+                elif state == RUN and not gate.is_set():
+                    gate.set()
+                    self.paused = False
+                    self.log.info("continued")
+                now = time.monotonic()
+                if now - reported >= COUNTERS_EVERY:
+                    reported = now
+                    self._report_counters()
+                await token.wait(CONTROL_POLL)
+        finally:
+            self.fetcher.hold = None
+            gate.set()
+
+    def _report_counters(self, *, flush: bool = False) -> None:
+        if self.counters is None:
+            return
+        snap = self.pipeline.progress()
+        failed = self.fetcher.stage("list").failed + self.fetcher.stage("detail").failed
+        self.counters.update({"requests": snap["requests_done"], "items": snap["written"],
+                              "errors": snap["failed"] + failed})
+        if flush:
+            self.counters.flush()
+
     # ---- state --------------------------------------------------------------------------------
     def _can_go_on(self) -> bool:
         return (
@@ -540,6 +616,7 @@ class JobRun:
         snap = self.pipeline.progress()
         snap["run_id"] = self.run_id
         snap["offset"] = self.offset
+        snap["paused"] = self.paused
         if snap.get("stage") in ("list", "idle"):
             snap["requests_total"] = self.requests_total
         elif self.job.detail.enabled:

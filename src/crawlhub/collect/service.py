@@ -28,6 +28,7 @@ from crawlhub.fetch.cancel import CancellationToken
 from crawlhub.fetch.joblog import format_line
 from crawlhub.fetch.scheduler import RequestScheduler
 from crawlhub.pipeline.result import RunResult
+from crawlhub.sdk import Counters
 
 _log = logging.getLogger("crawlhub.collect")
 
@@ -126,8 +127,12 @@ class CollectJobManager:
             raise JobNotFound(f"no job named {name!r}; known jobs: {known}")
         return job
 
-    async def start(self, name: str) -> str:
-        """Start ``name`` in the background; its run id. ``JobConflict`` if it cannot."""
+    async def start(self, name: str, *, control: Any = None,
+                    counters: Counters | None = None) -> str:
+        """Start ``name`` in the background; its run id. ``JobConflict`` if it cannot.
+
+        ``control`` (e.g. a ``ControlFollower``'s ``control``) pauses, continues or ends
+        the run; ``counters`` get its requests, items and errors (see ``JobRun``)."""
         job = self.job(name)
         if not job.enabled:
             raise JobConflict(
@@ -148,6 +153,8 @@ class CollectJobManager:
             env=self.env,
             cli=self.cli,
             lease_ttl=self.lease_ttl,
+            control=control,
+            counters=counters,
         )
         await run.claim()  # here, so a run elsewhere is a 409 now, not later
         task = asyncio.create_task(self._run(run), name=f"job:{name}")

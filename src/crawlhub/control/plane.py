@@ -39,22 +39,26 @@ log = logging.getLogger("crawlhub.control")
 class ControlPlane:
     """The parts of the control plane; see the module docstring."""
 
-    def __init__(self, config: CrawlhubConfig, *, db: ControlDB, secrets: SecretBox) -> None:
+    def __init__(self, config: CrawlhubConfig, *, db: ControlDB, secrets: SecretBox,
+                 collect: Any | None = None) -> None:
         self.config = config
+        #: the config's collection jobs (crawlhub.collect.service.CollectJobManager)
+        self.collect = collect
         self.db = db
         self.secrets = secrets
         self._closers: list[Any] = []
         self._started = False
 
     @classmethod
-    async def open(cls, config: CrawlhubConfig, *, prefix: str = "crawlhub_") -> ControlPlane:
+    async def open(cls, config: CrawlhubConfig, *, prefix: str = "crawlhub_",
+                   collect: Any | None = None) -> ControlPlane:
         section = config.control
         Path(config.data_dir).mkdir(parents=True, exist_ok=True)
         key = (section.secret_key.get_secret_value() if section.secret_key
                else os.environ.get(KEY_ENV))
         secrets = SecretBox.from_setting(key, Path(config.data_dir))
         db = await ControlDB.open(section.url, prefix=prefix)
-        plane = cls(config, db=db, secrets=secrets)
+        plane = cls(config, db=db, secrets=secrets, collect=collect)
         try:
             await plane._open_parts(prefix)
         except BaseException:
@@ -65,6 +69,35 @@ class ControlPlane:
     async def _open_parts(self, prefix: str) -> None:
         """Open each part in dependency order (logs and channel first: jobs use both)."""
         # -- parts: each adds itself here -----------------------------------------------
+        from crawlhub.control.channel import open_channel
+
+        self.channel = await open_channel(self.config, self.db)
+        self._closers.append(self.channel.close)
+        # -- jobs last: they use the channel, the logs, the builds and the alerts --------
+        await self._open_jobs()
+
+    async def _open_jobs(self) -> None:
+        """The jobs part: store, runner (logs to the log store, artifacts from the builds,
+        alerts at a run's end) and cron; opened after the parts it uses."""
+        from crawlhub.control.jobs import JobService, JobStore, Runner
+
+        section = self.config.control
+        logs = getattr(self, "logs", None)
+        builds = getattr(self, "builds", None)
+        runner = Runner(JobStore(self.db), channel=self.channel, runs_dir=section.runs_dir,
+                        grace=section.grace,
+                        log_sink=logs.write if logs is not None else None,
+                        artifacts=_artifact_lookup(builds) if builds is not None else None,
+                        on_finish=self._run_finished, collect=self.collect)
+        self.jobs = JobService(runner.store, runner, collect=self.collect)
+        await self.jobs.open()
+        self._closers.append(self.jobs.close)
+
+    async def _run_finished(self, spec: Any, run: Any) -> None:
+        """A run ended: the alerts of its job (failed, no items, over its time)."""
+        alerts = getattr(self, "alerts", None)
+        if alerts is not None and hasattr(alerts, "run_finished"):
+            await alerts.run_finished(spec, run)
 
     async def start(self) -> None:
         """Start the background work of the parts (this process's scheduler, ...)."""
@@ -72,6 +105,8 @@ class ControlPlane:
             return
         self._started = True
         # -- starts: each part that runs in the background adds itself here -------------
+        if self.config.control.scheduler:
+            self.jobs.start_scheduler()
 
     async def close(self) -> None:
         """Stop and close every part, newest first; then the database."""
@@ -81,3 +116,16 @@ class ControlPlane:
         self._closers.clear()
         self._started = False
         await self.db.close()
+
+
+def _artifact_lookup(builds: Any) -> Any:
+    """The runner's view of the builds: (project, version) -> Artifact."""
+    from crawlhub.control.jobs import Artifact
+
+    async def lookup(project: str, version: str) -> Artifact:
+        found = await builds.artifact(project, version)
+        return Artifact(path=Path(found.path), version=found.version,
+                        bin_dir=Path(found.bin_dir) if found.bin_dir else None,
+                        env=dict(found.env or {}))
+
+    return lookup

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,7 +92,8 @@ def parse_line(text: str) -> LogMessage | TaskEvent:
 def write_json_atomic(path: str | Path, value: Any) -> None:
     """Write ``value`` as JSON to ``path`` so a reader never sees half a file."""
     target = Path(path)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    # per process and thread: two writers never share a half-written temporary file
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(value), encoding="utf-8")
     os.replace(tmp, target)
 

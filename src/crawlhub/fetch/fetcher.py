@@ -7,6 +7,7 @@ after its tries is recorded and raised as ``FetchError``; too many in a row trip
 from __future__ import annotations
 
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, NoReturn
 
@@ -58,6 +59,8 @@ class Fetcher:
       raising) ``TooManyFailures``; a success resets the count.
 
     A cancelled token raises ``crawlhub.errors.CancelledError`` and sends nothing more.
+    ``hold`` (settable), when given, is awaited before each request's first attempt: a
+    paused run holds new requests there while the ones in flight finish.
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class Fetcher:
         self.stats: dict[str, FetchStats] = {"list": FetchStats(), "detail": FetchStats()}
         self.consecutive_failures = 0
         self.tripped: TooManyFailures | None = None
+        self.hold: Callable[[], Awaitable[None]] | None = None
         scheduler.register(job_code)
 
     def stage(self, name: str) -> FetchStats:
@@ -101,6 +105,8 @@ class Fetcher:
         """The response to ``req`` once it succeeded; ``FetchError`` after its tries."""
         stats = self.stage(stage)
         self.token.raise_if_cancelled()
+        if self.hold is not None:
+            await self.hold()
         if self.tripped is not None:
             raise self.tripped
         verdict: Verdict | None = None
