@@ -18,6 +18,7 @@ import pytest
 import yaml
 from fastapi import FastAPI
 
+from crawlhub.api import errors
 from crawlhub.api.jobs import router
 from crawlhub.collect.lease import JobRunning, RunLease
 from crawlhub.collect.service import CollectJobManager
@@ -92,8 +93,9 @@ async def test_a_second_manager_gets_a_conflict_naming_pid_host_and_start(
         assert status["state"] == "running" and status["runner"]["pid"] == os.getpid()
         assert [j["state"] for j in await second.list()] == ["running"]
         app = FastAPI()
+        errors.install(app)
         app.include_router(router)
-        app.state.services = SimpleNamespace(jobs=second)
+        app.state.services = SimpleNamespace(jobs=second, control=None)
         async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app),
                                       base_url="http://test") as client:
             resp = await client.post("/jobs/news/start")
@@ -265,8 +267,9 @@ async def test_api_job_log_shows_the_lines_of_a_run_from_another_manager(
     cfg = load(write_config(tmp_path, api.url))
     runner, server = CollectJobManager(cfg), CollectJobManager(cfg)
     app = FastAPI()
+    errors.install(app)
     app.include_router(router)
-    app.state.services = SimpleNamespace(jobs=server)
+    app.state.services = SimpleNamespace(jobs=server, control=None)
     try:
         await runner.start("news")
         await runner.wait("news")

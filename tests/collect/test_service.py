@@ -12,6 +12,7 @@ import httpx2
 import pytest
 from fastapi import FastAPI
 
+from crawlhub.api import errors
 from crawlhub.api.jobs import router
 from crawlhub.collect.service import JobConflict, JobManager, JobNotFound
 from crawlhub.config.schema import CrawlhubConfig
@@ -123,8 +124,9 @@ async def test_stop_cancels_and_keeps_what_was_delivered(
 @pytest.fixture
 async def client(manager: JobManager) -> AsyncIterator[httpx2.AsyncClient]:
     app = FastAPI()
+    errors.install(app)
     app.include_router(router)
-    app.state.services = SimpleNamespace(jobs=manager)
+    app.state.services = SimpleNamespace(jobs=manager, control=None)
     transport = httpx2.ASGITransport(app=app)
     async with httpx2.AsyncClient(transport=transport, base_url="http://test") as c:
         yield c

@@ -1,0 +1,336 @@
+"""Jobs of every kind: the store on SQLite and PostgreSQL, the runner on real
+subprocesses (logs, task timeline, counters, exit codes, cancel with SIGTERM then
+SIGKILL, timeout, pause and continue, restart), max_instances, cron with an injected
+clock, and runs left by a killed server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pydantic
+import pytest
+
+from crawlhub.control import protocol
+from crawlhub.control.channel import ControlChannel
+from crawlhub.control.db import ControlDB
+from crawlhub.control.jobs import JobPatch, JobService, JobSpec, JobStore, Runner
+from crawlhub.control.jobs.cron import CronScheduler
+from crawlhub.control.jobs.store import HOST
+from crawlhub.control.logs.line import LogLine
+from crawlhub.errors import ConflictError, NotFoundError
+from tests.helpers import wait_for
+
+COUNTER = textwrap.dedent("""
+    import sys, time
+    from crawlhub import sdk
+    n = 0
+    with sdk.task("count"):
+        while n < int(sys.argv[1]):
+            if not sdk.control().wait_while_paused():
+                print("exit requested at", n, flush=True)
+                break
+            n += 1
+            sdk.set_counter("success", n)
+            sdk.set_counter("total", int(sys.argv[1]))
+            time.sleep(0.02)
+    sdk.flush()
+    print("counted", n, flush=True)
+""")
+
+
+class Sink:
+    """The lines a runner writes (the log store's input)."""
+
+    def __init__(self) -> None:
+        self.lines: list[LogLine] = []
+
+    async def __call__(self, batch: list[LogLine]) -> None:
+        self.lines.extend(batch)
+
+    def text(self) -> list[str]:
+        return [line.message for line in self.lines]
+
+
+@pytest.fixture
+async def jobs(control_db: ControlDB, tmp_path: Path) -> AsyncIterator[JobService]:
+    channel = ControlChannel(control_db)
+    await channel.open()
+    sink = Sink()
+    runner = Runner(JobStore(control_db), channel=channel, runs_dir=tmp_path / "runs",
+                    grace=1.0, beat=0.2, log_sink=sink)
+    service = JobService(runner.store, runner)
+    service.sink = sink  # type: ignore[attr-defined]
+    await service.open()
+    yield service
+    await service.close()
+    await channel.close()
+
+
+def script(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+async def finished(jobs: JobService, run_id: str, timeout: float = 15.0) -> str:
+    run = await asyncio.wait_for(jobs.runner.wait(run_id), timeout)
+    return run.status
+
+
+async def test_jobs_are_created_listed_changed_and_removed(jobs: JobService) -> None:
+    await jobs.create(JobSpec(name="b-job", command=["true"], cron="*/5 * * * *"))
+    await jobs.create(JobSpec(name="a-job", command=["true"], notes="first"))
+    with pytest.raises(ConflictError, match="exists"):
+        await jobs.create(JobSpec(name="a-job", command=["true"]))
+    views = await jobs.list_jobs()
+    assert [v.spec.name for v in views] == ["a-job", "b-job"]
+    assert views[1].next_fire is not None and views[1].next_fire % 300 == 0
+    assert [v.spec.name for v in await jobs.list_jobs(after="a-job")] == ["b-job"]
+    changed = await jobs.update("a-job", JobPatch(cron="0 3 * * *", max_instances=2))
+    assert changed.spec.cron == "0 3 * * *" and changed.spec.max_instances == 2
+    assert changed.spec.notes == "first" and changed.next_fire is not None
+    await jobs.delete("b-job")
+    with pytest.raises(NotFoundError):
+        await jobs.get("b-job")
+    with pytest.raises(NotFoundError):
+        await jobs.delete("b-job")
+
+
+@pytest.mark.parametrize("bad, why", [
+    ({"name": "../x", "command": ["true"]}, "name"),
+    ({"name": "x", "command": ["true"], "cron": "61 * * * *"}, "cron"),
+    ({"name": "x", "command": ["true"], "timezone": "Mars/Olympus"}, "timezone"),
+    ({"name": "x", "command": ["true"], "env": {"CRAWLHUB_RUN": "r"}}, "set by the runner"),
+    ({"name": "x", "command": ["a\x00b"]}, "NUL"),
+    ({"name": "x", "command": ["true"], "max_instances": 0}, "max_instances"),
+    ({"name": "x", "command": ["true"], "shell": "rm -rf /"}, "shell"),
+])
+def test_a_bad_job_is_refused_with_the_reason(bad: dict[str, object], why: str) -> None:
+    with pytest.raises(pydantic.ValidationError, match=why):
+        JobSpec.model_validate(bad)
+
+
+async def test_a_run_records_exit_logs_timeline_and_counters(jobs: JobService,
+                                                             tmp_path: Path) -> None:
+    path = script(tmp_path, "count.py", COUNTER)
+    await jobs.create(JobSpec(name="count", command=[sys.executable, path, "5"],
+                              env={"PYTHONPATH": os.pathsep.join(sys.path)}))
+    run = await jobs.run("count")
+    assert run.status == "running" and run.host == HOST
+    assert await finished(jobs, run.id) == "succeeded"
+    view = await jobs.run_view(run.id)
+    assert view.run.exit_code == 0 and view.run.finished_at is not None
+    assert view.run.counters["success"] == 5
+    assert view.queue is not None and view.queue.success == 5 and view.queue.left == 0
+    assert [(t.task, t.status) for t in view.tasks] == [("count", "succeeded")]
+    lines = jobs.sink.lines  # type: ignore[attr-defined]
+    said = [line for line in lines if line.message == "counted 5"]
+    assert said and said[0].job == "count" and said[0].run == run.id
+    assert said[0].stream == "stdout"
+    assert any(line.task == "count" for line in lines)
+
+
+async def test_a_failing_or_missing_program_fails_with_the_reason(jobs: JobService,
+                                                                 tmp_path: Path) -> None:
+    path = script(tmp_path, "fail.py", """
+        import sys
+        print("ERROR something broke", file=sys.stderr)
+        sys.exit(3)
+    """)
+    await jobs.create(JobSpec(name="fail", command=[sys.executable, path]))
+    run = await jobs.run("fail")
+    assert await finished(jobs, run.id) == "failed"
+    record = await jobs.store.run(run.id)
+    assert record.exit_code == 3 and "code 3" in (record.error or "")
+    errors = [line for line in jobs.sink.lines if line.level == "error"]  # type: ignore[attr-defined]
+    assert errors and errors[0].stream == "stderr"
+    await jobs.create(JobSpec(name="ghost", command=["no-such-program-here"]))
+    run = await jobs.run("ghost")
+    assert await finished(jobs, run.id) == "failed"
+    assert "not on PATH" in ((await jobs.store.run(run.id)).error or "")
+
+
+async def test_max_instances_refuses_a_second_run_and_cancel_escalates_to_sigkill(
+        jobs: JobService, tmp_path: Path) -> None:
+    path = script(tmp_path, "stubborn.py", """
+        import signal, time
+        signal.signal(signal.SIGTERM, lambda *a: print("ignoring SIGTERM", flush=True))
+        print("started", flush=True)
+        time.sleep(60)
+    """)
+    await jobs.create(JobSpec(name="stubborn", command=[sys.executable, path]))
+    run = await jobs.run("stubborn")
+    with pytest.raises(ConflictError, match="max_instances is 1"):
+        await jobs.run("stubborn")
+    await wait_for(lambda: "started" in jobs.sink.text(), timeout=10)  # type: ignore[attr-defined]
+    asked = await jobs.cancel("stubborn")
+    assert asked == [run.id]
+    assert await finished(jobs, run.id) == "cancelled"
+    text = jobs.sink.text()  # type: ignore[attr-defined]
+    assert "ignoring SIGTERM" in text
+    assert any("SIGKILL" in line for line in text)
+    record = await jobs.store.run(run.id)
+    assert record.exit_code == -9
+    # the exit request was for those runs only: the next run is not asked to exit
+    assert await jobs.channel.get("stubborn") == protocol.RUN
+
+
+async def test_a_run_over_its_timeout_ends_as_timeout(jobs: JobService, tmp_path: Path) -> None:
+    path = script(tmp_path, "slow.py", "import time\ntime.sleep(60)\n")
+    await jobs.create(JobSpec(name="slow", command=[sys.executable, path], timeout=0.5))
+    run = await jobs.run("slow")
+    assert await finished(jobs, run.id) == "timeout"
+    assert "timeout" in ((await jobs.store.run(run.id)).error or "")
+
+
+async def test_pause_holds_a_counting_job_and_continue_resumes_it(jobs: JobService,
+                                                                 tmp_path: Path) -> None:
+    path = script(tmp_path, "count.py", COUNTER)
+    await jobs.create(JobSpec(name="count", command=[sys.executable, path, "100000"],
+                              env={"PYTHONPATH": os.pathsep.join(sys.path)}))
+    run = await jobs.run("count")
+    counters = tmp_path / "runs" / run.id / "counters.json"
+
+    def counted() -> int:
+        data = protocol.read_json(counters) or {}
+        return int(data.get("counters", {}).get("success", 0))
+
+    await wait_for(lambda: counted() > 5, timeout=10)
+    view = await jobs.pause("count")
+    assert view.desired == protocol.PAUSE
+    await asyncio.sleep(1.5)  # the pause has taken effect (within a second)
+    held = counted()
+    await asyncio.sleep(1.0)
+    assert counted() == held, "a paused job went on counting"
+    await jobs.resume("count")
+    await wait_for(lambda: counted() > held + 5, timeout=10)
+    await jobs.cancel("count")
+    assert await finished(jobs, run.id) == "cancelled"
+
+
+async def test_a_paused_job_starts_its_next_run_paused(jobs: JobService,
+                                                      tmp_path: Path) -> None:
+    path = script(tmp_path, "count.py", COUNTER)
+    await jobs.create(JobSpec(name="count", command=[sys.executable, path, "3"],
+                              env={"PYTHONPATH": os.pathsep.join(sys.path)}))
+    await jobs.pause("count")
+    run = await jobs.run("count")
+    control = tmp_path / "runs" / run.id / "control.json"
+    # written before the process starts, so it never runs a step unpaused
+    await wait_for(lambda: protocol.read_json(control), timeout=10)
+    assert (protocol.read_json(control) or {}).get("state") == protocol.PAUSE
+    await asyncio.sleep(1.0)
+    assert (await jobs.store.run(run.id)).status == "running"
+    await jobs.resume("count")
+    assert await finished(jobs, run.id) == "succeeded"
+
+
+async def test_pause_signal_stops_a_job_without_the_sdk(jobs: JobService,
+                                                       tmp_path: Path) -> None:
+    out = tmp_path / "ticks.txt"
+    path = script(tmp_path, "ticks.py", f"""
+        import time
+        with open({str(out)!r}, "a") as f:
+            while True:
+                f.write("x"); f.flush(); time.sleep(0.02)
+    """)
+    await jobs.create(JobSpec(name="ticks", command=[sys.executable, path], pause_signal=True))
+    run = await jobs.run("ticks")
+    await wait_for(lambda: out.exists() and out.stat().st_size > 5, timeout=10)
+    await jobs.pause("ticks")
+    await asyncio.sleep(1.0)
+    held = out.stat().st_size
+    await asyncio.sleep(0.5)
+    assert out.stat().st_size == held
+    await jobs.resume("ticks")
+    await wait_for(lambda: out.stat().st_size > held, timeout=10)
+    # a stopped process still ends on cancel (SIGCONT before SIGTERM)
+    await jobs.pause("ticks")
+    await jobs.cancel("ticks")
+    assert await finished(jobs, run.id) == "cancelled"
+
+
+async def test_restart_ends_the_run_and_starts_another(jobs: JobService, tmp_path: Path) -> None:
+    path = script(tmp_path, "slow.py", "import time\nprint('up', flush=True)\ntime.sleep(60)\n")
+    await jobs.create(JobSpec(name="slow", command=[sys.executable, path]))
+    first = await jobs.run("slow")
+    second = await jobs.restart("slow")
+    assert second.id != first.id and second.trigger == "restart"
+    assert (await jobs.store.run(first.id)).status == "cancelled"
+    await jobs.cancel("slow")
+    assert await finished(jobs, second.id) == "cancelled"
+
+
+async def test_cron_fires_due_ticks_once_and_records_skipped_ones(control_db: ControlDB,
+                                                                  tmp_path: Path) -> None:
+    now = [1_700_000_000.0]  # 2023-11-14 22:13:20 UTC
+    store = JobStore(control_db)
+    await store.open()
+    started: list[tuple[str, float]] = []
+    busy = {"on": False}
+
+    async def start(spec: JobSpec, tick: float) -> None:
+        if busy["on"]:
+            raise ConflictError("job 'tick' has 1 run(s) going (r1) and max_instances is 1")
+        started.append((spec.name, tick))
+
+    await store.create(JobSpec(name="tick", command=["true"], cron="*/5 * * * *"), now[0])
+    first = await store.next_fire("tick")
+    assert first == 1_700_000_100.0  # 22:15:00
+    one = CronScheduler(store, start, clock=lambda: now[0])
+    two = CronScheduler(store, start, clock=lambda: now[0])
+    assert await one.tick() == [] and started == []
+    now[0] = first + 0.5
+    fired = await asyncio.gather(one.tick(), two.tick())
+    assert sorted(len(f) for f in fired) == [0, 1]  # one scheduler fired the tick
+    assert started == [("tick", first)]
+    assert await store.next_fire("tick") == first + 300
+    busy["on"] = True
+    now[0] = first + 300
+    assert await one.tick() == ["tick"]
+    skipped = await store.list_runs(job="tick", status=["skipped"])
+    assert len(skipped) == 1 and "max_instances is 1" in (skipped[0].error or "")
+    assert skipped[0].scheduled_for == first + 300
+
+
+async def test_runs_of_a_killed_server_are_marked_lost(control_db: ControlDB) -> None:
+    store = JobStore(control_db)
+    await store.open()
+    spec = JobSpec(name="orphan", command=["true"])
+    await store.create(spec, time.time())
+    dead = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
+    await dead.wait()
+    run = await store.claim_run(spec, trigger="api", now=time.time())
+    await store.beat(run.id, time.time(), pid=dead.pid)  # its process is gone
+    assert await store.lose_dead_runs(time.time()) == 1
+    record = await store.run(run.id)
+    assert record.status == "lost" and "ended without" in (record.error or "")
+    # a run whose host stopped beating long ago no longer blocks max_instances
+    again = await store.claim_run(spec, trigger="api", now=time.time())
+    later = await store.claim_run(spec, trigger="api", now=time.time() + 3600)
+    assert (await store.run(again.id)).status == "lost" and later.status == "running"
+
+
+async def test_runs_page_newest_first_by_job_and_status(control_db: ControlDB) -> None:
+    store = JobStore(control_db)
+    await store.open()
+    spec = JobSpec(name="many", command=["true"], max_instances=1000)
+    t0 = 1_700_000_000.0
+    ids = []
+    for i in range(25):
+        run = await store.claim_run(spec, trigger="api", now=t0 + i)
+        await store.finish(run.id, status="succeeded" if i % 2 else "failed", now=t0 + i + 0.5,
+                           exit_code=0 if i % 2 else 1, error=None, counters={"i": i})
+        ids.append(run.id)
+    page = await store.list_runs(job="many", limit=10)
+    assert [r.id for r in page] == ids[::-1][:10]
+    nxt = await store.list_runs(job="many", limit=10, before=page[-1].id)
+    assert [r.id for r in nxt] == ids[::-1][10:20]
+    failed = await store.list_runs(status=["failed"], limit=100)
+    assert len(failed) == 13 and all(r.exit_code == 1 for r in failed)
