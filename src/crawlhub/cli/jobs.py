@@ -1,0 +1,284 @@
+"""``crawlhub jobs``: list, add, show, change, remove, run, pause, continue, cancel and
+restart jobs on the control database of the config (``control.url``).
+
+``crawlhub jobs run NAME`` runs the job here, in the foreground, printing its log lines,
+and exits with 0 when the run succeeded; with ``--server URL`` it asks a running
+``crawlhub serve`` instead (``POST /jobs/NAME/run``). Pause, continue and cancel store
+the desired state: the runner (here or in a server) follows it within seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, get_config, out, run
+from crawlhub.control.jobs import JobPatch, JobService, JobSpec, RunRecord
+from crawlhub.control.logs.line import LogLine
+
+app = typer.Typer(help="Jobs of every kind: subprocess, crawl and the config's collect jobs.",
+                  no_args_is_help=True)
+T = TypeVar("T")
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+@asynccontextmanager
+async def _jobs(cfg: Any, *, sink: Callable[[list[LogLine]], Awaitable[None]] | None = None
+                ) -> AsyncIterator[JobService]:
+    """A JobService on the config's control database (no cron here)."""
+    from crawlhub.control.channel import open_channel
+    from crawlhub.control.db import ControlDB
+    from crawlhub.control.jobs import JobStore, Runner
+
+    db = await ControlDB.open(cfg.control.url)
+    channel = await open_channel(cfg, db)
+    logs = None
+    try:
+        try:
+            from crawlhub.control.logs import open_log_service
+
+            logs = await open_log_service(cfg)
+        except ImportError:
+            logs = None
+
+        async def both(lines: list[LogLine]) -> None:
+            if sink is not None:
+                await sink(lines)
+            if logs is not None:
+                await logs.write(lines)
+
+        runner = Runner(JobStore(db), channel=channel, runs_dir=cfg.control.runs_dir,
+                        grace=cfg.control.grace, log_sink=both)
+        service = JobService(runner.store, runner)
+        await service.open()
+        try:
+            yield service
+        finally:
+            await service.close()
+    finally:
+        if logs is not None:
+            await logs.close()
+        await channel.close()
+        await db.close()
+
+
+def _call(cfg: Any, fn: Callable[[JobService], Awaitable[T]]) -> T:
+    async def go() -> T:
+        async with _jobs(cfg) as jobs:
+            return await fn(jobs)
+
+    return run(go())
+
+
+def _print_json(value: Any) -> None:
+    out.print(json.dumps(value, ensure_ascii=False, default=str), markup=False,
+              highlight=False, soft_wrap=True)
+
+
+def _when(ts: float | None) -> str:
+    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+@app.command("list")
+def list_command(after: Annotated[str | None, typer.Option(help="Page after this name.")] = None,
+                 limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+                 as_json: JsonOpt = False, config: ConfigOpt = None,
+                 data_dir: DataDirOpt = None, sets: SetOpt = None) -> None:
+    """Jobs by name with their cron, next tick, state and last run."""
+    cfg = get_config(config, data_dir, sets)
+    views = _call(cfg, lambda jobs: jobs.list_jobs(after=after, limit=limit))
+    if as_json:
+        _print_json([v.model_dump() for v in views])
+        return
+    table = Table(title=f"{len(views)} jobs", collapse_padding=True)
+    for col in ("name", "kind", "cron", "next tick", "state", "last run", "status"):
+        table.add_column(col)
+    for v in views:
+        state = "paused" if v.desired == "pause" else "running" if v.running else "idle"
+        last = v.last_run
+        table.add_row(escape(v.spec.name), v.spec.kind, escape(v.spec.cron or "-"),
+                      _when(v.next_fire), state, last.id if last else "-",
+                      last.status if last else "-")
+    out.print(table)
+
+
+@app.command("add")
+def add_command(name: str,
+                command: Annotated[list[str], typer.Argument(help="The program and its"
+                                                             " arguments (after --).")],
+                kind: Annotated[str, typer.Option(help="subprocess or crawl")] = "subprocess",
+                cron: Annotated[str | None, typer.Option(help="e.g. '*/10 * * * *'")] = None,
+                project: Annotated[str | None, typer.Option()] = None,
+                version: Annotated[str | None, typer.Option()] = None,
+                env: Annotated[list[str] | None, typer.Option(help="NAME=VALUE")] = None,
+                notes: Annotated[str, typer.Option()] = "",
+                timeout: Annotated[float | None, typer.Option(help="seconds")] = None,
+                max_instances: Annotated[int, typer.Option(min=1)] = 1,
+                config: ConfigOpt = None, data_dir: DataDirOpt = None,
+                sets: SetOpt = None) -> None:
+    """Add a job: ``crawlhub jobs add news -- python news.py --since 1d``."""
+    cfg = get_config(config, data_dir, sets)
+    pairs = dict(item.split("=", 1) for item in env or [] if "=" in item)
+    try:
+        spec = JobSpec(name=name, kind=kind, command=command, cron=cron,  # type: ignore[arg-type]
+                       project=project, version=version, env=pairs, notes=notes,
+                       timeout=timeout, max_instances=max_instances)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    view = _call(cfg, lambda jobs: jobs.create(spec))
+    out.print(f"added job {escape(view.spec.name)}"
+              + (f"; next tick {_when(view.next_fire)}" if view.next_fire else ""))
+
+
+@app.command("show")
+def show_command(name: str, as_json: JsonOpt = False, config: ConfigOpt = None,
+                 data_dir: DataDirOpt = None, sets: SetOpt = None) -> None:
+    """A job's spec, state, queue figures and latest runs."""
+    cfg = get_config(config, data_dir, sets)
+
+    async def get(jobs: JobService) -> dict[str, Any]:
+        view = await jobs.get(name)
+        return {"job": view.model_dump(), "queue": (await jobs.queue(name)).model_dump(),
+                "runs": [r.model_dump() for r in await jobs.runs(job=name, limit=10)]}
+
+    data = _call(cfg, get)
+    if as_json:
+        _print_json(data)
+        return
+    spec = data["job"]["spec"]
+    out.print(f"[bold]{escape(spec['name'])}[/] ({spec['kind']}): "
+              f"{escape(' '.join(spec['command'] + spec['args']))}")
+    out.print(f"cron {escape(spec['cron'] or '-')}  next {_when(data['job']['next_fire'])}"
+              f"  desired {data['job']['desired']}  max_instances {spec['max_instances']}")
+    q = data["queue"]
+    out.print("queue: " + "  ".join(f"{k} {q[k] if q[k] is not None else '-'}"
+                                    for k in ("left", "total", "success", "failed", "retried",
+                                              "rate")))
+    for r in data["runs"]:
+        out.print(f"  {r['id']}  {r['status']:<10} {_when(r['started_at'])}  exit"
+                  f" {r['exit_code'] if r['exit_code'] is not None else '-'}")
+
+
+@app.command("remove")
+def remove_command(name: str, config: ConfigOpt = None, data_dir: DataDirOpt = None,
+                   sets: SetOpt = None) -> None:
+    """Remove a job (its runs are cancelled; their history stays)."""
+    cfg = get_config(config, data_dir, sets)
+    _call(cfg, lambda jobs: jobs.delete(name))
+    out.print(f"removed job {escape(name)}")
+
+
+@app.command("set")
+def set_command(name: str,
+                cron: Annotated[str | None, typer.Option(help="'' removes the cron")] = None,
+                enabled: Annotated[bool | None, typer.Option("--enabled/--disabled")] = None,
+                max_instances: Annotated[int | None, typer.Option(min=1)] = None,
+                timeout: Annotated[float | None, typer.Option()] = None,
+                notes: Annotated[str | None, typer.Option()] = None,
+                config: ConfigOpt = None, data_dir: DataDirOpt = None,
+                sets: SetOpt = None) -> None:
+    """Change some fields of a job."""
+    cfg = get_config(config, data_dir, sets)
+    changes = {k: v for k, v in {"cron": cron, "enabled": enabled, "notes": notes,
+                                 "max_instances": max_instances, "timeout": timeout}.items()
+               if v is not None}
+    try:
+        patch = JobPatch.model_validate(changes)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    view = _call(cfg, lambda jobs: jobs.update(name, patch))
+    out.print(f"changed job {escape(name)}; next tick {_when(view.next_fire)}")
+
+
+def _state_command(verb: str) -> Callable[..., None]:
+    def command(name: str, config: ConfigOpt = None, data_dir: DataDirOpt = None,
+                sets: SetOpt = None) -> None:
+        cfg = get_config(config, data_dir, sets)
+        if verb == "pause":
+            _call(cfg, lambda jobs: jobs.pause(name))
+            out.print(f"job {escape(name)}: paused (its runs hold still; new runs start"
+                      " paused until 'crawlhub jobs continue')")
+        elif verb == "continue":
+            _call(cfg, lambda jobs: jobs.resume(name))
+            out.print(f"job {escape(name)}: continues")
+        else:
+            asked = _call(cfg, lambda jobs: jobs.cancel(name))
+            out.print(f"job {escape(name)}: asked {len(asked)} run(s) to stop"
+                      + (f" ({', '.join(asked)})" if asked else ""))
+
+    command.__doc__ = {"pause": "Pause a job: its runs hold still, losing nothing.",
+                       "continue": "Continue a paused job.",
+                       "cancel": "Cancel a job's runs (SIGTERM, SIGKILL after the grace"
+                                 " period)."}[verb]
+    return command
+
+
+for _verb in ("pause", "continue", "cancel"):
+    app.command(_verb)(_state_command(_verb))
+
+
+@app.command("run")
+def run_command(name: str,
+                server: Annotated[str | None, typer.Option(
+                    help="Ask this crawlhub server to run it (e.g. http://127.0.0.1:8526)"
+                    " instead of running it here.")] = None,
+                config: ConfigOpt = None, data_dir: DataDirOpt = None,
+                sets: SetOpt = None) -> None:
+    """Run a job now: here in the foreground (its log lines printed; exit code 0 when it
+    succeeded), or on a server with --server."""
+    cfg = get_config(config, data_dir, sets)
+    if server:
+        body = _post(server, f"/jobs/{name}/run", cfg)
+        out.print(f"job {escape(name)}: run {body.get('run_id')} started on {escape(server)}")
+        return
+
+    async def show(lines: list[LogLine]) -> None:
+        for line in lines:
+            task = f"[{line.task}] " if line.task else ""
+            out.print(f"{line.level:<7} {escape(task + line.message)}", highlight=False)
+
+    async def go() -> RunRecord:
+        async with _jobs(cfg, sink=show) as jobs:
+            started = await jobs.run(name, trigger="cli")
+            out.print(f"job {escape(name)}: run {started.id}")
+            try:
+                return await jobs.runner.wait(started.id)
+            except asyncio.CancelledError:
+                jobs.runner.stop_local(name)
+                return await jobs.runner.wait(started.id)
+
+    record = run(go())
+    out.print(f"run {record.id}: {record.status}"
+              + (f" (exit {record.exit_code})" if record.exit_code is not None else "")
+              + (f": {escape(record.error)}" if record.error else ""))
+    raise typer.Exit(0 if record.status == "succeeded" else 1)
+
+
+def _post(server: str, path: str, cfg: Any) -> dict[str, Any]:
+    import urllib.error
+    import urllib.request
+
+    token = cfg.server.token.get_secret_value() if cfg.server.token else None
+    request = urllib.request.Request(server.rstrip("/") + path, data=b"", method="POST")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310 (the user's server)
+            return json.loads(answer.read() or b"{}")  # type: ignore[no-any-return]
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode("utf-8", "replace")
+        out.print(f"[red]{exc.code}[/]: {escape(detail)}")
+        sys.exit(1)
+    except OSError as exc:
+        out.print(f"[red]cannot reach {escape(server)}[/]: {escape(str(exc))}")
+        sys.exit(1)
