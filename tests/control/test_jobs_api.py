@@ -1,0 +1,152 @@
+"""``/jobs/`` and ``/runs/`` over the whole app: create, run, pause, continue, cancel,
+restart, queue figures, run history; 4xx bodies that say what is wrong."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from crawlhub.api import create_app
+from crawlhub.config.schema import CrawlhubConfig
+from crawlhub.service import Services
+from tests.helpers import wait_for
+
+COUNTER = textwrap.dedent("""
+    import sys, time
+    from crawlhub import sdk
+    n = 0
+    while n < int(sys.argv[1]):
+        if not sdk.control().wait_while_paused():
+            break
+        with sdk.task(f"step-{n // 10}"):
+            n += 1
+            sdk.set_counter("success", n)
+            sdk.set_counter("total", int(sys.argv[1]))
+            sdk.log(f"item {n}", task=f"step-{n // 10}")
+            time.sleep(0.01)
+    sdk.flush()
+""")
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[tuple[httpx2.AsyncClient, Services]]:
+    config = CrawlhubConfig.model_validate({
+        "data_dir": str(tmp_path), "control": {"grace": 1},
+        "outbound": [{"name": "default", "init": {"key": "default"}}]})
+    svc = await Services.open(config)
+    await svc.start()
+    app = create_app(services=svc)
+    try:
+        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app),
+                                      base_url="http://test") as client:
+            yield client, svc
+    finally:
+        await svc.close()
+
+
+def counter_job(tmp_path: Path, name: str, n: int, **more: object) -> dict[str, object]:
+    path = tmp_path / "count.py"
+    path.write_text(COUNTER)
+    return {"name": name, "command": [sys.executable, str(path), str(n)],
+            "env": {"PYTHONPATH": os.pathsep.join(sys.path)}, **more}
+
+
+async def test_a_job_is_made_run_and_its_history_read(api: tuple[httpx2.AsyncClient, Services],
+                                                      tmp_path: Path) -> None:
+    client, _ = api
+    resp = await client.post("/jobs/", json=counter_job(tmp_path, "count", 25,
+                                                        cron="0 4 * * *"))
+    assert resp.status_code == 201, resp.text
+    body = resp.json()
+    assert body["name"] == "count" and body["state"] == "idle" and body["next_fire"]
+    again = await client.post("/jobs/", json=counter_job(tmp_path, "count", 25))
+    assert again.status_code == 409 and "exists" in again.json()["detail"]
+    started = await client.post("/jobs/count/run")
+    assert started.status_code == 202
+    run_id = started.json()["run_id"]
+
+    async def ended() -> bool:
+        got = (await client.get(f"/runs/{run_id}")).json()
+        return got["run"]["status"] == "succeeded"
+
+    await wait_for(ended, timeout=20)
+    view = (await client.get(f"/runs/{run_id}")).json()
+    assert view["run"]["exit_code"] == 0 and view["run"]["counters"]["success"] == 25
+    assert [t["task"] for t in view["tasks"]] == ["step-0", "step-1", "step-2"]
+    assert all(t["status"] == "succeeded" for t in view["tasks"])
+    queue = (await client.get("/jobs/count/queue")).json()
+    assert queue["success"] == 25 and queue["total"] == 25 and queue["left"] == 0
+    runs = (await client.get("/runs/", params={"job": "count"})).json()
+    assert [r["id"] for r in runs] == [run_id]
+    listed = (await client.get("/jobs/")).json()
+    assert [j["name"] for j in listed] == ["count"]
+    assert listed[0]["last_run"]["id"] == run_id
+
+
+async def test_pause_continue_and_cancel_through_the_api(
+        api: tuple[httpx2.AsyncClient, Services], tmp_path: Path) -> None:
+    client, svc = api
+    await client.post("/jobs/", json=counter_job(tmp_path, "long", 100000))
+    run_id = (await client.post("/jobs/long/run")).json()["run_id"]
+
+    async def success() -> int:
+        run = (await client.get(f"/runs/{run_id}")).json()["run"]
+        return int(run["counters"].get("success", 0))
+
+    await wait_for(lambda: success(), timeout=10)
+    paused = await client.post("/jobs/long/pause")
+    assert paused.status_code == 200 and paused.json()["state"] == "paused"
+    await asyncio.sleep(2.5)  # the pause has taken effect and a heartbeat has passed
+    held = await success()
+    await asyncio.sleep(1.5)
+    assert await success() == held
+    assert (await client.post("/jobs/long/continue")).json()["desired"] == "run"
+
+    async def moved() -> bool:
+        return await success() > held
+
+    await wait_for(moved, timeout=10)
+    cancelled = await client.post("/jobs/long/cancel", params={"wait": 10})
+    assert cancelled.json()["runs"] == [run_id]
+    assert (await client.get(f"/runs/{run_id}")).json()["run"]["status"] == "cancelled"
+
+
+async def test_bad_requests_say_what_is_wrong(api: tuple[httpx2.AsyncClient, Services]) -> None:
+    client, _ = api
+    resp = await client.post("/jobs/", json={"name": "x", "command": ["true"],
+                                             "cron": "every day"})
+    assert resp.status_code == 422 and "cron" in resp.json()["detail"]
+    resp = await client.post("/jobs/", json={"name": "x"})
+    assert resp.status_code == 409 and "no command" in resp.json()["detail"]
+    resp = await client.post("/jobs/", json={"name": "x", "command": ["true"], "kind": "shell"})
+    assert resp.status_code == 422
+    assert (await client.get("/jobs/nope")).status_code == 404
+    assert (await client.post("/jobs/nope/run")).status_code == 404
+    assert (await client.get("/runs/nope")).status_code == 404
+    resp = await client.get("/runs/", params={"status": "exploded"})
+    assert resp.status_code == 422 and "exploded" in resp.json()["detail"]
+    resp = await client.patch("/jobs/nope", json={"cron": "* * * * *"})
+    assert resp.status_code == 404
+
+
+async def test_restart_and_max_instances(api: tuple[httpx2.AsyncClient, Services],
+                                         tmp_path: Path) -> None:
+    client, _ = api
+    await client.post("/jobs/", json=counter_job(tmp_path, "busy", 100000))
+    first = (await client.post("/jobs/busy/run")).json()["run_id"]
+    second = await client.post("/jobs/busy/run")
+    assert second.status_code == 409 and "max_instances is 1" in second.json()["detail"]
+    restarted = await client.post("/jobs/busy/restart")
+    assert restarted.status_code == 202 and restarted.json()["run_id"] != first
+    assert (await client.get(f"/runs/{first}")).json()["run"]["status"] == "cancelled"
+    await client.post("/jobs/busy/cancel", params={"wait": 10})
+    resp = await client.delete("/jobs/busy")
+    assert resp.status_code == 204
+    assert (await client.get("/jobs/busy")).status_code == 404
