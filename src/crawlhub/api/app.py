@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from crawlhub import __version__
@@ -31,12 +31,13 @@ from crawlhub.api import (
 )
 from crawlhub.api.body import BodyGuard
 from crawlhub.service import Services
+from crawlhub.web import session
 
 log = logging.getLogger("crawlhub.api")
 
 #: Paths anyone may read even when ``server.token`` is set.
 PUBLIC_PATHS = frozenset({"/healthz", docs.DOCS_URL, "/openapi.json", docs.REDOC_URL,
-                          docs.OAUTH2_REDIRECT_URL})
+                          docs.OAUTH2_REDIRECT_URL, session.LOGIN_PATH})
 #: Path prefixes anyone may read: the package's static files (docs assets).
 PUBLIC_PREFIXES = (f"{docs.STATIC_URL}/",)
 #: Routers of other parts, mounted when their module is present.
@@ -47,11 +48,14 @@ OPTIONAL_ROUTERS = ("crawlhub.api.frontier", "crawlhub.api.jobs", "crawlhub.api.
 
 class BearerToken:
     """Pure ASGI middleware: every path but :data:`PUBLIC_PATHS` needs the bearer token
-    (no per-request Request object or task, unlike ``@app.middleware``)."""
+    (no per-request Request object or task, unlike ``@app.middleware``), or the web
+    page's session cookie (:mod:`crawlhub.web.session`, with its CSRF rule); a browser
+    with neither is sent to the login page."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
         self.token = token.encode()
+        self.sessions = session.Sessions(token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # lifespan scopes have no path: check the type first, or serve never starts
@@ -64,9 +68,23 @@ class BearerToken:
         if scheme.lower() == b"bearer" and secrets.compare_digest(given.strip(), self.token):
             await self.app(scope, receive, send)
             return
-        response = JSONResponse(
-            {"detail": "missing or wrong bearer token: send 'Authorization: Bearer"
-             " <server.token>'"}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        response: Response
+        if self.sessions.valid(scope):
+            if session.csrf_ok(scope):
+                await self.app(scope, receive, send)
+                return
+            response = JSONResponse(
+                {"detail": f"{scope['method']} with the session cookie alone needs the"
+                 " header HX-Request or X-Crawlhub-CSRF (CSRF protection)"}, status_code=403)
+        elif session.wants_page(scope):
+            response = RedirectResponse(session.login_url(scope), status_code=303)
+        else:
+            # htmx follows HX-Redirect: a page whose session ran out goes to the login
+            extra = {"HX-Redirect": session.login_url(scope)} if session.is_htmx(scope) else {}
+            response = JSONResponse(
+                {"detail": "missing or wrong bearer token: send 'Authorization: Bearer"
+                 " <server.token>'"}, status_code=401,
+                headers={"WWW-Authenticate": "Bearer", **extra})
         await response(scope, receive, send)
 
 

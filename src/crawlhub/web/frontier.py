@@ -1,0 +1,73 @@
+"""``/ui/frontier``: every frontier with its totals (admitted, duplicates, pending, leased,
+done, failed, dispatched) and current segment, and the chosen frontier's segments newest
+first, paged; as ``GET /frontier/`` reads them, refreshed every 2 s."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+
+from crawlhub.service import Services
+from crawlhub.web.paging import Page, keyset, limit_of
+from crawlhub.web.render import Area, Card, Stat, attempt, fragment, number, page
+
+router = APIRouter()
+
+
+async def _describe_all(svc: Services) -> list[dict[str, Any]]:
+    return [await f.describe() for f in svc.frontiers.values()]
+
+
+async def _data(request: Request) -> dict[str, Any]:
+    svc: Services = request.app.state.services
+    p = request.query_params
+    frontiers, error = await attempt(_describe_all(svc),
+                                     f"the frontier store ({svc.config.storage.frontier})")
+    frontiers = frontiers or []
+    chosen = next((f for f in frontiers if f["name"] == p.get("name")),
+                  frontiers[0] if frontiers else None)
+    segments: Page[dict[str, Any]] = Page()
+    if chosen is not None:
+        limit = limit_of(int(p["limit"]) if p.get("limit", "").isdigit() else None)
+        segments = keyset(chosen["segments"], lambda s: s["segment"], after=p.get("seg_after"),
+                          before=p.get("seg_before"), limit=limit, descending=True,
+                          parse=int)
+    return {"frontiers": frontiers, "chosen": chosen, "segments": segments, "error": error,
+            "configured": bool(svc.frontiers)}
+
+
+@router.get("/ui/frontier")
+async def frontier_page(request: Request) -> HTMLResponse:
+    return page(request, "frontier.html", area="frontier", title="Frontier",
+                **await _data(request))
+
+
+@router.get("/ui/frontier/live")
+async def frontier_live(request: Request) -> HTMLResponse:
+    return fragment(request, "frontier_live.html", area="frontier", **await _data(request))
+
+
+async def summary(request: Request) -> Card:
+    svc: Services = request.app.state.services
+    card = Card("Frontier", AREA.path)
+    if not svc.frontiers:
+        card.note = "no frontier is configured (a 'frontier:' section)"
+        return card
+    found, card.error = await attempt(_describe_all(svc), "the frontier store")
+    if found is not None:
+        def total(name: str) -> int:
+            return sum(f["totals"][name] for f in found or [])
+
+        card.stats = [Stat("frontiers", number(len(found))),
+                      Stat("admitted", number(total("admitted"))),
+                      Stat("duplicates", number(total("duplicates"))),
+                      Stat("pending", number(total("pending")),
+                           "busy" if total("pending") else ""),
+                      Stat("done", number(total("done")), "good"),
+                      Stat("failed", number(total("failed")), "bad" if total("failed") else "")]
+    return card
+
+
+AREA = Area("frontier", "Frontier", "/ui/frontier", summary)
