@@ -120,3 +120,10 @@ def control_pattern(prefix: str) -> str:
     characters escaped so that only this prefix matches."""
     escaped = "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix)
     return f"{escaped}control:*"
+
+
+def log_keys(prefix: str) -> dict[str, str]:
+    """Keys of the log transport: ``stream``, a Redis stream whose entries are batches of
+    log lines (field ``lines``), read by the collectors' consumer group
+    (``crawlhub.control.logs.transport``)."""
+    return {"stream": f"{prefix}logs:stream"}

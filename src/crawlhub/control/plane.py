@@ -69,6 +69,11 @@ class ControlPlane:
     async def _open_parts(self, prefix: str) -> None:
         """Open each part in dependency order (logs and channel first: jobs use both)."""
         # -- parts: each adds itself here -----------------------------------------------
+        # the searchable log store and its transport (crawlhub.control.logs)
+        from crawlhub.control.logs import LogService
+
+        self.logs = await LogService.open(self.config, prefix=prefix)
+        self._closers.append(self.logs.close)
         from crawlhub.control.channel import open_channel
 
         self.channel = await open_channel(self.config, self.db)
@@ -110,6 +115,7 @@ class ControlPlane:
             return
         self._started = True
         # -- starts: each part that runs in the background adds itself here -------------
+        await self.logs.start()  # flush task, collector (Redis), pruner, crawlhub.* handler
         if self.config.control.scheduler:
             self.jobs.start_scheduler()
 
