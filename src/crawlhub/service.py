@@ -6,17 +6,26 @@ CLI are thin shells over it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crawlhub.agents.registry import AgentRegistry, open_registry
 from crawlhub.control.plane import ControlPlane
+from crawlhub.errors import NotFoundError
 from crawlhub.hub.hub import Hub
 from crawlhub.hub.state import HubState, open_state
 from crawlhub.queues import open_backend
 from crawlhub.queues.base import QueueBackend
+from crawlhub.storage.redact import redact
+
+if TYPE_CHECKING:  # (typing only: these modules load on first use)
+    from crawlhub.center.bus import Bus
+    from crawlhub.collect.service import CollectJobManager
+    from crawlhub.config.schema import CrawlhubConfig
+    from crawlhub.frontier.manager import Frontier
 
 log = logging.getLogger("crawlhub.service")
 
@@ -25,8 +34,9 @@ class Services:
     """Queues, hub state, hub, frontiers, jobs and the agent registry of one crawlhub
     process (the registry on ``storage.agents``, by default the hub state's backend)."""
 
-    def __init__(self, config: Any, *, queues: QueueBackend, state: HubState, hub: Hub,
-                 frontiers: dict[str, Any], jobs: Any | None = None,
+    def __init__(self, config: CrawlhubConfig, *, queues: QueueBackend, state: HubState,
+                 hub: Hub, frontiers: dict[str, Frontier],
+                 jobs: CollectJobManager | None = None,
                  agents: AgentRegistry | None = None,
                  control: ControlPlane | None = None) -> None:
         self.config = config
@@ -36,25 +46,26 @@ class Services:
                                               prefix=config.storage.redis_prefix)
         self.hub = hub
         self.frontiers = frontiers
+        #: the collection jobs of ``jobs:`` (None when the config has none)
         self.jobs = jobs
         #: the control plane (projects, builds, jobs, runs, logs, alerts); None only for
         #: services built without one (embedding tests of the hub alone)
         self.control = control
         self._started = False
         #: the download center's broker and registry (``center.url``), opened on first use
-        self._center_bus: Any = None
-        self._center_registry: Any = None
-        self._center_task: Any = None
-        self._center_stop: Any = None
+        self._center_bus: Bus | None = None
+        self._center_registry: AgentRegistry | None = None
+        self._center_task: asyncio.Task[None] | None = None
+        self._center_stop: asyncio.Event | None = None
 
     @classmethod
-    async def open(cls, config: Any) -> Services:
+    async def open(cls, config: CrawlhubConfig) -> Services:
         """Open every backend named by ``config.storage`` and compile the hub."""
         Path(config.data_dir).mkdir(parents=True, exist_ok=True)
         storage = config.storage
         queues = open_backend(storage.queues, prefix=storage.redis_prefix)
         state = open_state(storage.state, prefix=storage.redis_prefix)
-        frontiers: dict[str, Any] = {}
+        frontiers: dict[str, Frontier] = {}
         if config.frontier:
             from crawlhub.frontier import open_frontiers
 
@@ -69,11 +80,11 @@ class Services:
             raise
         jobs = None
         if config.jobs:
-            from crawlhub.collect.service import JobManager
+            from crawlhub.collect.service import CollectJobManager
 
-            jobs = JobManager(config)
+            jobs = CollectJobManager(config)
         try:
-            control = await ControlPlane.open(config)
+            control = await ControlPlane.open(config, collect=jobs)
         except BaseException:
             await hub.stop()
             await state.close()
@@ -82,8 +93,33 @@ class Services:
         return cls(config, queues=queues, state=state, hub=hub, frontiers=frontiers, jobs=jobs,
                    control=control)
 
+    # ------------------------------------------------------------------ views
+    async def outbounds(self, prefix: str = "") -> list[dict[str, Any]]:
+        """Every outbound whose name starts with ``prefix``: its counters, queue length
+        and rate (:meth:`Hub.outbound_stats`) and its config, secrets masked.
+        :class:`NotFoundError` when a ``prefix`` matches none."""
+        configs = {ob.name: ob for ob in self.config.outbound}
+        rows = await self.hub.outbound_stats(prefix)
+        if prefix and not rows:
+            raise NotFoundError(f"no outbound name starts with {prefix!r}")
+        for row in rows:
+            cfg = configs[row["name"]]
+            row["config"] = redact(cfg.model_dump(mode="json", by_alias=True,
+                                                  exclude={"source_file", "source_index"}))
+        return rows
+
+    def frontier(self, name: str) -> Frontier:
+        """The frontier ``name``; :class:`NotFoundError` naming the known ones."""
+        frontier = self.frontiers.get(name)
+        if frontier is None:
+            known = ", ".join(sorted(self.frontiers)) or ("none is configured (add a"
+                                                          " 'frontier:' section)")
+            raise NotFoundError(f"no frontier named {name!r}; known: {known}")
+        return frontier
+
+    # ------------------------------------------------------------------ center
     @property
-    def center_bus(self) -> Any:
+    def center_bus(self) -> Bus | None:
         """The download center's bus on ``center.url`` (None when unset)."""
         url = self.config.center.url
         if url and self._center_bus is None:
@@ -93,7 +129,7 @@ class Services:
         return self._center_bus
 
     @property
-    def center_registry(self) -> Any:
+    def center_registry(self) -> AgentRegistry | None:
         """The registry of the center's agents, when it is not ``agents`` already (the
         center on another server than ``storage.agents``); else None."""
         url = self.config.center.url
@@ -117,12 +153,11 @@ class Services:
         if self.control is not None:
             await self.control.start()
         section = self.config.center
-        if section.url and section.serve:
-            import asyncio
-
+        bus = self.center_bus
+        if bus is not None and section.serve:
             from crawlhub.center import DownloadCenter
 
-            center = DownloadCenter(self.center_bus,
+            center = DownloadCenter(bus,
                                     registry=self.center_registry or self.agents,
                                     sync_interval=section.sync_interval,
                                     dead_after=section.dead_after,
@@ -132,7 +167,8 @@ class Services:
 
     async def close(self) -> None:
         if self._center_task is not None:
-            self._center_stop.set()
+            if self._center_stop is not None:
+                self._center_stop.set()
             with contextlib.suppress(Exception):
                 await self._center_task
             self._center_task = None

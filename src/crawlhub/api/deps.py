@@ -1,20 +1,36 @@
-"""Shared pieces of the API routers: the services, JSON bodies read strictly, errors."""
+"""Shared pieces of the API routers: the services, JSON bodies read strictly, errors.
+
+A router takes the running product as one typed dependency and reaches nothing else::
+
+    @router.get("/thing/")
+    async def things(svc: ServicesDep) -> ...:   # or svc: Services = Depends(services)
+        return await svc.hub...
+
+and raises :mod:`crawlhub.errors` (``NotFoundError``, ``ConflictError``, ...), which the
+app maps to HTTP statuses once (:mod:`crawlhub.api.errors`).
+"""
 
 from __future__ import annotations
 
 import json
 import math
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import HTTPException, Request
+from fastapi import Depends, HTTPException, Request
 
 from crawlhub import jsoncodec
 from crawlhub.service import Services
 
 
 async def services(request: Request) -> Services:
-    return request.app.state.services  # type: ignore[no-any-return]
+    """The :class:`Services` the app serves (``create_app`` puts them on the app)."""
+    svc: Services = request.app.state.services
+    return svc
+
+
+#: The one dependency of every router: ``svc: ServicesDep``.
+ServicesDep = Annotated[Services, Depends(services)]
 
 
 class ApiError(HTTPException):

@@ -1,6 +1,15 @@
 """Every error the API answers, as JSON: 4xx that say why, 503 + Retry-After for a backend
 outage, 500 for a bug. Handlers answer without re-raising, so the connection stays usable.
 
+The one mapping of crawlhub's errors to statuses (routers raise, they do not translate):
+
+    NotFoundError        404   an unknown inbound, outbound prefix, frontier, job, ...
+    ConflictError        409   refused in the current state
+    ConvertError         422   an inbound's converter failed on the message
+    QueueNameError       400   a queue name no backend takes
+    BackpressureError    503   an outbound over its max_lag (``retry_after`` in the body)
+    BackendUnavailable   503   a backend out of reach (and any error an outage causes)
+
 Starlette re-raises whatever reaches its catch-all ``Exception`` handler after answering,
 and uvicorn then closes the keep-alive connection; so backend errors (crawlhub's own and
 the raw Redis / PostgreSQL / SQLite / socket ones) get handlers for their own types.
@@ -17,7 +26,15 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from crawlhub.api.deps import ApiError
-from crawlhub.errors import BackendUnavailable, ConflictError, CrawlhubError, NotFoundError
+from crawlhub.errors import (
+    BackendUnavailable,
+    BackpressureError,
+    ConflictError,
+    ConvertError,
+    CrawlhubError,
+    NotFoundError,
+)
+from crawlhub.queues.common import QueueNameError
 from crawlhub.storage.errors import is_unavailable, unavailable, unavailable_types
 from crawlhub.storage.redact import redact_url
 
@@ -35,6 +52,9 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
     app.add_exception_handler(NotFoundError, _not_found)  # type: ignore[arg-type]
     app.add_exception_handler(ConflictError, _conflict)  # type: ignore[arg-type]
+    app.add_exception_handler(ConvertError, _unconvertible)  # type: ignore[arg-type]
+    app.add_exception_handler(QueueNameError, _bad_queue_name)  # type: ignore[arg-type]
+    app.add_exception_handler(BackpressureError, _backpressure)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     for error_type in (BackendUnavailable, CrawlhubError, OSError, *unavailable_types()):
         app.add_exception_handler(error_type, backend_error)
@@ -97,6 +117,19 @@ async def _not_found(request: Request, exc: NotFoundError) -> JSONResponse:
 
 async def _conflict(request: Request, exc: ConflictError) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=409)
+
+
+async def _unconvertible(request: Request, exc: ConvertError) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=422)
+
+
+async def _bad_queue_name(request: Request, exc: QueueNameError) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=400)
+
+
+async def _backpressure(request: Request, exc: BackpressureError) -> JSONResponse:
+    return JSONResponse({"detail": str(exc), "retry_after": exc.retry_after}, status_code=503,
+                        headers={"Retry-After": retry_after_header(exc.retry_after)})
 
 
 async def _api_error(request: Request, exc: ApiError) -> JSONResponse:

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from fastapi import APIRouter, Depends
-from fastapi.responses import PlainTextResponse, Response
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from crawlhub import __version__
-from crawlhub.api.deps import services
-from crawlhub.service import Services
+from crawlhub.api.deps import ServicesDep
+from crawlhub.api.models import Health
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", summary="Liveness and backend reachability",
-            responses={503: {"description": "A backend is out of reach: status 'degraded',"
-                             " and which check failed"}})
-async def healthz(svc: Services = Depends(services)) -> Any:
+@router.get("/healthz", summary="Liveness and backend reachability", response_model=Health,
+            responses={503: {"model": Health, "description": "A backend is out of reach:"
+                             " status 'degraded', and which check failed"}})
+async def healthz(svc: ServicesDep) -> JSONResponse:
     checks: dict[str, str] = {}
     ok = True
     try:
@@ -33,15 +31,13 @@ async def healthz(svc: Services = Depends(services)) -> Any:
     except Exception as exc:
         checks["queues"] = f"error: {type(exc).__name__}"
         ok = False
-    body = {"status": "ok" if ok else "degraded", "version": __version__,
-            "project": svc.config.project, "checks": checks}
-    from fastapi.responses import JSONResponse
-
-    return JSONResponse(body, status_code=200 if ok else 503)
+    body = Health(status="ok" if ok else "degraded", version=__version__,
+                  project=svc.config.project, checks=checks)
+    return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=PlainTextResponse)
-async def metrics(svc: Services = Depends(services)) -> Response:
+async def metrics(svc: ServicesDep) -> Response:
     hub = svc.hub
     for rule in hub.router.rules:
         if rule.name in hub.transports:

@@ -1,5 +1,6 @@
 """What the OpenAPI document says about the answers: error bodies, the statuses each
-route can give, and the JSON bodies that routes read themselves (``json_body``).
+route can give, and the JSON bodies that routes read themselves (``json_body``). The
+bodies of successful answers are in :mod:`crawlhub.api.models`.
 
 Routes list their statuses with :func:`errors`; the 422 of every route is the shape the
 validation handler really sends (``detail`` + ``errors``), not FastAPI's default.
@@ -47,45 +48,6 @@ class RetryLater(BaseModel):
     model_config = ConfigDict(extra="allow")
     detail: str | None = None
     backend: str | None = None
-
-
-class TaskAnswer(BaseModel):
-    """What happened to one task: ``status`` is ``routed``, ``duplicate``, ``rejected``,
-    ``already_routed``, ``deferred`` or ``unavailable``; ``reason`` says why when it was
-    not routed."""
-
-    model_config = ConfigDict(extra="allow")
-    task_uuid: str | None
-    status: str
-    outbound: str | None = None
-    reason: str | None = None
-
-
-class BatchAnswer(BaseModel):
-    """A list of tasks: how many were routed, and each task's answer in order."""
-
-    model_config = ConfigDict(extra="allow")
-    accepted: int
-    tasks: list[TaskAnswer]
-
-
-class OutboundRow(BaseModel):
-    """One outbound: its config (secrets masked) and counters. ``available`` is false when
-    its backend is out of reach; ``queue_length`` / ``left`` are then null and ``error``
-    says why."""
-
-    model_config = ConfigDict(extra="allow")
-    name: str
-    available: bool = True
-    error: str | None = None
-    queue_length: int | None
-    left: int | None
-    total: int
-    success: int
-    failed: int
-    retried: int
-    rate: float
-    config: dict[str, Any]
 
 
 _RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before trying again",

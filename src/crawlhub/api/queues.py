@@ -1,22 +1,23 @@
 """``/queues/``: stats of every reliable queue, and lease / ack / nack over HTTP so a
-worker needs nothing but an HTTP client; ``/queues/{name}/dead`` peeks at dead letters."""
+worker needs nothing but an HTTP client; ``/queues/{name}/dead`` peeks at dead letters.
+
+An invalid queue name is the backend's QueueNameError (400), a backend out of reach its
+outage error (503): the app answers them (:mod:`crawlhub.api.errors`)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
 from crawlhub import jsoncodec
-from crawlhub.api.deps import ApiError, services
+from crawlhub.api.deps import ServicesDep
+from crawlhub.api.models import Acked, DeadLetter, LeasedMessage, Nacked, QueueStatsRow
 from crawlhub.api.openapi import BACKEND, BODY, errors
-from crawlhub.errors import CrawlhubError, QueueError
+from crawlhub.errors import CrawlhubError
 from crawlhub.queues.base import Message, ReliableQueue
-from crawlhub.service import Services
-from crawlhub.storage.errors import is_unavailable, unavailable
-from crawlhub.storage.redact import redact_url
 
 router = APIRouter(tags=["queues"])
 log = logging.getLogger("crawlhub.api.queues")
@@ -37,42 +38,20 @@ class AckRequest(BaseModel):
                                description="nack only: why; kept with a dead letter")
 
 
-class LeasedMessage(BaseModel):
-    id: str = Field(description="the message id (ack/nack it by id or by receipt)")
-    receipt: str = Field(description="id#attempt: acks/nacks only this lease")
-    payload: dict[str, Any]
-    priority: int
-    attempts: int = Field(description="deliveries so far, this one included; at the"
-                          " queue's max_attempts an unacked lease ends in the dead letter")
-    lease_until: float = Field(description="epoch seconds when the lease returns unacked")
-
-
-class DeadLetter(BaseModel):
-    id: str
-    payload: dict[str, Any] = Field(description="the payload, or {\"unreadable_payload\":"
-                                    " text} when it cannot be read")
-    priority: int
-    attempts: int
-    reason: str | None = Field(description="why it died, e.g. 'delivered 10 times without"
-                               " ack'")
-
-
-@router.get("/queues/", summary="Stats of every queue", responses=errors(*BACKEND))
-async def queue_stats(svc: Services = Depends(services)) -> list[dict[str, Any]]:
+@router.get("/queues/", summary="Stats of every queue", response_model=list[QueueStatsRow],
+            responses=errors(*BACKEND))
+async def queue_stats(svc: ServicesDep) -> list[dict[str, Any]]:
     return [(await svc.queues.queue(name).stats()).as_dict()
             for name in sorted(await svc.queues.names())]
 
 
 @router.post("/queues/{name}/lease", summary="Lease messages",
              response_model=list[LeasedMessage], responses=errors(*BODY, *BACKEND))
-async def lease(name: str, body: LeaseRequest, svc: Services = Depends(services)) -> Response:
+async def lease(name: str, body: LeaseRequest, svc: ServicesDep) -> Response:
     """A message that cannot be sent as JSON goes to the dead letter with the reason; the
     others are delivered. One bad message never fails the batch."""
-    try:
-        queue = svc.queues.queue(name)
-        messages = await queue.lease(body.n, body.visibility_timeout)
-    except QueueError as exc:
-        raise _refused(exc, svc) from exc
+    queue = svc.queues.queue(name)
+    messages = await queue.lease(body.n, body.visibility_timeout)
     parts = []
     for m in messages:
         encoded = await _encode_or_set_aside(queue, m)
@@ -99,40 +78,23 @@ async def _encode_or_set_aside(queue: ReliableQueue, m: Message) -> bytes | None
             response_model=list[DeadLetter], responses=errors(400, 422, *BACKEND))
 async def dead_letters(name: str, n: int = Query(100, ge=1, le=10000,
                                                  description="how many at most"),
-                       svc: Services = Depends(services)) -> list[dict[str, Any]]:
+                       *, svc: ServicesDep) -> list[dict[str, Any]]:
     """Each dead letter with the reason it died: nacked there by a worker (with the
     worker's reason), delivered ``max_attempts`` times without an ack, or a payload that
     could not be delivered."""
-    try:
-        dead = await svc.queues.queue(name).dead_letters(n)
-    except QueueError as exc:
-        raise _refused(exc, svc) from exc
+    dead = await svc.queues.queue(name).dead_letters(n)
     return [{"id": d.id, "payload": d.payload, "priority": d.priority,
              "attempts": d.attempts, "reason": d.reason} for d in dead]
 
 
-@router.post("/queues/{name}/ack", summary="Finish leased messages",
+@router.post("/queues/{name}/ack", summary="Finish leased messages", response_model=Acked,
              responses=errors(*BODY, *BACKEND))
-async def ack(name: str, body: AckRequest, svc: Services = Depends(services)) -> dict[str, int]:
-    try:
-        return {"acked": await svc.queues.queue(name).ack(body.ids)}
-    except QueueError as exc:  # e.g. an invalid queue name
-        raise _refused(exc, svc) from exc
+async def ack(name: str, body: AckRequest, svc: ServicesDep) -> dict[str, int]:
+    return {"acked": await svc.queues.queue(name).ack(body.ids)}
 
 
 @router.post("/queues/{name}/nack", summary="Return leased messages (or dead-letter them)",
-             responses=errors(*BODY, *BACKEND))
-async def nack(name: str, body: AckRequest, request: Request,
-               svc: Services = Depends(services)) -> dict[str, int]:
-    try:
-        queue = svc.queues.queue(name)
-        return {"nacked": await queue.nack(body.ids, dead=body.dead, reason=body.reason)}
-    except QueueError as exc:
-        raise _refused(exc, svc) from exc
-
-
-def _refused(exc: QueueError, svc: Services) -> Exception:
-    """A queue that is out of reach is a 503 (retry later); any other refusal is a 400."""
-    if is_unavailable(exc):
-        return unavailable(exc, redact_url(svc.config.storage.queues))
-    return ApiError(400, str(exc))
+             response_model=Nacked, responses=errors(*BODY, *BACKEND))
+async def nack(name: str, body: AckRequest, svc: ServicesDep) -> dict[str, int]:
+    queue = svc.queues.queue(name)
+    return {"nacked": await queue.nack(body.ids, dead=body.dead, reason=body.reason)}

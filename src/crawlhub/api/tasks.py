@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from crawlhub.api.deps import ApiError, json_body, objects, services
-from crawlhub.api.openapi import BACKEND, BODY, BatchAnswer, TaskAnswer, errors, json_request
-from crawlhub.errors import BackpressureError
-from crawlhub.service import Services
+from crawlhub.api.deps import ApiError, ServicesDep, json_body, objects
+from crawlhub.api.models import BatchAnswer, TaskAnswer
+from crawlhub.api.openapi import BACKEND, BODY, errors, json_request
 
 router = APIRouter(tags=["tasks"])
 
@@ -24,7 +23,7 @@ RETRY_LATER = frozenset({"deferred", "unavailable"})
                  " (status unavailable: an outbound's backend is out of reach): send again"
                  " only those not routed, after Retry-After seconds"}},
              openapi_extra=json_request("One task (a JSON object) or a list of tasks"))
-async def submit_task(request: Request, svc: Services = Depends(services)) -> JSONResponse:
+async def submit_task(request: Request, svc: ServicesDep) -> JSONResponse:
     """Route each task to the first outbound whose selector matches.
 
     One object answers ``{task_uuid, outbound, status}`` (422 if no outbound takes it);
@@ -38,10 +37,7 @@ async def submit_task(request: Request, svc: Services = Depends(services)) -> JS
     """
     body = await json_body(request)
     items, many = objects(body, limit=svc.config.server.max_tasks_per_request)
-    try:
-        results = await svc.hub.submit(items)
-    except BackpressureError as exc:
-        raise ApiError(503, str(exc), retry_after=exc.retry_after) from None
+    results = await svc.hub.submit(items)  # over max_lag: BackpressureError, the app's 503
     answers = [r.as_dict() for r in results]
     retry = [r for r in results if r.status in RETRY_LATER]
     failed = [r for r in results if r.status == "failed"]

@@ -22,7 +22,7 @@ from rich.table import Table
 
 from crawlhub import jsoncodec
 from crawlhub.config import ConfigError, default_config, dump_config, load_config
-from crawlhub.errors import CrawlhubError, MissingExtraError
+from crawlhub.errors import CrawlhubError, MissingExtraError, NotFoundError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="crawlhub: task intake, rule routing, reliable queues, frontier and"
@@ -403,8 +403,8 @@ async def _route(cfg: Any, data: dict[str, Any], inbound: str | None) -> dict[st
                     "reason": decision.reason}
         try:
             return await svc.hub.check_task(name, data)
-        except KeyError as exc:
-            err.print(str(exc.args[0]))
+        except NotFoundError as exc:  # no such inbound
+            err.print(str(exc))
             raise typer.Exit(2) from None
     finally:
         await svc.close()

@@ -53,6 +53,7 @@ from crawlhub.errors import (
     ConvertError,
     CrawlhubError,
     FrontierError,
+    NotFoundError,
     QueueError,
 )
 from crawlhub.frontier.store import Entry
@@ -1167,11 +1168,12 @@ class Hub:
         return _int(entry.task.get("routed_count")) != _int(data["routed_count"])
 
     def inbound(self, name: str) -> Inbound:
+        """The inbound ``name``; :class:`NotFoundError` naming the configured ones."""
         try:
             return self.inbounds[name]
         except KeyError:
-            raise KeyError(f"no inbound named {name!r}; configured:"
-                           f" {', '.join(self.inbounds) or 'none'}") from None
+            raise NotFoundError(f"no inbound named {name!r}; configured:"
+                                f" {', '.join(self.inbounds) or 'none'}") from None
 
     async def handle_result(self, entry: LedgerEntry, code: Any) -> ResultDecision | None:
         """Apply a result to a ledger entry (SPEC §1 "Results") in one atomic settle.

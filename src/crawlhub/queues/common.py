@@ -83,9 +83,13 @@ class UndeliverableError(ValueError):
     """A stored payload that cannot be handed out; the message says why."""
 
 
+class QueueNameError(QueueError):
+    """A queue name no backend takes (the API answers 400)."""
+
+
 def check_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise QueueError(
+        raise QueueNameError(
             f"queue name {name!r} is invalid: use 1-200 characters without whitespace, "
             "'{', '}' or '#' (e.g. the outbound name)"
         )
