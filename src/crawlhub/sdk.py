@@ -288,9 +288,16 @@ class Counters:
         atexit.register(self.flush)
 
     def _flush_forever(self) -> None:
+        # writes what counting left unwritten once it is due (counting writes itself
+        # when it passes the interval, so the two never write twice in one interval)
         while True:
-            time.sleep(self.flush_every)
-            self.flush()
+            wait = self._flushed + self.flush_every - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            elif self._dirty:
+                self.flush()
+            else:
+                time.sleep(self.flush_every)
 
 
 _counters: tuple[str, Counters] | None = None
