@@ -32,6 +32,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from crawlhub.config.durations import parse_duration
 from crawlhub.control.logs.line import LEVELS, LogLine
 from crawlhub.errors import CrawlhubError
 
@@ -190,15 +191,11 @@ def parse_search(text: str | None) -> SearchText:
 
 
 # -- times ------------------------------------------------------------------------------
-_AGO = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$", re.IGNORECASE)
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
 def parse_when(value: str | float | None, *, now: float | None = None,
                name: str = "since") -> float | None:
     """A user's time as unix seconds: a number (unix seconds), ISO 8601
     (``2024-05-01T12:00:00Z``; without an offset it is UTC), or an age (``15m``,
-    ``2h``, ``7d``: that long before ``now``). ``None`` or blank: no bound. Anything
+    ``2h``, ``1h30m``: that long before ``now``). ``None`` or blank: no bound. Anything
     else is a :class:`LogQueryError` naming ``name``."""
     if value is None:
         return None
@@ -208,13 +205,15 @@ def parse_when(value: str | float | None, *, now: float | None = None,
         text = value.strip()
         if not text:
             return None
-        ago = _AGO.match(text)
-        if ago:
-            base = time.time() if now is None else now
-            return base - float(ago.group(1)) * _UNIT[ago.group(2).lower()]
         try:
             number = float(text)
         except ValueError:
+            try:
+                age = parse_duration(text)
+            except ValueError:
+                pass
+            else:
+                return (time.time() if now is None else now) - age
             try:
                 when = datetime.fromisoformat(text)
             except ValueError:
