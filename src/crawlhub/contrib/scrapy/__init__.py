@@ -12,6 +12,11 @@ No spider changes. See :mod:`crawlhub.contrib.scrapy.settings` for every setting
 Downloads through the download center: ``CenterDownloadHandler`` and
 ``CenterSpiderMiddleware`` (:mod:`crawlhub.contrib.scrapy.center`, imported on first use:
 it imports Scrapy and Twisted).
+
+Run as a crawlhub job: ``CrawlhubControl`` (:mod:`crawlhub.contrib.scrapy.extension`,
+``EXTENSIONS = {"crawlhub.contrib.scrapy.extension.CrawlhubControl": 500}``) pauses,
+continues and ends the spider through the job's control channel and reports Scrapy's
+stats as the run's counters.
 """
 
 from typing import Any
@@ -19,7 +24,8 @@ from typing import Any
 from crawlhub.contrib.scrapy.dupefilter import DupeFilter
 from crawlhub.contrib.scrapy.scheduler import Scheduler
 
-__all__ = ["CenterDownloadHandler", "CenterSpiderMiddleware", "DupeFilter", "Scheduler"]
+__all__ = ["CenterDownloadHandler", "CenterSpiderMiddleware", "CrawlhubControl", "DupeFilter",
+           "Scheduler"]
 
 _CENTER = ("CenterDownloadHandler", "CenterSpiderMiddleware")
 
@@ -29,4 +35,8 @@ def __getattr__(name: str) -> Any:
         from crawlhub.contrib.scrapy import center
 
         return getattr(center, name)
+    if name == "CrawlhubControl":
+        from crawlhub.contrib.scrapy.extension import CrawlhubControl
+
+        return CrawlhubControl
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
