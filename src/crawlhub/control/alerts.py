@@ -330,18 +330,19 @@ class AlertEvent:
         return key[:300]
 
 
-def run_event(kind: str, *, job: str, run: str | None = None, message: str = "",
-              ts: float | None = None, **details: Any) -> AlertEvent:
+def run_event(kind: str, /, *, job: str, run: str | None = None, message: str = "",
+              ts: float | None = None, details: Mapping[str, Any] | None = None,
+              **more: Any) -> AlertEvent:
     """The event of a run of ``job`` (``kind`` one of ``run_failed``, ``run_no_items``,
-    ``run_over_time``) with a subject that says what happened; ``details`` as given
-    (``exit_code=2``, ``timeout=600``, ``counters={...}``)."""
+    ``run_over_time``) with a subject that says what happened; ``details`` and ``more``
+    as given (``exit_code=2``, ``timeout=600``, ``counters={...}``)."""
     if kind not in RUN_EVENTS:
         raise ValueError(f"{kind!r} is not a run event ({', '.join(sorted(RUN_EVENTS))})")
     what = {"run_failed": "failed", "run_no_items": "produced no items",
             "run_over_time": "is over its time limit"}[kind]
     subject = f"job {job}: run {run} {what}" if run else f"job {job}: a run {what}"
     return AlertEvent(kind=kind, job=job, run=run, subject=subject, message=message,
-                      details=dict(details), ts=ts)
+                      details={**(details or {}), **more}, ts=ts)
 
 
 #: Counters that count a run's items (crawlhub.sdk, collect, Scrapy's stats).
@@ -389,7 +390,7 @@ def run_events(spec: Any, run: Any) -> list[AlertEvent]:
         return []
     return [run_event(kind, job=job, run=getattr(run, "id", None), message=error,
                       ts=finished if isinstance(finished, int | float) else None,
-                      **details)]
+                      details=details)]
 
 
 @dataclass(slots=True)
