@@ -172,3 +172,40 @@ async def test_close_cancels_running_jobs_gracefully(manager: JobManager, api: A
     await api.wait_for_requests(4)
     await asyncio.wait_for(manager.close(), 10)
     assert not manager.running("manual")
+
+
+async def test_a_collection_job_runs_as_a_job_of_the_control_plane(
+    manager: JobManager, tmp_path: Path
+) -> None:
+    """The config's collection jobs are kind ``collect`` in the one job model: run through
+    the control plane's runner, recorded in /runs/ with the RunResult's counts."""
+    from crawlhub.control.channel import ControlChannel
+    from crawlhub.control.db import ControlDB
+    from crawlhub.control.jobs import JobPatch, JobService, JobStore, Runner
+    from crawlhub.errors import ConflictError
+
+    db = await ControlDB.open(f"sqlite:///{tmp_path}/control.db")
+    channel = ControlChannel(db)
+    await channel.open()
+    runner = Runner(JobStore(db), channel=channel, runs_dir=tmp_path / "runs",
+                    collect=manager, beat=0.2)
+    jobs = JobService(runner.store, runner, collect=manager)
+    await jobs.open()
+    try:
+        listed = await jobs.list_jobs()
+        assert [(v.spec.name, v.spec.kind, v.source) for v in listed] == [
+            ("manual", "collect", "config"), ("news", "collect", "config"),
+            ("off", "collect", "config")]
+        run = await jobs.run("manual")
+        record = await asyncio.wait_for(runner.wait(run.id), 30)
+        assert record.status == "succeeded" and record.kind == "collect"
+        assert record.counters["items"] == 450
+        assert lines(tmp_path / "manual.jsonl") == 450
+        with pytest.raises(ConflictError, match="disabled"):
+            await jobs.run("off")
+        with pytest.raises(ConflictError, match="config"):
+            await jobs.update("manual", JobPatch(cron="* * * * *"))
+    finally:
+        await jobs.close()
+        await channel.close()
+        await db.close()

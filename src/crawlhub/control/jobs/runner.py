@@ -425,6 +425,12 @@ class Runner:
                     log.warning("heartbeat of run %s not stored: %s", live.run.id, exc)
 
     # -- collection jobs ----------------------------------------------------------------
+    def _collect_state(self, live: _Live, state: str) -> None:
+        """A collection run's control changed (it pauses itself; exit stops it)."""
+        if state == protocol.EXIT and live.cancelled is None:
+            live.cancelled = "cancelled"
+            live.stop_requested.set()
+
     async def _collect(self, live: _Live) -> tuple[str, str | None, dict[str, Any] | None]:
         """A collection job through this process's JobManager; its RunResult's counts
         are the run's counters."""
@@ -432,15 +438,31 @@ class Runner:
         spec = live.spec
         if manager is None:
             return "failed", "this server has no collection jobs (the config has no 'jobs:')", None
-        await manager.start(spec.name)
-        waiter = asyncio.create_task(manager.wait(spec.name))
-        while not waiter.done():
-            stop = asyncio.create_task(live.stop_requested.wait())
-            await asyncio.wait({waiter, stop}, return_when=asyncio.FIRST_COMPLETED)
-            stop.cancel()
-            if live.stop_requested.is_set() and not waiter.done():
-                await manager.stop(spec.name, wait=True)
-                break
+        from crawlhub.control.channel import ControlFollower
+        from crawlhub.sdk import Counters
+
+        workdir = self.runs_dir / live.run.id
+        workdir.mkdir(parents=True, exist_ok=True)
+        counters_file = workdir / "counters.json"
+        counts = Counters(counters_file)
+        beat = asyncio.create_task(self._beat_loop(live, counters_file))
+        try:
+            async with ControlFollower(self.channel, spec.name,  # type: ignore[arg-type]
+                                       on_change=lambda change: self._collect_state(
+                                           live, change.state)) as follower:
+                await manager.start(spec.name, control=follower.control, counters=counts)
+                waiter = asyncio.create_task(manager.wait(spec.name))
+                while not waiter.done():
+                    stop = asyncio.create_task(live.stop_requested.wait())
+                    await asyncio.wait({waiter, stop}, return_when=asyncio.FIRST_COMPLETED)
+                    stop.cancel()
+                    if live.stop_requested.is_set() and not waiter.done():
+                        await manager.stop(spec.name, wait=True)
+                        break
+        finally:
+            beat.cancel()
+            await asyncio.gather(beat, return_exceptions=True)
+            counts.flush()
         result = await waiter
         if result is None:
             return "failed", "the collection run left no result", None

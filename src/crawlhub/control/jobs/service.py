@@ -26,9 +26,9 @@ from crawlhub.errors import ConflictError
 QUEUE_COUNTERS = {
     "left": ("left", "queue_left", "pending"),
     "total": ("total", "queue_total", "requests_total", "pages_total"),
-    "success": ("success", "succeeded", "pages_ok", "requests_ok",
+    "success": ("success", "succeeded", "pages", "pages_ok", "requests_ok",
                 "response_received_count"),
-    "failed": ("failed", "pages_failed", "requests_failed", "log_count/ERROR"),
+    "failed": ("failed", "errors", "pages_failed", "requests_failed", "log_count/ERROR"),
     "retried": ("retried", "requests_retried", "retry/count"),
 }
 
