@@ -45,7 +45,7 @@ def test_a_route_is_added_listed_tested_and_removed(cli: Cli, tmp_path: Path) ->
 
 def test_a_test_to_an_unreachable_target_exits_1_with_the_reason(cli: Cli,
                                                                  tmp_path: Path) -> None:
-    where = ["--data-dir", str(tmp_path / "data"), "--set", "control.alert_timeout=2"]
+    where = ["--data-dir", str(tmp_path / "data")]
     receiver = ThreadedReceiver()  # bound, never serving: closed below
     url = receiver.url()
     receiver.server.server_close()
