@@ -108,6 +108,10 @@ class Services:
                                                   exclude={"source_file", "source_index"}))
         return rows
 
+    async def _queue_figures(self) -> dict[str, dict[str, Any]]:
+        """Each outbound's figures (left, success, ...), for the queue-stalled alert."""
+        return {str(row["name"]): row for row in await self.hub.outbound_stats()}
+
     def frontier(self, name: str) -> Frontier:
         """The frontier ``name``; :class:`NotFoundError` naming the known ones."""
         frontier = self.frontiers.get(name)
@@ -152,6 +156,9 @@ class Services:
             await self.jobs.start_auto()
         if self.control is not None:
             await self.control.start()
+            # agent dead / queue not draining alerts: the registry and the outbounds' figures
+            more = [r for r in (self.center_registry,) if r is not None]
+            self.control.alerts.start_watch(self.agents, self._queue_figures, more_agents=more)
         section = self.config.center
         bus = self.center_bus
         if bus is not None and section.serve:
