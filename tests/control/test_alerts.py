@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from crawlhub.agents.registry import AgentInfo, Heartbeat, open_registry
+from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.control.alerts import (
     EVENT_KINDS,
     AlertError,
@@ -30,6 +32,7 @@ from crawlhub.control.alerts import (
 )
 from crawlhub.control.db import ControlDB
 from crawlhub.control.jobs.model import JobSpec, RunRecord
+from crawlhub.control.plane import ControlPlane
 from crawlhub.control.secrets import SecretBox
 from crawlhub.errors import ConflictError, NotFoundError
 from crawlhub.queues import open_backend
@@ -683,3 +686,35 @@ async def test_a_watcher_keeps_going_when_a_backend_fails(make_alerts: MakeAlert
     await alerts.close()
 
     assert calls >= 3 and "cannot read the queue stats: ConnectionError" in caplog.text
+
+
+# -- through the control plane ------------------------------------------------------------
+async def test_a_failing_and_an_overlong_job_alert_their_routes_through_the_plane(
+        tmp_path: Path, receiver: WebhookReceiver) -> None:
+    plane = await ControlPlane.open(CrawlhubConfig.model_validate(
+        {"data_dir": str(tmp_path), "control": {"grace": 1}}))
+    try:
+        await plane.alerts.create(webhook("boom", receiver.url("/boom"), jobs=["boom"]))
+        await plane.alerts.create(webhook("slow", receiver.url("/slow"), jobs=["slow"],
+                                          events=["run_over_time"]))
+        await plane.jobs.create(JobSpec(name="boom", command=[
+            sys.executable, "-c", "import sys; sys.exit(3)"]))
+        await plane.jobs.create(JobSpec(name="slow", timeout=0.2, command=[
+            sys.executable, "-c", "import time; time.sleep(30)"]))
+
+        await plane.jobs.run("boom")
+        await plane.jobs.run("slow")
+        for _ in range(100):
+            if len(receiver.hits) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        await plane.alerts.drain()
+
+        [boom] = receiver.bodies("/boom")
+        assert boom["text"].startswith("*job boom: run ") and "exited with code 3" in boom["text"]
+        assert boom["crawlhub"]["details"]["exit_code"] == 3
+        [slow] = receiver.bodies("/slow")
+        assert slow["crawlhub"]["event"] == "run_over_time"
+        assert slow["crawlhub"]["details"]["timeout"] == 0.2
+    finally:
+        await plane.close()
