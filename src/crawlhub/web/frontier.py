@@ -9,29 +9,31 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
+from crawlhub.api.deps import ServicesDep
+from crawlhub.api.models import FrontierStats, SegmentStats
 from crawlhub.service import Services
+from crawlhub.storage.redact import redact_url
 from crawlhub.web.paging import Page, keyset, limit_of
 from crawlhub.web.render import Area, Card, Stat, attempt, fragment, number, page
 
 router = APIRouter()
 
 
-async def _describe_all(svc: Services) -> list[dict[str, Any]]:
-    return [await f.describe() for f in svc.frontiers.values()]
+async def _describe_all(svc: Services) -> list[FrontierStats]:
+    return [FrontierStats.model_validate(await f.describe()) for f in svc.frontiers.values()]
 
 
-async def _data(request: Request) -> dict[str, Any]:
-    svc: Services = request.app.state.services
+async def _data(request: Request, svc: Services) -> dict[str, Any]:
     p = request.query_params
-    frontiers, error = await attempt(_describe_all(svc),
-                                     f"the frontier store ({svc.config.storage.frontier})")
+    frontiers, error = await attempt(
+        _describe_all(svc), f"the frontier store ({redact_url(svc.config.storage.frontier)})")
     frontiers = frontiers or []
-    chosen = next((f for f in frontiers if f["name"] == p.get("name")),
+    chosen = next((f for f in frontiers if f.name == p.get("name")),
                   frontiers[0] if frontiers else None)
-    segments: Page[dict[str, Any]] = Page()
+    segments: Page[SegmentStats] = Page()
     if chosen is not None:
         limit = limit_of(int(p["limit"]) if p.get("limit", "").isdigit() else None)
-        segments = keyset(chosen["segments"], lambda s: s["segment"], after=p.get("seg_after"),
+        segments = keyset(chosen.segments, lambda s: s.segment, after=p.get("seg_after"),
                           before=p.get("seg_before"), limit=limit, descending=True,
                           parse=int)
     return {"frontiers": frontiers, "chosen": chosen, "segments": segments, "error": error,
@@ -39,18 +41,18 @@ async def _data(request: Request) -> dict[str, Any]:
 
 
 @router.get("/ui/frontier")
-async def frontier_page(request: Request) -> HTMLResponse:
+async def frontier_page(request: Request, svc: ServicesDep) -> HTMLResponse:
     return page(request, "frontier.html", area="frontier", title="Frontier",
-                **await _data(request))
+                **await _data(request, svc))
 
 
 @router.get("/ui/frontier/live")
-async def frontier_live(request: Request) -> HTMLResponse:
-    return fragment(request, "frontier_live.html", area="frontier", **await _data(request))
+async def frontier_live(request: Request, svc: ServicesDep) -> HTMLResponse:
+    return fragment(request, "frontier_live.html", area="frontier",
+                    **await _data(request, svc))
 
 
-async def summary(request: Request) -> Card:
-    svc: Services = request.app.state.services
+async def summary(svc: Services) -> Card:
     card = Card("Frontier", AREA.path)
     if not svc.frontiers:
         card.note = "no frontier is configured (a 'frontier:' section)"
@@ -58,7 +60,7 @@ async def summary(request: Request) -> Card:
     found, card.error = await attempt(_describe_all(svc), "the frontier store")
     if found is not None:
         def total(name: str) -> int:
-            return sum(f["totals"][name] for f in found or [])
+            return sum(getattr(f.totals, name) for f in found or [])
 
         card.stats = [Stat("frontiers", number(len(found))),
                       Stat("admitted", number(total("admitted"))),

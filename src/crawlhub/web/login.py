@@ -15,7 +15,7 @@ router = APIRouter()
 
 
 def _token(request: Request) -> str | None:
-    return getattr(request.app.state, "token", None)
+    return request.app.state.token
 
 
 @router.get(session.LOGIN_PATH)

@@ -14,7 +14,10 @@ from weakref import WeakKeyDictionary
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
+from crawlhub.api.deps import ServicesDep
+from crawlhub.api.models import OutboundRow, QueueStatsRow
 from crawlhub.service import Services
+from crawlhub.storage.redact import redact_url
 from crawlhub.web.paging import Page, keyset, limit_of
 from crawlhub.web.render import Area, Card, Stat, attempt, fragment, number, page, per_second
 
@@ -37,7 +40,7 @@ class RateMeter:
         samples = self._samples.setdefault(name, deque())
         if not samples or now - samples[-1][0] >= 0.5:  # many viewers: one sample per 0.5 s
             samples.append((now, done))
-        while len(samples) > 2 and now - samples[1][0] >= self.window:
+        while now - samples[0][0] > self.window:  # the look just taken always stays
             samples.popleft()
         first_at, first_done = samples[0]
         if now - first_at < 1.0:
@@ -55,61 +58,64 @@ def _meter(svc: Services) -> RateMeter:
     return meter
 
 
+async def _outbounds(svc: Services) -> list[OutboundRow]:
+    return [OutboundRow.model_validate(row) for row in await svc.outbounds()]
+
+
 async def _queue_page(svc: Services, after: str | None, before: str | None,
-                      limit: int) -> Page[dict[str, Any]]:
+                      limit: int) -> Page[QueueStatsRow]:
     # names first, stats for the shown page only: one read per queue on the page
     names = keyset(sorted(await svc.queues.names()), lambda n: n, after=after,
                    before=before, limit=limit)
     meter = _meter(svc)
     rows = []
     for name in names.rows:
-        row = (await svc.queues.queue(name).stats()).as_dict()
-        row["rate"] = meter.rate(name, row["success"] + row["failed"])
+        row = QueueStatsRow.model_validate(
+            (await svc.queues.queue(name).stats()).as_dict())
+        row.rate = meter.rate(name, row.success + row.failed)  # type: ignore[attr-defined]
         rows.append(row)
     return Page(rows=rows, prev=names.prev, next=names.next, total=names.total,
                 first=names.first)
 
 
-async def _data(request: Request) -> dict[str, Any]:
-    svc: Services = request.app.state.services
+async def _data(request: Request, svc: Services) -> dict[str, Any]:
     p = request.query_params
     limit = limit_of(int(p["limit"]) if p.get("limit", "").isdigit() else None)
-    outbounds, out_error = await attempt(svc.hub.outbound_stats(), "the hub state")
+    outbounds, out_error = await attempt(_outbounds(svc), "the hub state")
     queues, q_error = await attempt(
         _queue_page(svc, p.get("q_after"), p.get("q_before"), limit),
-        f"the queues ({svc.config.storage.queues})")
+        f"the queues ({redact_url(svc.config.storage.queues)})")
     return {
-        "outbounds": keyset(outbounds or [], lambda r: r["name"], after=p.get("out_after"),
+        "outbounds": keyset(outbounds or [], lambda r: r.name, after=p.get("out_after"),
                             before=p.get("out_before"), limit=limit),
         "queues": queues or Page(), "out_error": out_error, "q_error": q_error,
     }
 
 
 @router.get("/ui/queues")
-async def queues_page(request: Request) -> HTMLResponse:
+async def queues_page(request: Request, svc: ServicesDep) -> HTMLResponse:
     return page(request, "queues.html", area="queues", title="Queues",
-                **await _data(request))
+                **await _data(request, svc))
 
 
 @router.get("/ui/queues/live")
-async def queues_live(request: Request) -> HTMLResponse:
-    return fragment(request, "queues_live.html", area="queues", **await _data(request))
+async def queues_live(request: Request, svc: ServicesDep) -> HTMLResponse:
+    return fragment(request, "queues_live.html", area="queues", **await _data(request, svc))
 
 
-async def summary(request: Request) -> Card:
-    svc: Services = request.app.state.services
+async def summary(svc: Services) -> Card:
     card = Card("Outbounds and queues", AREA.path)
-    rows, card.error = await attempt(svc.hub.outbound_stats(), "the hub state")
+    rows, card.error = await attempt(_outbounds(svc), "the hub state")
     if rows is not None:
-        left = sum(r["left"] or 0 for r in rows)
-        down = sum(1 for r in rows if not r["available"])
+        left = sum(r.left or 0 for r in rows)
+        down = sum(1 for r in rows if not r.available)
+        failed = sum(r.failed for r in rows)
         card.stats = [
             Stat("outbounds", number(len(rows))),
             Stat("left", number(left), "busy" if left else ""),
-            Stat("success", number(sum(r["success"] for r in rows)), "good"),
-            Stat("failed", number(sum(r["failed"] for r in rows)),
-                 "bad" if any(r["failed"] for r in rows) else ""),
-            Stat("dispatched", per_second(sum(r["rate"] for r in rows))),
+            Stat("success", number(sum(r.success for r in rows)), "good"),
+            Stat("failed", number(failed), "bad" if failed else ""),
+            Stat("dispatched", per_second(sum(r.rate for r in rows))),
         ]
         if down:
             card.stats.append(Stat("out of reach", number(down), "bad"))

@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse
@@ -21,6 +21,9 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from crawlhub import __version__
 from crawlhub.storage.errors import is_unavailable
 from crawlhub.storage.redact import redact_url
+
+if TYPE_CHECKING:
+    from crawlhub.service import Services
 
 #: The web page's own static files (CSS, JS, vendored htmx), under the API's ``/static``.
 STATIC = "/static/web"
@@ -72,7 +75,7 @@ class Area:
     key: str
     label: str
     path: str
-    summary: Callable[[Request], Awaitable[Card]] | None = None
+    summary: Callable[[Services], Awaitable[Card]] | None = None
 
 
 #: The nav in this order; :mod:`crawlhub.web.routes` registers the areas whose page
@@ -228,7 +231,7 @@ ENV = _environment()
 # ---------------------------------------------------------------------------- answers
 def _context(request: Request, area: str, values: dict[str, Any]) -> dict[str, Any]:
     return {"request": request, "area": area, "nav": areas(), "now": time.time(),
-            "auth": bool(getattr(request.app.state, "token", None)),
+            "auth": bool(request.app.state.token),
             "q": lambda **changes: query(request, **changes), **values}
 
 

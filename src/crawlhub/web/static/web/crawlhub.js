@@ -79,6 +79,7 @@
 
   function isLive(elt) { return !!(elt && elt.classList && elt.classList.contains('live')); }
 
+  // shown in the flash bar (htmx logs it to the console as well, whatever we do)
   document.addEventListener('htmx:responseError', function (evt) {
     var elt = evt.detail.elt;
     flash(labelOf(elt) + ' failed: ' + detailOf(evt.detail.xhr), 'bad', isLive(elt));
