@@ -667,6 +667,21 @@ async def test_a_queue_that_stops_draining_fires_queue_stalled_once(
         await backend.close()
 
 
+async def test_queue_stats_may_be_the_hubs_list_of_outbound_rows(
+        make_alerts: MakeAlerts, clock: FakeClock) -> None:
+    alerts = await make_alerts(stall_after=60)
+
+    async def outbound_stats() -> list[dict[str, Any]]:  # hub.outbound_stats()'s shape
+        return [{"name": "eu-2", "left": 5, "success": 1, "failed": 0, "total": 6},
+                {"name": "down", "left": None, "success": 0}]
+
+    watcher = alerts.watcher(None, outbound_stats)
+    assert await watcher.poll() == []
+    clock.advance(61)
+    [event] = await watcher.poll()
+    assert (event.queue, event.details["left"], event.details["total"]) == ("eu-2", 5, 6)
+
+
 async def test_a_watcher_keeps_going_when_a_backend_fails(make_alerts: MakeAlerts,
                                                           caplog: pytest.LogCaptureFixture
                                                           ) -> None:

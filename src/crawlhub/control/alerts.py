@@ -22,9 +22,10 @@ Who calls what
 
       plane.alerts.start_watch(self.agents, queue_stats)
 
-  ``queue_stats`` is ``async () -> {queue name: row}`` where a row has ``left`` and
-  ``success`` (a mapping, such as ``{r["name"]: r for r in await hub.outbound_stats()}``,
-  or a :class:`crawlhub.queues.base.QueueStats`). The plane's ``close()`` stops it.
+  ``queue_stats`` is ``async () -> {queue name: row}`` (or a list of rows carrying their
+  ``name``, such as ``hub.outbound_stats()``) where a row has ``left`` and ``success``
+  (a mapping, or a :class:`crawlhub.queues.base.QueueStats`). The plane's ``close()``
+  stops it.
 - **The test button** (``POST /alerts/{name}/test``, ``crawlhub alerts test``):
   :meth:`AlertService.test`, one attempt, synchronous, its answer returned.
 
@@ -115,13 +116,18 @@ MAX_PATTERN = 200
 MAX_URL = 2048
 MAX_REDIRECTS = 3
 #: Status of a delivery row.
-SENT, FAILED, DROPPED = "sent", "failed", "dropped"
+SENT, FAILED = "sent", "failed"
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _ADDRESS = re.compile(rf"^[A-Za-z0-9.!#$%&'*+/=?^_`{{|}}~-]{{1,64}}@{_LABEL}(?:\.{_LABEL})*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+#: ``async () -> {queue name: row}`` (or a list of rows with ``name``); a row has ``left``
+#: and ``success``, as a mapping or as attributes.
+QueueStatsFn = Callable[[], Awaitable[Mapping[str, Any] | Iterable[Any]]]
 
 
 class AlertError(CrawlhubError):
@@ -454,7 +460,7 @@ class DeliveryResult:
 @dataclass(slots=True)
 class Delivery:
     """A row of ``alert_deliveries``: ``event`` is the event kind (or ``test``), ``status``
-    ``sent``, ``failed`` or ``dropped`` (the in-process queue was full)."""
+    ``sent`` or ``failed`` (after every attempt)."""
 
     id: str
     route: str
@@ -1088,7 +1094,7 @@ class AlertService:
 
     # -- watching agents and queues -----------------------------------------------------
     def watcher(self, agents: AgentRegistry | None,
-                queue_stats: Callable[[], Awaitable[Mapping[str, Any]]] | None = None, *,
+                queue_stats: QueueStatsFn | None = None, *,
                 more_agents: Sequence[AgentRegistry] = ()) -> AlertWatcher:
         """A watcher whose :meth:`AlertWatcher.poll` checks once (tests drive it)."""
         registries = [r for r in (agents, *more_agents) if r is not None]
@@ -1096,7 +1102,7 @@ class AlertService:
                             clock=self.clock)
 
     async def watch(self, agents: AgentRegistry | None,
-                    queue_stats: Callable[[], Awaitable[Mapping[str, Any]]] | None = None, *,
+                    queue_stats: QueueStatsFn | None = None, *,
                     interval: float | None = None,
                     more_agents: Sequence[AgentRegistry] = ()) -> None:
         """Check agents and queues every ``interval`` seconds (``control.alert_poll``)
@@ -1110,7 +1116,7 @@ class AlertService:
             await asyncio.sleep(period)
 
     def start_watch(self, agents: AgentRegistry | None,
-                    queue_stats: Callable[[], Awaitable[Mapping[str, Any]]] | None = None, *,
+                    queue_stats: QueueStatsFn | None = None, *,
                     interval: float | None = None,
                     more_agents: Sequence[AgentRegistry] = ()) -> None:
         """Run :meth:`watch` in the background until :meth:`close` (once: a second call
@@ -1131,7 +1137,7 @@ class AlertService:
         if self._worker is not None:
             try:
                 await asyncio.wait_for(self.drain(), grace)
-            except (TimeoutError, Exception):
+            except Exception:
                 log.warning("alerts: %d events and %d deliveries still pending at close;"
                             " not sent", self._queue.qsize(), len(self._tasks))
             for task in [self._worker, *self._tasks]:
@@ -1148,7 +1154,7 @@ class AlertWatcher:
     ``queue_stalled`` events, remembering what it saw between polls (one per process)."""
 
     def __init__(self, service: AlertService, agents: Sequence[AgentRegistry],
-                 queue_stats: Callable[[], Awaitable[Mapping[str, Any]]] | None, *,
+                 queue_stats: QueueStatsFn | None, *,
                  stall_after: float, clock: Clock) -> None:
         self.service = service
         self.agents = list(agents)
@@ -1169,7 +1175,7 @@ class AlertWatcher:
                 log.warning("alerts: cannot list the agents: %s: %s", type(exc).__name__, exc)
         if self.queue_stats is not None:
             try:
-                events += self._check_queues(await self.queue_stats())
+                events += self._check_queues(_by_name(await self.queue_stats()))
             except Exception as exc:
                 log.warning("alerts: cannot read the queue stats: %s: %s",
                             type(exc).__name__, exc)
@@ -1240,6 +1246,19 @@ class _QueueMark:
     success: int
     since: float
     fired: bool = False
+
+
+def _by_name(stats: Mapping[str, Any] | Iterable[Any]) -> Mapping[str, Any]:
+    """Queue stats as ``{name: row}``: a mapping as it is, or a list of rows that carry
+    their ``name`` (``hub.outbound_stats()``'s dicts, ``QueueStats``)."""
+    if isinstance(stats, Mapping):
+        return stats
+    rows = {}
+    for row in stats:
+        name = row.get("name") if isinstance(row, Mapping) else getattr(row, "name", None)
+        if isinstance(name, str):
+            rows[name] = row
+    return rows
 
 
 def _count(row: Any, name: str) -> int | None:
