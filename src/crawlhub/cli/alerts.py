@@ -28,8 +28,9 @@ from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, err, fail, get_config, o
 from crawlhub.control.alerts import EVENT_KINDS, AlertService, AlertSettings, make_spec
 from crawlhub.errors import CrawlhubError
 
-app = typer.Typer(help="Alert routes per job: a Slack-compatible webhook or email, on"
-                  " failed, empty or overlong runs, dead agents and stalled queues.",
+app = typer.Typer(help="Alert routes per job: webhook or email.\n\nSent on failed, empty"
+                  " or overlong runs, dead agents and stalled queues; a Slack-compatible"
+                  " webhook or an email over SMTP (control.smtp_url).",
                   no_args_is_help=True)
 T = TypeVar("T")
 
@@ -74,7 +75,10 @@ def _print_json(value: Any) -> None:
 @app.command("list")
 def list_command(as_json: JsonOpt = False, config: ConfigOpt = None,
                  data_dir: DataDirOpt = None, sets: SetOpt = None) -> None:
-    """Alert routes by name (webhook URLs shown as scheme://host/***)."""
+    """List the alert routes.
+
+    Webhook URLs are shown as scheme://host/*** only.
+    """
     cfg = get_config(config, data_dir, sets)
     routes = _call(cfg, lambda alerts: alerts.routes())
     if as_json:
@@ -111,7 +115,10 @@ def add_command(
     disabled: Annotated[bool, typer.Option(help="Store it muted.")] = False,
     config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt = None,
 ) -> None:
-    """Add an alert route: --webhook URL or --email ADDRESS."""
+    """Add an alert route.
+
+    Give --webhook URL (or - to read it from stdin) or --email ADDRESS.
+    """
     cfg = get_config(config, data_dir, sets)
     if (webhook is None) == (not email):
         err.print("error: give either --webhook URL or --email ADDRESS", highlight=False)
@@ -133,18 +140,26 @@ def add_command(
 
 
 @app.command("remove")
-def remove_command(name: str, config: ConfigOpt = None, data_dir: DataDirOpt = None,
+def remove_command(name: Annotated[str, typer.Argument(help="The route's name.")],
+                   config: ConfigOpt = None, data_dir: DataDirOpt = None,
                    sets: SetOpt = None) -> None:
-    """Remove an alert route (what it sent stays listed)."""
+    """Remove an alert route.
+
+    What it sent stays in the delivery log.
+    """
     cfg = get_config(config, data_dir, sets)
     _call(cfg, lambda alerts: alerts.delete(name))
     out.print(f"alert route {escape(name)} removed", highlight=False)
 
 
 @app.command("test")
-def test_command(name: str, as_json: JsonOpt = False, config: ConfigOpt = None,
+def test_command(name: Annotated[str, typer.Argument(help="The route's name.")],
+                 as_json: JsonOpt = False, config: ConfigOpt = None,
                  data_dir: DataDirOpt = None, sets: SetOpt = None) -> None:
-    """Send a test message to a route now; exit 1 if the target did not take it."""
+    """Send a test message now.
+
+    Exits 1 if the target did not take it, printing why.
+    """
     cfg = get_config(config, data_dir, sets)
     result = _call(cfg, lambda alerts: alerts.test(name))
     if as_json:
@@ -161,11 +176,12 @@ def test_command(name: str, as_json: JsonOpt = False, config: ConfigOpt = None,
 def deliveries_command(
     route: Annotated[str | None, typer.Option(help="Only this route's.")] = None,
     job: Annotated[str | None, typer.Option(help="Only this job's.")] = None,
-    limit: Annotated[int, typer.Option("-n", min=1, max=1000)] = 20,
+    limit: Annotated[int, typer.Option("-n", min=1, max=1000,
+                                       help="How many at most.")] = 20,
     as_json: JsonOpt = False, config: ConfigOpt = None, data_dir: DataDirOpt = None,
     sets: SetOpt = None,
 ) -> None:
-    """Alerts sent (or failed), newest first."""
+    """Alerts sent or failed, newest first."""
     cfg = get_config(config, data_dir, sets)
     rows = _call(cfg, lambda alerts: alerts.deliveries(route=route, job=job, limit=limit))
     if as_json:
