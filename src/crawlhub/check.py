@@ -1,7 +1,9 @@
 """Everything ``crawlhub check-config`` checks beyond the schema, without building anything:
-hub classes and converters, frontier key functions and segment resolvers, job sinks.
+the hub's compile (:func:`crawlhub.hub.plan.compile_config`: rules, selectors, classes
+and converters), frontier key functions and segment resolvers, collection jobs' sinks.
 
-User code is imported and inspected, never called (see :mod:`crawlhub.loading`).
+User code is imported and inspected, never called (see :mod:`crawlhub.loading`); no
+queue, state or connection is opened.
 """
 
 from __future__ import annotations
@@ -15,8 +17,6 @@ from crawlhub.loading import check_call, import_object
 
 def check_config(config: Any) -> None:
     """Raise ConfigError (one problem) or ConfigErrors (all of them) for ``config``."""
-    from crawlhub.hub.check import check_hub
-
     errors: list[ConfigError] = []
     for check in (check_hub, check_frontiers, check_job_sinks):
         try:
@@ -26,6 +26,13 @@ def check_config(config: Any) -> None:
         except ConfigError as exc:
             errors.append(exc)
     _raise(errors)
+
+
+def check_hub(config: Any) -> None:
+    """What ``Hub.from_config`` would refuse: the hub's compile, whose plan is dropped."""
+    from crawlhub.hub.plan import compile_config
+
+    compile_config(config)
 
 
 def check_frontiers(config: Any) -> None:
@@ -52,7 +59,7 @@ def check_frontiers(config: Any) -> None:
 
 
 def check_job_sinks(config: Any) -> None:
-    """Each job's sink as the job builds it (named after the job, keyed by its id field)."""
+    """Each collection job's sink as the job builds it (named after the job, keyed by its id field)."""
     from crawlhub.config.sinks import check_sink
 
     errors: list[ConfigError] = []

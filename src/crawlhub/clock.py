@@ -5,7 +5,7 @@ The convention
 --------------
 Every lease crawlhub keeps follows three rules: queue messages (:mod:`crawlhub.queues`),
 frontier seeds (:mod:`crawlhub.frontier`), hub ledger claims, deadlines, token buckets
-and intake heartbeats (:mod:`crawlhub.hub.state`, :mod:`crawlhub.hub.intake`, on
+and intake heartbeats (:mod:`crawlhub.hub.state`, :mod:`crawlhub.hub.state.intake`, on
 :attr:`crawlhub.hub.hub.Hub.clock`), collection run leases (:mod:`crawlhub.collect.lease`),
 agent heartbeats (:mod:`crawlhub.agents.registry`), domain slots and robots.txt fetch
 claims (:mod:`crawlhub.agents.politeness`), and the download center's allocations:

@@ -170,23 +170,23 @@ async def test_a_bad_max_attempts_is_a_config_error_naming_the_key(
 
 
 async def test_check_config_reports_a_bad_max_attempts_too(make_config: Any) -> None:
-    from crawlhub.hub.check import check_hub
+    from crawlhub.hub.plan import compile_config
 
     config = make_config(outbound=[{"name": "q", "init": {"key": "q", "max_attempts": 0}}])
 
     with pytest.raises(ConfigError, match="max_attempts must be a whole number >= 1"):
-        check_hub(config)
+        compile_config(config)
 
 
 async def test_max_attempts_on_a_redis_list_outbound_is_a_config_error(make_config: Any,
                                                                       redis_url: str) -> None:
-    from crawlhub.hub.check import check_hub
+    from crawlhub.hub.plan import compile_config
 
     config = make_config(outbound=[{"name": "l", "class": "redis_list", "init": {
         "url": redis_url, "key": "l", "max_attempts": 3}}])
 
     with pytest.raises(ConfigError, match="applies to 'queue' outbounds only") as caught:
-        check_hub(config)
+        compile_config(config)
     assert caught.value.key == "init.max_attempts"
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from crawlhub.api import create_app
-from crawlhub.hub.hub import LAG_TTL
+from crawlhub.hub.dispatch import LAG_TTL
 
 Opener = Callable[[Any], Any]
 

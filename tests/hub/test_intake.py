@@ -18,7 +18,8 @@ import redis
 
 from crawlhub.api import create_app
 from crawlhub.errors import BackendUnavailable
-from crawlhub.hub.hub import ALIVE_TTL, Hub, _PartlyPushed
+from crawlhub.hub.hub import Hub
+from crawlhub.hub.intake import ALIVE_TTL, _PartlyPushed
 from tests.helpers import FakeClock
 from tests.servers import free_port
 
@@ -430,7 +431,7 @@ async def test_a_hub_killed_after_a_push_and_before_marking_it_is_not_pushed_twi
 
 async def test_a_long_batch_pushes_each_task_once_across_its_scripts(
         make_config: Callable[..., Any], open_services: Opener) -> None:
-    from crawlhub.hub.hub import FUSED_CHUNK
+    from crawlhub.hub.intake import FUSED_CHUNK
 
     svc = await open_services(make_config(outbound=[{"name": "o"}]))
     n = 2 * FUSED_CHUNK + 10

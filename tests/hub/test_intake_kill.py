@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from crawlhub.config.loader import load_config
-from crawlhub.hub.hub import ALIVE_TTL
+from crawlhub.hub.intake import ALIVE_TTL
 from crawlhub.service import Services
 from tests.cli.conftest import write_yaml
 from tests.cli.serving import crawlhub_serve

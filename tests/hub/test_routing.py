@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from crawlhub.config.schema import OutboundConfig
-from crawlhub.hub.routing import OutboundRule, Outcome, Router, decide_result, status_key
+from crawlhub.hub.routing import OutboundRule, ResultOutcome, Router, decide_result, status_key
 from crawlhub.task import BUILTIN_KEYS, Task
 
 
@@ -115,7 +115,7 @@ def test_status_codes_compare_as_text() -> None:
 def test_terminal_code_is_success() -> None:
     a = rule(name="a")
     decision = decide_result(router(a), dispatched(a), "a", "1101")
-    assert decision.outcome is Outcome.SUCCESS and decision.task is None
+    assert decision.outcome is ResultOutcome.SUCCESS and decision.task is None
 
 
 def test_failure_retries_on_same_outbound_until_retry_limits() -> None:
@@ -123,14 +123,14 @@ def test_failure_retries_on_same_outbound_until_retry_limits() -> None:
     r = router(a)
     task = dispatched(a, url="u")
     first = decide_result(r, task, "a", 500)
-    assert first.outcome is Outcome.RETRY and first.target is a
+    assert first.outcome is ResultOutcome.RETRY and first.target is a
     assert first.task is not None and first.task["retry_times"] == 1
     assert first.task["group_retry_times"] == 1
     second = decide_result(r, a.stamp(first.task), "a", 500)
-    assert second.outcome is Outcome.RETRY and second.task is not None
+    assert second.outcome is ResultOutcome.RETRY and second.task is not None
     assert second.task["retry_times"] == 2
     third = decide_result(r, a.stamp(second.task), "a", 500)
-    assert third.outcome is Outcome.FAILED
+    assert third.outcome is ResultOutcome.FAILED
     assert "retry_limits (2) reached" in third.reason
 
 
@@ -146,7 +146,7 @@ def test_retry_limits_reached_goes_to_failback_and_resets_retry_times() -> None:
     task = dispatched(a)
     task["retry_times"] = 4
     decision = decide_result(router(a, b), task, "a", 500)
-    assert decision.outcome is Outcome.FAILBACK and decision.target is b
+    assert decision.outcome is ResultOutcome.FAILBACK and decision.target is b
     assert decision.task is not None and decision.task["retry_times"] == 0
 
 
@@ -156,7 +156,7 @@ def test_failback_keeps_retry_times_without_reset() -> None:
     task = dispatched(a)
     task["retry_times"] = 1
     decision = decide_result(router(a, b), task, "a", 500)
-    assert decision.outcome is Outcome.FAILBACK
+    assert decision.outcome is ResultOutcome.FAILBACK
     assert decision.task is not None and decision.task["retry_times"] == 1
 
 
@@ -164,7 +164,7 @@ def test_direct_failback_status_skips_retries() -> None:
     a = rule(name="a", retry_limits=5, failback="b", direct_failback_status=[403])
     b = rule(name="b")
     decision = decide_result(router(a, b), dispatched(a), "a", "403")
-    assert decision.outcome is Outcome.FAILBACK and decision.target is b
+    assert decision.outcome is ResultOutcome.FAILBACK and decision.target is b
 
 
 def test_dont_retry_status_reroutes_by_rules_skipping_failed_outbound() -> None:
@@ -172,14 +172,14 @@ def test_dont_retry_status_reroutes_by_rules_skipping_failed_outbound() -> None:
     b = rule(name="b", selector=["kind == 'x' and task_result == 404"])
     c = rule(name="c")
     decision = decide_result(router(a, b, c), dispatched(a, kind="x"), "a", 404)
-    assert decision.outcome is Outcome.REROUTE and decision.target is b
+    assert decision.outcome is ResultOutcome.REROUTE and decision.target is b
     assert decision.task is not None and "task_result" not in decision.task
 
 
 def test_dont_retry_status_with_nowhere_to_go_fails() -> None:
     a = rule(name="a", dont_retry_status=[404])
     decision = decide_result(router(a), dispatched(a), "a", 404)
-    assert decision.outcome is Outcome.FAILED and "re-routing found nothing" in decision.reason
+    assert decision.outcome is ResultOutcome.FAILED and "re-routing found nothing" in decision.reason
 
 
 def test_routing_limits_cap_retries() -> None:
@@ -188,7 +188,7 @@ def test_routing_limits_cap_retries() -> None:
     task = dispatched(a)
     task["routed_count"] = 2
     decision = decide_result(r, task, "a", 500)
-    assert decision.outcome is Outcome.FAILED and "routing limit" in decision.reason
+    assert decision.outcome is ResultOutcome.FAILED and "routing limit" in decision.reason
 
 
 def test_routing_limits_refuse_new_route() -> None:
@@ -198,17 +198,17 @@ def test_routing_limits_refuse_new_route() -> None:
 
 def test_result_for_outbound_no_longer_configured_fails() -> None:
     decision = decide_result(router(rule(name="a")), {"task_uuid": "x"}, "gone", 500)
-    assert decision.outcome is Outcome.FAILED and "no longer configured" in decision.reason
+    assert decision.outcome is ResultOutcome.FAILED and "no longer configured" in decision.reason
 
 
 def test_failback_to_disabled_outbound_fails() -> None:
     a = rule(name="a", retry_limits=0, failback="b")
     b = rule(name="b", disable=True)
     decision = decide_result(router(a, b), dispatched(a), "a", 500)
-    assert decision.outcome is Outcome.FAILED and "failback 'b'" in decision.reason
+    assert decision.outcome is ResultOutcome.FAILED and "failback 'b'" in decision.reason
 
 
 @pytest.mark.parametrize("code", ["timeout", 500, "E_BUSY"])
 def test_non_terminal_statuses_retry(code: Any) -> None:
     a = rule(name="a")
-    assert decide_result(router(a), dispatched(a), "a", code).outcome is Outcome.RETRY
+    assert decide_result(router(a), dispatched(a), "a", code).outcome is ResultOutcome.RETRY

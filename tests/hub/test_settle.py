@@ -188,7 +188,7 @@ async def test_dispatch_counts_are_shared_per_second(
 
 async def test_a_settled_task_is_no_longer_pushed_again_by_intake_recovery(
         pair: tuple[HubState, HubState]) -> None:
-    from crawlhub.hub.intake import Intake
+    from crawlhub.hub.state.intake import Intake
 
     state, _ = pair
     now = time.time()

@@ -165,7 +165,7 @@ class Router:
         return RouteDecision(None, None, reason, candidates)
 
 
-class Outcome(enum.StrEnum):
+class ResultOutcome(enum.StrEnum):
     SUCCESS = "success"
     RETRY = "retry"
     FAILBACK = "failback"
@@ -178,7 +178,7 @@ class ResultDecision:
     """What a result does: ``task`` is the task to dispatch again (RETRY, FAILBACK,
     REROUTE) to ``target``; ``reason`` says why in words."""
 
-    outcome: Outcome
+    outcome: ResultOutcome
     reason: str
     task: Task | None = None
     target: OutboundRule | None = None
@@ -191,11 +191,11 @@ def decide_result(router: Router, dispatched: Mapping[str, Any], outbound: str,
     skipping the failed outbound) -> retry on the same outbound -> failback -> failed."""
     status = status_key(code)
     if status in router.terminal:
-        return ResultDecision(Outcome.SUCCESS, f"status {status} is a terminal code")
+        return ResultDecision(ResultOutcome.SUCCESS, f"status {status} is a terminal code")
     rule = router.by_name.get(outbound)
     task = Task({k: v for k, v in dispatched.items() if k != RESULT_KEY})
     if rule is None:
-        return ResultDecision(Outcome.FAILED, f"status {status}: outbound {outbound!r} is no"
+        return ResultDecision(ResultOutcome.FAILED, f"status {status}: outbound {outbound!r} is no"
                               " longer configured")
     if status in rule.direct_failback_status and rule.failback:
         return _failback(router, rule, task, f"status {status} is in direct_failback_status")
@@ -204,38 +204,38 @@ def decide_result(router: Router, dispatched: Mapping[str, Any], outbound: str,
         probe[RESULT_KEY] = code
         decision = router.route(probe, skip={rule.name})
         if decision.outbound is None:
-            return ResultDecision(Outcome.FAILED, f"status {status} is in dont_retry_status"
+            return ResultDecision(ResultOutcome.FAILED, f"status {status} is in dont_retry_status"
                                   f" and re-routing found nothing: {decision.reason}")
-        return ResultDecision(Outcome.REROUTE, f"status {status} is in dont_retry_status:"
+        return ResultDecision(ResultOutcome.REROUTE, f"status {status} is in dont_retry_status:"
                               f" re-routed to {decision.outbound.name}", task,
                               decision.outbound, decision.selector)
     if task.retry_times < rule.retry_limits:
         limit_reason = _limit_reason(router, task)
         if limit_reason:
-            return ResultDecision(Outcome.FAILED, f"status {status}: {limit_reason}")
+            return ResultDecision(ResultOutcome.FAILED, f"status {status}: {limit_reason}")
         task["retry_times"] = task.retry_times + 1
         task["group_retry_times"] = _int(task.get("group_retry_times")) + 1
-        return ResultDecision(Outcome.RETRY, f"status {status}: retry {task['retry_times']}"
+        return ResultDecision(ResultOutcome.RETRY, f"status {status}: retry {task['retry_times']}"
                               f" of {rule.retry_limits} on {rule.name}", task, rule)
     if rule.failback:
         return _failback(router, rule, task, f"status {status}: retry_limits"
                          f" ({rule.retry_limits}) reached")
-    return ResultDecision(Outcome.FAILED, f"status {status}: retry_limits ({rule.retry_limits})"
+    return ResultDecision(ResultOutcome.FAILED, f"status {status}: retry_limits ({rule.retry_limits})"
                           f" reached on {rule.name} and no failback")
 
 
 def _failback(router: Router, rule: OutboundRule, task: Task, why: str) -> ResultDecision:
     target = router.by_name.get(rule.failback or "")
     if target is None or target.disabled:
-        return ResultDecision(Outcome.FAILED, f"{why}; failback {rule.failback!r} is not an"
+        return ResultDecision(ResultOutcome.FAILED, f"{why}; failback {rule.failback!r} is not an"
                               " enabled outbound")
     limit_reason = _limit_reason(router, task)
     if limit_reason:
-        return ResultDecision(Outcome.FAILED, f"{why}; {limit_reason}")
+        return ResultDecision(ResultOutcome.FAILED, f"{why}; {limit_reason}")
     task["group_retry_times"] = _int(task.get("group_retry_times")) + 1
     if rule.reset_retry_times:
         task["retry_times"] = 0
-    return ResultDecision(Outcome.FAILBACK, f"{why}: failback to {target.name}", task, target)
+    return ResultDecision(ResultOutcome.FAILBACK, f"{why}: failback to {target.name}", task, target)
 
 
 def _limit_reason(router: Router, task: Mapping[str, Any]) -> str:

@@ -121,8 +121,9 @@ end
 
 # push_rows(ready, payloads, priorities, stats, seq, blob, lens, prios): payloads
 # concatenated, their byte lengths 'l1,l2,..', their priorities 'p1,p2,..'; returns the
-# first id (push_list: the same from Lua lists). Also run by the hub's intake script (hub/intake/redis.py) when its ledger shares
-# the server, so a task's ledger entry and its push are one atomic step.
+# first id (push_list: the same from Lua lists). Also run by the hub's intake script
+# (hub/state/intake/redis.py) when its ledger shares the server, so a task's ledger entry
+# and its push are one atomic step.
 PUSH_ROWS_LUA = """
 -- push_list: the same with the payloads and priorities as Lua lists
 local function push_list(ready, payloads, priorities, stats, seq, items, prios)

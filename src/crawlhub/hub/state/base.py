@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from crawlhub import jsoncodec
-from crawlhub.hub.intake import Intake
+from crawlhub.hub.state.intake import Intake
 
 #: A ledger entry with no result_timeout is forgotten after this long (seconds).
 DEFAULT_RETENTION = 7 * 24 * 3600.0
@@ -65,7 +65,8 @@ class HubState(Protocol):
         """Store entries, and add ``(outbound, field, n)`` counters in the same write."""
         ...
 
-    # Intake (crawlhub.hub.intake): a new task recorded unpushed, then pushed or undone.
+    # Intake (crawlhub.hub.state.intake): a new task recorded unpushed, then pushed or
+    # undone.
     async def intake_beat(self, owner: str, now: float) -> None:
         """Hub process ``owner`` is alive at ``now``."""
         ...

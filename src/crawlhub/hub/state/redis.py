@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from crawlhub.clock import Clock, system_clock
-from crawlhub.hub.intake import RedisIntake
 from crawlhub.hub.state.base import (
     CLAIM_LEASE,
     DEFAULT_RETENTION,
@@ -16,6 +15,7 @@ from crawlhub.hub.state.base import (
     _dumps,
     _loads,
 )
+from crawlhub.hub.state.intake import RedisIntake
 from crawlhub.keys import hub_keys
 from crawlhub.storage.redis import redis_client
 

@@ -7,8 +7,6 @@ import sqlite3
 from collections.abc import Sequence
 
 from crawlhub.clock import Clock, system_clock
-from crawlhub.hub.intake import INTAKE_SCHEMA, SqliteIntake
-from crawlhub.hub.intake.sqlite import select_in
 from crawlhub.hub.state.base import (
     CLAIM_LEASE,
     DEFAULT_RETENTION,
@@ -20,6 +18,8 @@ from crawlhub.hub.state.base import (
     _loads,
     _text,
 )
+from crawlhub.hub.state.intake import INTAKE_SCHEMA, SqliteIntake
+from crawlhub.hub.state.intake.sqlite import select_in
 from crawlhub.storage.sqlite import SqliteDB
 
 

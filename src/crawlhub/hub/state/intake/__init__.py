@@ -6,7 +6,8 @@ them): ``unpushed`` (uuid -> when its push began) with its ``owner`` (the hub pr
 pushing it), the hub processes ``alive`` (instance -> last heartbeat), and the frontier
 ``gates`` the records hold (``frontier, segment, key`` -> uuid; ``''``: a gate whose push
 failed, free to take over; ``+uuid``: a gate taken over, *inherited*). Mixed into the
-state classes of :mod:`crawlhub.hub.state`; :class:`crawlhub.hub.hub.Hub` drives them.
+state classes of :mod:`crawlhub.hub.state`; the hub's intake stage
+(:mod:`crawlhub.hub.intake`) drives them.
 
 ``intake_begin`` answers per task: ``N`` new (recorded unpushed, owned by the caller);
 ``T`` new, and it took over a released gate (the URL was admitted for a task whose push
@@ -24,7 +25,7 @@ and :mod:`.redis` (the mixins). Every time here is a lease on the hub's clock
 
 from __future__ import annotations
 
-from crawlhub.hub.intake.base import (
+from crawlhub.hub.state.intake.base import (
     ALREADY_ROUTED,
     GATE_HELD,
     NEW,
@@ -35,8 +36,8 @@ from crawlhub.hub.intake.base import (
     gate_of,
     parse_gate,
 )
-from crawlhub.hub.intake.redis import RedisIntake
-from crawlhub.hub.intake.sqlite import INTAKE_SCHEMA, SqliteIntake
+from crawlhub.hub.state.intake.redis import RedisIntake
+from crawlhub.hub.state.intake.sqlite import INTAKE_SCHEMA, SqliteIntake
 
 __all__ = [
     "ALREADY_ROUTED",

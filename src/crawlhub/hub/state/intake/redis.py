@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from crawlhub.hub.intake.base import Intake, QueueGroup
+from crawlhub.hub.state.intake.base import Intake, QueueGroup
 
 _SPLIT = """
 local function split(blob, lengths)

@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from crawlhub.hub.intake.base import ALREADY_ROUTED, GATE_HELD, NEW, TOOK_OVER, Intake
+from crawlhub.hub.state.intake.base import ALREADY_ROUTED, GATE_HELD, NEW, TOOK_OVER, Intake
 
 INTAKE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS unpushed (task_uuid TEXT PRIMARY KEY, since REAL NOT NULL,

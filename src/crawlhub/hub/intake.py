@@ -1,0 +1,745 @@
+"""The hub's intake stage: accepting new tasks - validate, dedupe (frontier gates),
+route, then record, admit, push and mark pushed, losing nothing.
+
+Intake (``submit``) loses nothing and, where one store holds both, doubles nothing
+(the ledger side is :mod:`crawlhub.hub.state.intake`):
+
+1. *record*: each task is written to the ledger as unpushed, owned by this process,
+   only if its ``task_uuid`` is new (else ``already_routed``); a task behind a frontier
+   also takes its gate, ``(frontier, segment, key)``, in the same step (a gate held by a
+   task being pushed answers ``duplicate``);
+2. *admit*: the frontier admits the gated ones (a duplicate's record and gate go);
+3. *push*, then *mark pushed*: deadlines start, gates are freed, counters move.
+
+A push that fails is undone: the record goes and the gate stays, released, so the
+client's retry of the URL takes it over and is pushed (the frontier keeps the admission:
+a bloom filter cannot take it back). A process killed between 1 and 3 leaves records it
+owns unpushed; once it has not beaten for ``ALIVE_TTL`` seconds, ``recover_intake`` of
+any hub process (every ``RECOVER_EVERY``, and at start) pushes them - a gated one only
+if the frontier admitted its URL for it. Meanwhile a retry is answered
+``already_routed`` / ``duplicate``: the task will be pushed.
+
+Cost per batch: 3 round trips (record, push, mark pushed), 4 with a frontier (+ admit).
+When the ledger and the queue outbounds share one Redis server, an ungated batch is
+recorded and pushed by one Lua script (1 round trip) and a gated one is recorded,
+admitted, then pushed and marked pushed by one script (3). A kill after a push and
+before its mark cannot push a task twice there, nor on a SQLite queue, whose push
+stores the task uuids as marks in the same transaction (recovery asks it first; the
+marks go with a later push). Only a ``redis_list`` outbound, or queues on another Redis
+than the ledger, are at least once in that window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from crawlhub import jsoncodec
+from crawlhub.errors import BackpressureError, CrawlhubError, FrontierError, QueueError
+from crawlhub.frontier.store import Entry
+from crawlhub.hub.dispatch import DispatchStage, _int
+from crawlhub.hub.outbounds import QueueOutbound
+from crawlhub.hub.routing import OutboundRule
+from crawlhub.hub.state.intake import (
+    ALREADY_ROUTED,
+    GATE_HELD,
+    NEW,
+    RECORDED_AGAIN,
+    TOOK_OVER,
+    Intake,
+    QueueGroup,
+    gate_of,
+    parse_gate,
+)
+from crawlhub.keys import queue_keys, queue_registry
+from crawlhub.queues.common import PRIORITY_MAX, PRIORITY_MIN, encode_item
+from crawlhub.storage.errors import is_unavailable, unavailable
+from crawlhub.storage.redact import redact_url
+from crawlhub.task import RESULT_KEY, Task
+
+if TYPE_CHECKING:
+    from crawlhub.frontier.manager import Frontier
+
+log = logging.getLogger("crawlhub.hub")
+
+#: A hub process silent (no heartbeat) this many seconds is dead: the tasks it recorded
+#: and did not mark pushed are pushed by the recovery of another (or its restart).
+ALIVE_TTL = 3.0
+#: Seconds between heartbeats, and between recovery passes, of every hub process.
+BEAT_EVERY = 0.5
+RECOVER_EVERY = 1.0
+#: Tasks per script of the one-script push (a batch goes as several, overlapped).
+FUSED_CHUNK = 50
+#: Push marks (SQLite queues) a process drops with one push at most.
+FORGET_MAX = 5000
+#: Seconds an inbound source waits before sending tasks whose push failed again.
+OUTAGE_PAUSE = 1.0
+
+
+@dataclass(slots=True)
+class SubmitResult:
+    """What happened to one submitted task (the API answers a list of these)."""
+
+    task_uuid: str | None = None
+    outbound: str | None = None
+    #: routed: pushed to ``outbound``. already_routed: a task with this task_uuid was
+    #: routed and has no result yet (not pushed again). duplicate: its URL was already
+    #: admitted by a frontier in this segment. rejected: no outbound takes it, or its
+    #: URL is unusable. deferred: its token scope is exhausted, retry later.
+    #: unavailable / failed: its push failed (a backend outage / another error); nothing
+    #: of it was kept, so a retry of it is safe.
+    status: str = "routed"
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"task_uuid": self.task_uuid, "status": self.status}
+        if self.outbound:
+            out["outbound"] = self.outbound
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+class _PartlyPushed(Exception):
+    """A one-script push of which some chunks failed: ``pushed`` and ``refused`` say
+    what happened to each task anyway."""
+
+    def __init__(self, error: BaseException, pushed: list[bool], refused: dict[int, str]
+                 ) -> None:
+        super().__init__(str(error))
+        self.error, self.pushed, self.refused = error, pushed, refused
+
+
+@dataclass(slots=True)
+class _Todo:
+    """A task on its way through intake: its index in the answer, the task stamped for
+    its outbound, the outbound, its ledger record."""
+
+    index: int
+    task: Task
+    rule: OutboundRule
+    intake: Intake
+
+
+def _same_redis(a: str, b: str) -> bool:
+    """Whether two Redis URLs name the same server and database."""
+    from urllib.parse import urlsplit
+
+    def norm(url: str) -> tuple[str, str | None, int | None, str]:
+        parts = urlsplit(url.replace("valkey://", "redis://", 1)
+                         .replace("valkeys://", "rediss://", 1))
+        host = "127.0.0.1" if parts.hostname in ("localhost", None) else parts.hostname
+        return (parts.scheme, host, parts.port or 6379, parts.path.strip("/") or "0")
+
+    return bool(a) and bool(b) and not a.startswith("sqlite") and norm(a) == norm(b)
+
+
+class IntakeStage(DispatchStage):
+    """Takes new tasks in (see the module docstring); :class:`crawlhub.hub.hub.Hub` sets
+    the attributes."""
+
+    submitter: str
+    frontiers: dict[str, Frontier]
+    #: this process, as the owner of the tasks it records (see hub/state/intake/)
+    instance: str
+    #: what an outage kept this process from finishing (see _leftovers)
+    _leftover: list[tuple[str, _Todo]]
+    _forget: list[Intake]
+    _fused_cache: dict[str, bool]
+    _stop: asyncio.Event
+
+    async def submit(self, tasks: Sequence[Mapping[str, Any]], *, wait: bool = False,
+                     frontier: str | None = None) -> list[SubmitResult]:
+        """Route new tasks (see "Intake" in the module docstring). Without ``wait``, an
+        outbound over ``max_lag`` raises :class:`BackpressureError` before anything is
+        written, tasks whose token scope is exhausted come back ``deferred``, and tasks
+        whose push failed come back ``unavailable`` (when no task at all was pushed, the
+        first such error is raised instead: :class:`BackendUnavailable` for an outage).
+        With ``wait`` (inbound sources) all three are waited out."""
+        results: list[SubmitResult] = [SubmitResult() for _ in tasks]
+        plans: list[tuple[int, Task, OutboundRule]] = []
+        for i, raw in enumerate(tasks):
+            task = Task(raw).ensure_identity(self.submitter)
+            task.pop(RESULT_KEY, None)
+            results[i].task_uuid = task.task_uuid
+            decision = self.router.route(task)
+            if decision.outbound is None:
+                results[i].status, results[i].reason = "rejected", decision.reason
+                self.metrics.rejected.inc()
+                continue
+            plans.append((i, task, decision.outbound))
+        # Backpressure first: a task refused here must not have been admitted already.
+        await self._check_lag(plans, wait=wait)
+        while True:
+            failed = await self._intake(plans, results, frontier, wait=wait)
+            if not failed:
+                return results
+            if not wait or not all(is_unavailable(e) for e in failed.values()):
+                break
+            # An inbound source waits the outage out and sends the same tasks again: the
+            # uuids make it safe (what got pushed meanwhile is not pushed twice).
+            log.warning("intake: %d tasks not pushed (%s); trying again in %s s",
+                        len(failed), next(iter(failed.values())), OUTAGE_PAUSE)
+            await asyncio.sleep(OUTAGE_PAUSE)
+            plans = [p for p in plans if p[0] in failed]
+            for i, task, _ in plans:
+                results[i] = SubmitResult(task_uuid=task.task_uuid)
+                task["routed_count"] = task.routed_count - 1  # stamped again on the way
+        error = next(iter(failed.values()))
+        if wait or not any(results[i].status in ("routed", "already_routed")
+                           for i, _, _ in plans):
+            # (an inbound source gets the batch again: its tasks that carry a task_uuid
+            # and were pushed are answered already_routed then)
+            raise unavailable(error) if is_unavailable(error) else error
+        return results
+
+    async def _check_lag(self, plans: Sequence[tuple[int, Task, OutboundRule]], *,
+                         wait: bool) -> None:
+        rules: dict[str, OutboundRule] = {}
+        for _, _, rule in plans:
+            if rule.max_lag > 0:
+                rules[rule.name] = rule
+        for name in rules:
+            while True:
+                lag = await self.lag(name)
+                if lag < rules[name].max_lag:
+                    break
+                self.metrics.backpressure.labels(name).inc()
+                if not wait:
+                    raise BackpressureError(
+                        f"outbound {name!r} holds {lag} tasks, at or over its max_lag of"
+                        f" {rules[name].max_lag}; retry later", retry_after=1.0)
+                await asyncio.sleep(0.5)
+                self._lag_cache.pop(name, None)
+
+    async def _intake(self, plans: Sequence[tuple[int, Task, OutboundRule]],
+                      results: list[SubmitResult], inbound_frontier: str | None, *,
+                      wait: bool) -> dict[int, BaseException]:
+        """Gate, take tokens, record, admit, push, mark pushed. Fills ``results``;
+        returns the errors of the tasks whose push failed (by index)."""
+        now = self.clock()
+        gates = self._gates(plans, results, inbound_frontier, now)
+        groups: dict[str, list[tuple[int, Task]]] = defaultdict(list)
+        rules: dict[str, OutboundRule] = {}
+        for i, task, rule in plans:
+            if results[i].status == "routed":
+                groups[rule.name].append((i, task))
+                rules[rule.name] = rule
+        todo: list[_Todo] = []
+        for name, members in groups.items():
+            rule = rules[name]
+            if name not in self.transports:
+                raise CrawlhubError(f"outbound {name!r} is disabled or has no transport")
+            allowed = await self._take_tokens(rule, len(members), wait=wait)
+            for i, _ in members[allowed:]:
+                results[i].status = "deferred"
+                results[i].reason = (f"token scope {rule.token_scope!r} allows"
+                                     f" {rule.token_per_second}/s; retry later")
+            deadline = now + rule.result_timeout if rule.result_timeout else None
+            for i, task in members[:allowed]:
+                gate = gates.get(i)
+                todo.append(_Todo(i, rule.stamp(task), rule, Intake(
+                    task, name, deadline, gate_of(gate[0], gate[1].segment, gate[1].key)
+                    if gate else None)))
+        failed: dict[int, BaseException] = {}
+        # Ungated tasks for queues on the ledger's own Redis: record and push, one script.
+        fused = [t for t in todo if t.intake.gate is None and self._fused(t.rule.name)]
+        if fused:
+            error: BaseException | None = None
+            try:
+                pushed, refused = await self._push_fused("new", fused, now)
+            except _PartlyPushed as partly:
+                error, pushed, refused = partly.error, partly.pushed, partly.refused
+            for k, (t, ok) in enumerate(zip(fused, pushed, strict=True)):
+                if ok:
+                    results[t.index].outbound = t.rule.name
+                elif k in refused:
+                    results[t.index].status = "rejected"
+                    results[t.index].reason = refused[k]
+                elif error is not None:
+                    # (a chunk that failed, or whose answer was lost: not recorded, or
+                    # recorded and pushed - then a retry of it is already_routed)
+                    self._unavailable(results[t.index], error)
+                    failed[t.index] = error
+                else:
+                    self._already_routed(results[t.index])
+        rest = [t for t in todo if not (t.intake.gate is None and self._fused(t.rule.name))]
+        if rest:
+            failed.update(await self._record_and_push(rest, gates, results, now))
+        return failed
+
+    def _gates(self, plans: Sequence[tuple[int, Task, OutboundRule]],
+               results: list[SubmitResult], inbound_frontier: str | None, now: float
+               ) -> dict[int, tuple[str, Entry]]:
+        """The frontier entry (segment, key) of every gated task, resolved without I/O;
+        a task whose URL the frontier cannot use is rejected alone."""
+        by_frontier: dict[str, list[tuple[int, Task]]] = defaultdict(list)
+        for i, task, rule in plans:
+            name = inbound_frontier or rule.frontier
+            if name:
+                by_frontier[name].append((i, task))
+        gates: dict[int, tuple[str, Entry]] = {}
+        for name, members in by_frontier.items():
+            frontier = self.frontiers[name]
+            try:
+                entries = frontier.task_entries([t for _, t in members], now)
+            except FrontierError:
+                entries = []
+                for i, task in members:
+                    try:
+                        entries += frontier.task_entries([task], now)
+                    except FrontierError as exc:
+                        entries.append(None)
+                        results[i].status = "rejected"
+                        results[i].reason = f"frontier {name!r}: {exc}"
+            for (i, _), entry in zip(members, entries, strict=True):
+                if entry is not None:
+                    gates[i] = (name, entry)
+        return gates
+
+    async def _record_and_push(self, todo: list[_Todo], gates: Mapping[int, tuple[str, Entry]],
+                               results: list[SubmitResult], now: float
+                               ) -> dict[int, BaseException]:
+        """The general path: record unpushed (one round trip), admit the gated ones (one
+        per frontier), push (concurrently), mark pushed (one). Gated tasks whose URL is
+        known already are answered first, with two reads (see _known)."""
+        todo = await self._known(todo, gates, results)
+        if not todo:
+            return {}
+        flags = await self.state.intake_begin([t.intake for t in todo], now, self.instance)
+        go: list[_Todo] = []
+        admit: dict[str, list[tuple[_Todo, str]]] = defaultdict(list)
+        admitting: set[str] = set()
+        for t, flag in zip(todo, flags, strict=True):
+            if flag == ALREADY_ROUTED:
+                self._already_routed(results[t.index])
+            elif flag == GATE_HELD and t.intake.gate in admitting:
+                # a repeat of a URL this batch admits: the frontier counts it, after it
+                admit[gates[t.index][0]].append((t, flag))
+            elif flag == GATE_HELD:
+                name = gates[t.index][0]
+                results[t.index].status = "duplicate"
+                results[t.index].reason = (f"frontier {name!r}: another task with this URL"
+                                           " is being pushed in this segment")
+                self.metrics.duplicates.labels(name).inc()
+            elif t.intake.gate:
+                admit[gates[t.index][0]].append((t, flag))
+                if flag == NEW:
+                    admitting.add(t.intake.gate)
+            else:
+                go.append(t)
+        failed: dict[int, BaseException] = {}
+        for name, members in admit.items():
+            try:
+                verdicts = await self.frontiers[name].admit_entries(
+                    [gates[t.index][1] for t, _ in members])
+                pushing = await self._admitted(name, members, verdicts)
+            except Exception as exc:
+                # Admitted or not is unknown: the gates stay, released, for a retry.
+                await self._abort([t for t, _ in members], release=True)
+                for t, _ in members:
+                    self._unavailable(results[t.index], exc)
+                    failed[t.index] = exc
+                continue
+            duplicates = []
+            for (t, flag), push in zip(members, pushing, strict=True):
+                if push:
+                    go.append(t)
+                    continue
+                if flag != GATE_HELD:  # (a repeat in the batch has no record to undo)
+                    duplicates.append(t)
+                results[t.index].status = "duplicate"
+                results[t.index].reason = (f"already admitted by frontier {name!r} in"
+                                           " this segment")
+                self.metrics.duplicates.labels(name).inc()
+            if duplicates:
+                await self._abort(duplicates, release=False)
+        if go:
+            errors = await self._push_recorded(go, now)
+            for t, error in zip(go, errors, strict=True):
+                if error is None:
+                    results[t.index].outbound = t.rule.name
+                else:
+                    self._unavailable(results[t.index], error)
+                    failed[t.index] = error
+        return failed
+
+    async def _known(self, todo: list[_Todo], gates: Mapping[int, tuple[str, Entry]],
+                     results: list[SubmitResult]) -> list[_Todo]:
+        """Answer ``duplicate`` to the gated tasks whose URL a frontier admitted already and
+        return the rest. A crawl submits mostly known links: recording each, admitting it
+        and undoing the record costs three writes; this costs a read of the hub state and
+        one of the frontier. Safe because the gate is read first: a URL the frontier has
+        with no gate row (none held, none released untaken) was pushed, or is being
+        pushed by a task that takes the gate from here on and answers a client who
+        retries (the same as GATE_HELD). A read that fails leaves the task to the general
+        path, which handles the outage."""
+        gated = [t for t in todo if t.intake.gate]
+        if not gated:
+            return todo
+        try:
+            free = await self.state.intake_free([t.intake for t in gated])
+        except Exception:  # noqa: BLE001 - the general path answers the outage
+            return todo
+        by_frontier: dict[str, list[_Todo]] = defaultdict(list)
+        for t, ok in zip(gated, free, strict=True):
+            if ok:
+                by_frontier[gates[t.index][0]].append(t)
+        known: set[int] = set()
+        for name, members in by_frontier.items():
+            try:
+                flags = await self.frontiers[name].duplicates(
+                    [gates[t.index][1] for t in members])
+            except Exception:  # noqa: BLE001 - as above
+                continue
+            for t, duplicate in zip(members, flags, strict=True):
+                if duplicate:
+                    known.add(t.index)
+                    results[t.index].status = "duplicate"
+                    results[t.index].reason = (f"already admitted by frontier {name!r} in"
+                                               " this segment")
+                    self.metrics.duplicates.labels(name).inc()
+        return [t for t in todo if t.index not in known] if known else todo
+
+    async def _admitted(self, name: str, members: Sequence[tuple[_Todo, str]],
+                        verdicts: Sequence[bool]) -> list[bool]:
+        """Which gated tasks to push, given the frontier's verdicts on their URLs: new
+        ones it admitted; ones holding a gate they took over (the URL was admitted for
+        the task they replace); ones recorded again, if the URL was admitted for them
+        (by their earlier attempt) or now. Never a repeat of a URL in the batch."""
+        out = []
+        for (t, flag), admitted in zip(members, verdicts, strict=True):
+            if flag == GATE_HELD:
+                out.append(False)
+            elif admitted or flag == TOOK_OVER:
+                out.append(True)
+            elif flag == RECORDED_AGAIN:
+                entry = self._entry_of(t)
+                out.append(entry is not None and await self.frontiers[name].admitted_by(
+                    entry) == t.intake.uuid)
+            else:
+                out.append(False)
+        return out
+
+    def _entry_of(self, t: _Todo) -> Entry | None:
+        if not t.intake.gate:
+            return None
+        name, segment, key = parse_gate(t.intake.gate)
+        frontier = self.frontiers.get(name)
+        return frontier.gated_entry(t.task, segment, key) if frontier else None
+
+    async def _push_recorded(self, todo: Sequence[_Todo], now: float, *, undo: bool = True
+                             ) -> list[BaseException | None]:
+        """Push recorded tasks and mark them pushed; a failed push is undone (its gate
+        released) if ``undo``, else left recorded for recovery to try again (and then a
+        queue that keeps push marks is asked first which were pushed already: those are
+        only marked pushed). One error (or None) per task."""
+        errors: list[BaseException | None] = [None] * len(todo)
+        fused = [k for k, t in enumerate(todo) if self._fused(t.rule.name)]
+        if fused:
+            try:
+                _, refused = await self._push_fused("commit", [todo[k] for k in fused], now)
+            except _PartlyPushed as partly:
+                missed = [k for j, k in enumerate(fused) if not partly.pushed[j]]
+                if undo:
+                    await self._abort([todo[k] for k in missed], release=True)
+                for k in missed:
+                    errors[k] = partly.error
+            else:
+                bad = [todo[fused[j]] for j in refused]
+                for j, reason in refused.items():
+                    errors[fused[j]] = QueueError(reason)
+                if bad:
+                    await self._abort(bad, release=True)
+        others: dict[str, list[int]] = defaultdict(list)
+        for k, t in enumerate(todo):
+            if not self._fused(t.rule.name):
+                others[t.rule.name].append(k)
+        pushed: list[_Todo] = []
+        if not undo:  # recovery: a push marked in its queue happened
+            for name in list(others):
+                backend: Any = getattr(self.transports[name], "backend", None)
+                if hasattr(backend, "pushed"):
+                    done = await backend.pushed([todo[k].intake.uuid for k in others[name]])
+                    pushed += [todo[k] for k in others[name] if todo[k].intake.uuid in done]
+                    others[name] = [k for k in others[name] if todo[k].intake.uuid not in done]
+                    if not others[name]:
+                        del others[name]
+        ready = [(todo[ks[0]].rule, self.transports[name], [todo[k].task for k in ks])
+                 for name, ks in others.items()]
+        sent = await self._send(ready, marks=True) if ready else []
+        lost: list[_Todo] = []
+        for ks, error in zip(others.values(), sent, strict=True):
+            for k in ks:
+                errors[k] = error
+                (lost if error is not None else pushed).append(todo[k])
+        if pushed:
+            counts = self._dispatched(pushed, now)
+            try:
+                await self.state.intake_commit([t.intake for t in pushed],
+                                               [(name, "total", n) for name, n in counts.items()])
+                self._note_forget(pushed)
+            except Exception as exc:  # pushed all the same: marked pushed later
+                log.warning("intake: %d tasks pushed but not marked pushed (%s); trying"
+                            " again every %s s", len(pushed), exc, RECOVER_EVERY)
+                self._leftover += [("commit", t) for t in pushed]
+        if lost and undo:
+            await self._abort(lost, release=True)
+        return errors
+
+    def _note_forget(self, pushed: Sequence[_Todo]) -> None:
+        """Marked pushed in the ledger: their push marks can go with the next push."""
+        for t in pushed:
+            backend = getattr(self.transports.get(t.rule.name), "backend", None)
+            if hasattr(backend, "pushed"):
+                forget = self._forget_marks.setdefault(id(backend), [])
+                if len(forget) < FORGET_MAX:  # (beyond, the queue's expiry drops them)
+                    forget.append(t.intake.uuid)
+
+    async def _push_fused(self, mode: str, todo: Sequence[_Todo], now: float
+                          ) -> tuple[list[bool], dict[int, str]]:
+        """Record (``new``) or mark pushed (``commit``) and push, in one script on the
+        Redis that holds both the ledger and the queues. Returns per task whether it
+        was pushed, and why (by position) those that cannot be stored were not.
+
+        A long batch goes as scripts of FUSED_CHUNK tasks: each is sent before the next
+        is encoded, so Redis runs one while Python prepares the next. A chunk that
+        fails raises once every chunk sent has answered (the others' tasks stand)."""
+        state: Any = self.state
+        pushed = [False] * len(todo)
+        refused: dict[int, str] = {}
+        sent: list[tuple[list[int], Any]] = []
+        error: BaseException | None = None
+        for start in range(0, len(todo), FUSED_CHUNK):
+            part = range(start, min(start + FUSED_CHUNK, len(todo)))
+            items, groups, registry, positions = self._fused_items(mode, todo, part, refused)
+            if not items:
+                continue
+            try:
+                sent.append((positions, await state.intake_push_sent(mode, items, groups,
+                                                                     registry, now)))
+            except Exception as exc:
+                error = exc
+                break
+        for positions, reply in sent:
+            try:
+                flags = await reply
+            except Exception as exc:
+                error = error or exc
+                continue
+            for k, ok in zip(positions, flags, strict=True):
+                pushed[k] = ok
+        self._dispatched([t for t, ok in zip(todo, pushed, strict=True) if ok], now)
+        if error is not None:
+            raise _PartlyPushed(error, pushed, refused)
+        return pushed, refused
+
+    def _fused_items(self, mode: str, todo: Sequence[_Todo], part: Iterable[int],
+                     refused: dict[int, str]
+                     ) -> tuple[list[tuple[Intake, int, str, int]], list[QueueGroup], str,
+                                list[int]]:
+        """Encode the tasks ``todo[part]`` for the one-script push: the items, the queue
+        groups they go to, the queue registry key and their positions in ``todo``."""
+        index: dict[str, int] = {}
+        groups: list[QueueGroup] = []
+        items: list[tuple[Intake, int, str, int]] = []
+        positions: list[int] = []
+        registry = ""
+        for k in part:
+            t = todo[k]
+            g = index.get(t.rule.name)
+            transport = self.transports[t.rule.name]
+            assert isinstance(transport, QueueOutbound)
+            queue = transport.queue
+            if g is None:
+                prefix = getattr(transport.backend, "prefix", "crawlhub:")
+                registry = queue_registry(prefix)
+                keys = queue_keys(prefix, queue.name)
+                g = index[t.rule.name] = len(groups)
+                groups.append(QueueGroup([keys[k] for k in ("ready", "payloads", "priorities",
+                                                            "stats", "seq")],
+                                         queue.name, t.rule.name,
+                                         int(getattr(queue, "limit", 0) or 0)))
+            item = (t.rule.params(t.task), _int(t.task.get("priority")))
+            try:
+                if mode == "new":
+                    # The entry holds the whole task: checked strictly (no NaN) once, its
+                    # params are encoded as they are (checked through the entry).
+                    t.intake.raw = t.intake.dumps(strict=True)
+                    if not PRIORITY_MIN <= item[1] <= PRIORITY_MAX:
+                        raise QueueError(f"priority must be an int in [{PRIORITY_MIN},"
+                                         f" {PRIORITY_MAX}], got {item[1]}")
+                    payload, priority = jsoncodec.dumps(item[0]), item[1]
+                else:
+                    payload, priority = encode_item(item, len(items), queue.name)
+            except (ValueError, TypeError, QueueError) as exc:
+                refused[k] = f"cannot be stored: {exc}"
+                continue
+            items.append((t.intake, g, payload, priority))
+            positions.append(k)
+        return items, groups, registry, positions
+
+    def _fused(self, outbound: str) -> bool:
+        """True when ``outbound`` is a queue on the Redis server (and db) of the ledger."""
+        fused = self._fused_cache.get(outbound)
+        if fused is None:
+            transport = self.transports.get(outbound)
+            backend = getattr(transport, "backend", None)
+            fused = (isinstance(transport, QueueOutbound)
+                     and hasattr(self.state, "intake_push")
+                     and hasattr(backend, "redis")
+                     and _same_redis(getattr(backend, "url", ""),
+                                     getattr(self.state, "url", "")))
+            self._fused_cache[outbound] = fused
+        return fused
+
+    async def _abort(self, todo: Sequence[_Todo], *, release: bool) -> None:
+        """Forget the records of tasks that were not pushed. If that fails too, they stay
+        recorded (a retry of them is answered already_routed): this process pushes the
+        ones whose push failed, and forgets the duplicates, later (``_leftovers``)."""
+        try:
+            await self.state.intake_abort([t.intake for t in todo], release=release)
+        except Exception as exc:
+            log.warning("intake: could not undo the records of %d tasks (%s); trying"
+                        " again every %s s", len(todo), exc, RECOVER_EVERY)
+            if release:
+                self._leftover += [("push", t) for t in todo]
+            else:
+                self._forget += [t.intake for t in todo]
+
+    def _dispatched(self, pushed: Iterable[_Todo], now: float) -> dict[str, int]:
+        """Count pushed tasks on their outbounds (metrics, rate, cached lag); returns
+        the counts by outbound."""
+        counts: dict[str, int] = defaultdict(int)
+        for t in pushed:
+            counts[t.rule.name] += 1
+        for name, n in counts.items():
+            self.metrics.dispatched.labels(name).inc(n)
+            self._note_dispatch(name, n, now)
+            cached = self._lag_cache.get(name)
+            if cached:
+                self._lag_cache[name] = (cached[0], cached[1] + n)
+        return counts
+
+    @staticmethod
+    def _already_routed(result: SubmitResult) -> None:
+        result.status = "already_routed"
+        result.reason = ("a task with this task_uuid was routed and has no result yet;"
+                         " not pushed again")
+
+    @staticmethod
+    def _unavailable(result: SubmitResult, error: BaseException) -> None:
+        result.status = "unavailable" if is_unavailable(error) else "failed"
+        result.reason = (f"not pushed: {redact_url(f'{type(error).__name__}: {error}')};"
+                         " nothing of it was kept, retry it")
+
+    # ------------------------------------------------------------------ recovery
+    async def recover_intake(self, now: float | None = None) -> int:
+        """Push the tasks a hub process recorded and did not mark pushed before it died
+        (silent for :data:`ALIVE_TTL`); a gated one only if its URL was admitted for it
+        (or its gate inherited). Also finishes what this process left to do after a
+        backend outage. Returns how many were pushed."""
+        now = self.clock() if now is None else now
+        await self._leftovers(now)
+        claimed = await self.state.intake_claim(now, now - ALIVE_TTL, self.instance)
+        todo: list[_Todo] = []
+        for intake in claimed:
+            rule = self.router.by_name.get(intake.outbound)
+            if rule is None or intake.outbound not in self.transports:
+                log.warning("intake: task %s was recorded for outbound %r, which is gone;"
+                            " dropped", intake.uuid, intake.outbound)
+                self._forget.append(intake)
+                continue
+            todo.append(_Todo(-1, Task(intake.task), rule, intake))
+        if todo:
+            log.warning("intake: pushing %d tasks a stopped process recorded but did not"
+                        " push", len(todo))
+        return await self._recover(todo, now)
+
+    async def _recover(self, todo: list[_Todo], now: float) -> int:
+        """Push claimed records (see ``recover_intake``); what fails is kept for the
+        next pass (this process owns them now: nobody else would)."""
+        gated: dict[str, list[tuple[_Todo, str]]] = defaultdict(list)
+        ready: list[_Todo] = []
+        for t in todo:
+            if self._entry_of(t) is None:
+                ready.append(t)
+            else:
+                flag = TOOK_OVER if t.intake.inherited else RECORDED_AGAIN
+                gated[parse_gate(t.intake.gate or "")[0]].append((t, flag))
+        for name, members in gated.items():
+            try:
+                entries = [self._entry_of(t) for t, _ in members]
+                verdicts = await self.frontiers[name].admit_entries([e for e in entries if e])
+                pushing = await self._admitted(name, members, verdicts)
+            except Exception as exc:
+                log.warning("intake recovery: frontier %r failed (%s); trying again", name, exc)
+                self._leftover += [("recover", t) for t, _ in members]
+                continue
+            ready += [t for (t, _), push in zip(members, pushing, strict=True) if push]
+            # a URL admitted for another task (this one's process died after the
+            # frontier called it a duplicate): nobody was told it was routed
+            self._forget += [t.intake for (t, _), push in zip(members, pushing, strict=True)
+                             if not push]
+        if not ready:
+            return 0
+        errors = await self._push_recorded(ready, now, undo=False)
+        self._leftover += [("recover", t) for t, e in zip(ready, errors, strict=True) if e]
+        return sum(1 for e in errors if e is None)
+
+    async def _leftovers(self, now: float) -> None:
+        """Retry what an outage kept this process from finishing: marking pushed tasks
+        pushed, forgetting duplicates' records, pushing tasks whose push and undo failed."""
+        if self._forget:
+            forget, self._forget = self._forget, []
+            try:
+                await self.state.intake_abort(forget, release=False)
+            except Exception:
+                self._forget += forget
+                raise
+        if not self._leftover:
+            return
+        todo, self._leftover = self._leftover, []
+        by: dict[str, list[_Todo]] = defaultdict(list)
+        for action, t in todo:
+            by[action].append(t)
+        try:
+            if by["commit"]:
+                counts: dict[str, int] = defaultdict(int)
+                for t in by["commit"]:
+                    counts[t.rule.name] += 1
+                await self.state.intake_commit([t.intake for t in by["commit"]],
+                                               [(n, "total", c) for n, c in counts.items()])
+                by["commit"] = []
+            if by["push"]:
+                errors = await self._push_recorded(by["push"], now, undo=False)
+                by["push"] = [t for t, e in zip(by["push"], errors, strict=True) if e]
+            if by["recover"]:
+                again, by["recover"] = by["recover"], []
+                await self._recover(again, now)  # (what fails goes back on the list)
+        finally:
+            self._leftover += [(action, t) for action, ts in by.items() for t in ts]
+
+    async def _beat_forever(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await self.state.intake_beat(self.instance, self.clock())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("intake heartbeat failed (%s); trying again", exc)
+            await asyncio.sleep(BEAT_EVERY)
+
+    async def _recover_forever(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await self.recover_intake()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("intake recovery failed; trying again in %s s", RECOVER_EVERY)
+            await asyncio.sleep(RECOVER_EVERY)
