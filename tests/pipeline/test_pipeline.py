@@ -527,39 +527,39 @@ async def test_flush_writes_everything_submitted_so_far(sqlite_sink: SqliteSink)
     assert sqlite_sink.batches == [3]
 
 
-async def test_a_segment_is_written_as_one_batch_whatever_the_batch_size(
+async def test_an_atomic_batch_is_written_as_one_batch_whatever_the_batch_size(
     sqlite_sink: SqliteSink,
 ) -> None:
     pipeline = Pipeline(passthrough, sqlite_sink, config(batch_size=2), job_code="seg",
                         logger=JobLog("seg"))
     await pipeline.start()
     await pipeline.submit(records(1, 100)[0])
-    async with pipeline.segment("2024-05-01") as segment:
+    async with pipeline.atomic_batch("2024-05-01") as batch:
         for record in records(5):
             await pipeline.submit(record)
-    assert segment.written and segment.records == 5
+    assert batch.written and batch.records == 5
     result = await pipeline.finish()
     assert sqlite_sink.batches == [1, 5]
     assert result.records_written == 6
 
 
-async def test_a_segment_that_raises_is_dropped_unwritten(sqlite_sink: SqliteSink) -> None:
+async def test_an_atomic_batch_that_raises_is_dropped_unwritten(sqlite_sink: SqliteSink) -> None:
     pipeline = Pipeline(passthrough, sqlite_sink, config(batch_size=2), job_code="segfail",
                         logger=JobLog("segfail"))
     await pipeline.start()
     with pytest.raises(RuntimeError, match="page 3 failed"):
-        async with pipeline.segment("2024-05-02"):
+        async with pipeline.atomic_batch("2024-05-02"):
             for record in records(3):
                 await pipeline.submit(record)
             raise RuntimeError("page 3 failed")
-    async with pipeline.segment("2024-05-03"):
+    async with pipeline.atomic_batch("2024-05-03"):
         await pipeline.submit(records(1, 7)[0])
     result = await pipeline.finish()
     assert await sqlite_sink.ids() == ["7"]
     assert (result.records_written, result.records_write_failed) == (1, 3)
 
 
-async def test_a_segment_whose_transaction_fails_is_rolled_back_whole(
+async def test_an_atomic_batch_whose_transaction_fails_is_rolled_back_whole(
     sqlite_sink: SqliteSink,
 ) -> None:
     rows = records(4)
@@ -567,11 +567,11 @@ async def test_a_segment_whose_transaction_fails_is_rolled_back_whole(
     pipeline = Pipeline(passthrough, sqlite_sink, config(batch_size=2), job_code="segrb",
                         logger=JobLog("segrb"))
     await pipeline.start()
-    async with pipeline.segment("2024-05-04") as segment:
+    async with pipeline.atomic_batch("2024-05-04") as batch:
         for record in rows:
             await pipeline.submit(record)
     result = await pipeline.finish()
-    assert segment.written is False
+    assert batch.written is False
     assert await sqlite_sink.ids() == []
     assert (result.batches_failed, result.records_write_failed) == (1, 4)
 

@@ -3,7 +3,7 @@
 Requests go through the job's ``Fetcher`` (scheduler, retries, token) and responses
 through its ``Pipeline`` (processing pool, single writer); every unit (an incremental
 batch, a forward page, a time segment) is written before the next request and before
-progress is saved (``Pipeline.flush`` / ``Pipeline.segment``).
+progress is saved (``Pipeline.flush`` / ``Pipeline.atomic_batch``).
 """
 
 from __future__ import annotations
@@ -424,7 +424,7 @@ class JobRun:
             name = f"{seg_from.isoformat()}..{seg_to.isoformat()}"
             units: list[_Unit] = []
             try:
-                async with self.pipeline.segment(name) as segment:
+                async with self.pipeline.atomic_batch(name) as segment:
                     await self._fetch_segment((seg_from, seg_to), units)
             except _Stop:
                 self.log.warning(

@@ -17,12 +17,13 @@ from crawlhub.fetch.joblog import JobLog, JobLogs, job_log, job_logs
 from crawlhub.pipeline.pool import Process, ProcessingPool
 from crawlhub.pipeline.progress import ProgressBars, describe_progress, show_progress
 from crawlhub.pipeline.result import RunResult, Status
-from crawlhub.pipeline.run import DetailMode, Pipeline, Segment
+from crawlhub.pipeline.run import AtomicBatch, DetailMode, Pipeline
 from crawlhub.pipeline.writer import BatchWriter
 
 __all__ = [
     "CLI_FLAGS",
     "PIPELINE_KEYS",
+    "AtomicBatch",
     "BatchWriter",
     "DetailMode",
     "JobLog",
@@ -35,7 +36,6 @@ __all__ = [
     "ProcessingPool",
     "ProgressBars",
     "RunResult",
-    "Segment",
     "Status",
     "cli_overrides",
     "describe_progress",

@@ -62,13 +62,13 @@ class DetailMode:
 
 
 @dataclass
-class Segment:
-    """What a ``Pipeline.segment`` block wrote: one batch, committed or not."""
+class AtomicBatch:
+    """What a ``Pipeline.atomic_batch`` block wrote: one batch, committed or not."""
 
     name: str
     written: bool = False
-    records: int = 0  # records processed inside the segment
-    failed: int = 0  # items whose processing failed inside the segment
+    records: int = 0  # records processed inside the block
+    failed: int = 0  # items whose processing failed inside the block
 
 
 class Pipeline:
@@ -203,18 +203,19 @@ class Pipeline:
         return ok and self.result.batches_failed == failed_before
 
     @asynccontextmanager
-    async def segment(self, name: str) -> AsyncIterator[Segment]:
+    async def atomic_batch(self, name: str) -> AsyncIterator[AtomicBatch]:
         """Items submitted inside the block are written as ONE batch (one transaction).
 
-        For sources walked in segments (time windows) that must commit as a unit: at the
-        end of the block the segment's records go to the sink together, whatever
-        ``batch_size`` says; if the block raises, they are dropped unwritten (counted as
-        write failures) and the error propagates. ``Segment.written`` tells the outcome.
+        For sources walked in time windows (a collection job's window segments) that must
+        commit as a unit: at the end of the block its records go to the sink together,
+        whatever ``batch_size`` says; if the block raises, they are dropped unwritten
+        (counted as write failures) and the error propagates. ``AtomicBatch.written``
+        tells the outcome.
         """
         if self._pool is None or self._writer is None:
             raise CancelledError(f"cancelled: {self.token.reason}")
-        await self.flush()  # what came before is not part of this segment
-        outcome = Segment(name)
+        await self.flush()  # what came before is not part of this batch
+        outcome = AtomicBatch(name)
         processed, failed = self.result.records_processed, self.result.records_failed
         self._writer.hold = True
         try:
