@@ -38,8 +38,9 @@ log = logging.getLogger("crawlhub.api")
 #: Paths anyone may read even when ``server.token`` is set.
 PUBLIC_PATHS = frozenset({"/healthz", docs.DOCS_URL, "/openapi.json", docs.REDOC_URL,
                           docs.OAUTH2_REDIRECT_URL, session.LOGIN_PATH})
-#: Path prefixes anyone may read: the package's static files (docs assets).
-PUBLIC_PREFIXES = (f"{docs.STATIC_URL}/",)
+#: Path prefixes anyone may read: the package's static files (docs assets), and the
+#: forges' webhooks (signed by the forge instead: crawlhub.api.projects).
+PUBLIC_PREFIXES = (f"{docs.STATIC_URL}/", "/hooks/")
 #: Routers of other parts, mounted when their module is present.
 OPTIONAL_ROUTERS = ("crawlhub.api.frontier", "crawlhub.api.jobs", "crawlhub.api.center",
                     "crawlhub.api.runs", "crawlhub.api.projects", "crawlhub.api.logs",

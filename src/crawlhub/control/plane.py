@@ -83,6 +83,20 @@ class ControlPlane:
         self.alerts = await AlertService.open(self.db, self.secrets,
                                               AlertSettings.from_section(self.config.control))
         self._closers.append(self.alerts.close)
+        # projects and their builds (crawlhub.control.projects, crawlhub.control.builds)
+        from crawlhub.control.builds import BuildService
+        from crawlhub.control.projects import ProjectStore
+
+        section = self.config.control
+        self.projects = await ProjectStore.open(self.db, self.secrets,
+                                                tag_pattern=section.tag_pattern,
+                                                builder=section.builder)
+        self.builds = await BuildService.open(self.db, self.projects,
+                                              builds_dir=section.builds_dir,
+                                              timeout=float(section.build_timeout),
+                                              log_lines=section.build_log_lines,
+                                              parallel=section.builds_parallel)
+        self._closers.append(self.builds.close)
         # -- jobs last: they use the channel, the logs, the builds and the alerts --------
         await self._open_jobs()
 

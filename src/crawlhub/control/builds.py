@@ -1,0 +1,450 @@
+"""Builds: a project's tag (or branch) cloned fresh and built into an artifact, in the
+background, with its log, commit, status and artifact recorded on the control database.
+
+    build = await service.start("shop", tag="release/shop/1.4.0", trigger="hook")
+    build = await service.wait(build.id)
+    artifact = await service.artifact("shop", "1.4.0")   # what a job runs
+
+One build per project and version at a time (a second is a ``ConflictError``); at most
+``parallel`` builds of this process run at once, the rest wait ``queued``. A build's row
+names the process running it (``host:pid``) and is touched while it runs, so a build left
+``running`` by a process that died (SIGKILL, a crash, a reboot) is marked failed
+("interrupted") the next time a :class:`BuildService` opens, or as soon as another build of
+the same version is asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from crawlhub.control.builders import (
+    Artifact,
+    BuildContext,
+    BuildFailed,
+    BuildLog,
+    Redactor,
+    clone,
+    host_owner,
+    make_builder,
+    scrubbed_environ,
+)
+from crawlhub.control.db import ControlDB, Tx
+from crawlhub.control.hooks import ref_format_problems
+from crawlhub.control.projects import InvalidProject, Project, ProjectStore, check_found
+from crawlhub.errors import ConflictError, NotFoundError
+
+log = logging.getLogger("crawlhub.control.builds")
+
+Status = Literal["queued", "running", "succeeded", "failed"]
+STATUSES = ("queued", "running", "succeeded", "failed")
+ACTIVE = ("queued", "running")
+TRIGGERS = ("hook", "api", "cli")
+#: A version: one path component (it names a directory and a Docker tag).
+VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
+LATEST = "latest"
+
+
+class Build(BaseModel):
+    """One build: what was built, how it went, and the artifact it left."""
+
+    id: int
+    project: str
+    tag: str | None = Field(description="the release tag built (null: a branch)")
+    ref: str = Field(description="the tag or branch cloned")
+    version: str
+    commit: str | None = Field(description="the commit the clone checked out")
+    status: Status
+    builder: str
+    trigger: str = Field(description="hook, api or cli")
+    artifact_kind: str | None = Field(description="dir, venv, wheel or image")
+    artifact_path: str | None = Field(description="the venv, wheel, image tag or directory")
+    error: str | None = Field(description="why it failed")
+    created: float
+    started: float | None
+    finished: float | None
+    log: str | None = Field(None, description="its output, the last lines (only on"
+                            " GET /builds/{id})")
+
+    @property
+    def done(self) -> bool:
+        return self.status in ("succeeded", "failed")
+
+
+def check_version(version: str) -> str:
+    if not isinstance(version, str) or not VERSION_RE.match(version) or version == LATEST:
+        shown = version[:80] if isinstance(version, str) else ""
+        raise InvalidProject(f"version {shown!r} is not valid: 1 to 64 letters, digits, '.',"
+                             " '_', '+' or '-', starting with a letter or digit, and not"
+                             f" {LATEST!r}")
+    return version
+
+
+def check_ref(ref: str, what: str = "ref") -> str:
+    if not isinstance(ref, str) or not ref or ref.startswith("-") or len(ref) > 255:
+        raise InvalidProject(f"{what} {str(ref)[:80]!r} is not a branch or tag name")
+    problems = ref_format_problems(f"tags/{ref}")
+    if problems:
+        raise InvalidProject(f"{what} {ref[:80]!r} is not a valid git ref: it "
+                             + "; ".join(problems))
+    return ref
+
+
+_COLUMNS = ("id, project, tag, ref, version, commit_sha, status, builder, trigger,"
+            " artifact, error, created, started, finished")
+
+
+class BuildService:
+    """Builds of the projects in ``projects``; directories under ``builds_dir``."""
+
+    def __init__(self, db: ControlDB, projects: ProjectStore, *, builds_dir: str | Path,
+                 timeout: float = 900.0, log_lines: int = 5000, parallel: int = 2,
+                 flush_every: float = 1.0, stale_after: float = 120.0) -> None:
+        self.db = db
+        self.projects = projects
+        self.table = db.table("builds")
+        self.builds_dir = Path(builds_dir)
+        self.timeout = timeout
+        self.log_lines = log_lines
+        self.flush_every = flush_every
+        self.stale_after = stale_after
+        self.owner = host_owner()
+        self._slots = asyncio.Semaphore(parallel)
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._closed = False
+
+    @classmethod
+    async def open(cls, db: ControlDB, projects: ProjectStore, **kwargs: Any) -> BuildService:
+        service = cls(db, projects, **kwargs)
+        await service.create_schema()
+        await service.recover()
+        return service
+
+    async def create_schema(self) -> None:
+        key = ("id INTEGER PRIMARY KEY AUTOINCREMENT" if self.db.dialect == "sqlite"
+               else "id BIGSERIAL PRIMARY KEY")
+        t = self.table
+        await self.db.schema([
+            f"CREATE TABLE IF NOT EXISTS {t} ({key}, project TEXT NOT NULL, tag TEXT,"
+            " ref TEXT NOT NULL, version TEXT NOT NULL, commit_sha TEXT,"
+            " status TEXT NOT NULL, builder TEXT NOT NULL, trigger TEXT NOT NULL,"
+            " artifact TEXT, error TEXT, log TEXT, owner TEXT,"
+            " beat DOUBLE PRECISION, created DOUBLE PRECISION NOT NULL,"
+            " started DOUBLE PRECISION, finished DOUBLE PRECISION)",
+            f"CREATE INDEX IF NOT EXISTS {t}_project ON {t} (project, id)",
+            f"CREATE INDEX IF NOT EXISTS {t}_status ON {t} (status, id)",
+            f"CREATE INDEX IF NOT EXISTS {t}_version ON {t} (project, version, status)",
+        ])
+
+    # -- starting ----------------------------------------------------------------------
+    async def start(self, project: str, *, tag: str | None = None, ref: str | None = None,
+                    version: str | None = None, trigger: str = "api",
+                    watch: Callable[[str], None] | None = None) -> Build:
+        """Queue a build of ``tag`` (its version read from the project's tag pattern
+        unless given) or of branch ``ref`` (default: the project's default branch; then
+        ``version`` is required) and run it in the background.
+
+        ``NotFoundError``: no such project; ``ConflictError``: a build of that version is
+        under way; ``InvalidProject``: a bad tag, ref or version. ``watch`` sees every
+        log line (masked) as it comes."""
+        if self._closed:
+            raise ConflictError("the build service is closing; start the build again later")
+        if trigger not in TRIGGERS:
+            raise InvalidProject(f"trigger {trigger!r}: one of {', '.join(TRIGGERS)}")
+        proj = await self.projects.get(project)
+        if tag is not None and ref is not None:
+            raise InvalidProject("give a tag or a ref, not both")
+        if tag is not None:
+            check_ref(tag, "tag")
+            if version is None:
+                version, why = proj.release(tag)
+                if version is None:
+                    raise InvalidProject(f"{why}; give a version to build it anyway")
+            ref = tag
+        else:
+            ref = check_ref(ref or proj.default_branch, "ref")
+            if version is None:
+                raise InvalidProject(f"building branch {ref!r} needs a version (a release"
+                                     " tag gives its own)")
+        check_version(version)
+        now = time.time()
+        build_id = await self.db.transaction(
+            lambda tx: self._insert(tx, proj, tag, ref, version, trigger, now),
+            lock=f"build:{project}")
+        task = asyncio.create_task(self._run(build_id, proj, ref, version, watch),
+                                   name=f"build {build_id} {project} {version}")
+        self._tasks[build_id] = task
+        task.add_done_callback(lambda _t: self._tasks.pop(build_id, None))
+        log.info("build %d of %s %s queued (%s, %s)", build_id, project, version, ref, trigger)
+        return await self.get(build_id, with_log=False)
+
+    async def _insert(self, tx: Tx, proj: Project, tag: str | None, ref: str, version: str,
+                      trigger: str, now: float) -> int:
+        rows = await tx.fetch(
+            f"SELECT id, status, owner, beat FROM {self.table}"
+            " WHERE project = $1 AND version = $2 AND status IN ('queued', 'running')",
+            proj.name, version)
+        for build_id, status, owner, beat in rows:
+            if self._abandoned(owner, beat, now):
+                await self._interrupt(tx, build_id, owner, now)
+                continue
+            raise ConflictError(f"build {build_id} of {proj.name} {version} is {status}: one"
+                                " build per project and version at a time; wait for it")
+        got = await tx.fetch(
+            f"INSERT INTO {self.table} (project, tag, ref, version, status, builder,"
+            " trigger, owner, beat, created) VALUES"
+            " ($1, $2, $3, $4, 'queued', $5, $6, $7, $8, $8) RETURNING id",
+            proj.name, tag, ref, version, proj.builder.name, trigger, self.owner, now)
+        return int(got[0][0])
+
+    # -- running -----------------------------------------------------------------------
+    async def _run(self, build_id: int, proj: Project, ref: str, version: str,
+                   watch: Callable[[str], None] | None) -> None:
+        redactor = Redactor()
+        out = BuildLog(self.log_lines, redactor, watch)
+        status, error, commit, artifact = "failed", "", "", None
+        flusher: asyncio.Task[None] | None = None
+        root = self.builds_dir / proj.name / f"{version}-{build_id}"
+        try:
+            creds = await self.projects.credentials(proj.name)
+            secret = await self.projects.webhook_secret(proj.name)
+            password = creds.password.reveal() if creds.password else None
+            out.redact = Redactor([s for s in (password, secret and secret.reveal()) if s],
+                                  username=creds.username or "")
+            flusher = asyncio.create_task(self._flush(build_id, out))
+            async with self._slots:
+                await self.db.execute(
+                    f"UPDATE {self.table} SET status = 'running', started = $1, beat = $1"
+                    " WHERE id = $2", time.time(), build_id)
+                ctx = BuildContext(
+                    project=proj.name, version=version, build=build_id, ref=ref, root=root,
+                    options=dict(proj.builder.options), log=out,
+                    deadline=time.monotonic() + self.timeout,
+                    env={**scrubbed_environ(), "CRAWLHUB_PROJECT": proj.name,
+                         "CRAWLHUB_VERSION": version, "CRAWLHUB_BUILD": str(build_id)})
+                if root.exists():  # a fresh directory, always
+                    await asyncio.to_thread(shutil.rmtree, root, True)
+                ctx.say(f"build {build_id}: {proj.name} {version} from {ref} with the"
+                        f" {proj.builder.name} builder")
+                commit = await clone(ctx, proj.git_url, ref, username=creds.username,
+                                     password=password)
+                builder = make_builder(proj.builder.name, proj.builder.options)
+                result = await builder.build(ctx)
+                artifact = result.to_json()
+                status = "succeeded"
+                ctx.say(f"artifact: {result.kind} {result.path}")
+        except BuildFailed as exc:
+            error = out.redact(str(exc))
+            out.write(f"--- failed: {error}")
+        except asyncio.CancelledError:
+            error = "interrupted: the server stopped during the build; build it again"
+            out.write(f"--- {error}")
+            raise
+        except Exception as exc:  # a bug or an OS error: the build fails, the server lives
+            error = out.redact(f"internal error: {type(exc).__name__}: {exc}")
+            out.write(f"--- failed: {error}")
+            log.warning("build %d of %s %s: %s", build_id, proj.name, version, error)
+        finally:
+            if flusher is not None:
+                flusher.cancel()
+                with contextlib.suppress(BaseException):
+                    await flusher
+            await asyncio.shield(self._finish(build_id, status, error, commit, artifact, out))
+            if status != "succeeded" and root.exists():
+                await asyncio.shield(asyncio.to_thread(shutil.rmtree, root, True))
+            log.info("build %d of %s %s %s%s", build_id, proj.name, version, status,
+                     f": {error}" if error else "")
+
+    async def _flush(self, build_id: int, out: BuildLog) -> None:
+        """Write the log while the build runs (so GET /builds/{id}/log shows it) and
+        touch the row (so another process can tell it is alive)."""
+        last_beat = 0.0
+        while True:
+            await asyncio.sleep(self.flush_every)
+            now = time.time()
+            if out.changed or now - last_beat >= min(10.0, self.stale_after / 4):
+                out.changed = False
+                with contextlib.suppress(Exception):
+                    await self.db.execute(f"UPDATE {self.table} SET log = $1, beat = $2"
+                                          " WHERE id = $3", out.text(), now, build_id)
+                last_beat = now
+
+    async def _finish(self, build_id: int, status: str, error: str, commit: str,
+                      artifact: dict[str, Any] | None, out: BuildLog) -> None:
+        await self.db.execute(
+            f"UPDATE {self.table} SET status = $1, error = $2, commit_sha = $3,"
+            " artifact = $4, log = $5, finished = $6, beat = $6 WHERE id = $7",
+            status, error or None, commit or None,
+            json.dumps(artifact) if artifact else None, out.text(), time.time(), build_id)
+
+    # -- crashes -----------------------------------------------------------------------
+    def _abandoned(self, owner: str | None, beat: float | None, now: float) -> bool:
+        """Whether an active build's process is gone: a dead pid on this host, or no
+        touch for ``stale_after`` seconds (another host)."""
+        if beat is None or now - float(beat) > self.stale_after:
+            return True
+        host, _, pid = (owner or "").rpartition(":")
+        if host != socket.gethostname() or not pid.isdigit():
+            return False
+        if int(pid) == os.getpid():
+            return False  # ours (or another service of this process): alive
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    async def _interrupt(self, tx: Tx | ControlDB, build_id: int, owner: str | None,
+                         now: float) -> None:
+        await tx.execute(
+            f"UPDATE {self.table} SET status = 'failed', error = $1, finished = $2"
+            " WHERE id = $3 AND status IN ('queued', 'running')",
+            f"interrupted: the process running it ({owner or 'unknown'}) stopped before it"
+            " finished; build it again", now, build_id)
+        log.warning("build %d was left unfinished by %s: marked failed", build_id, owner)
+
+    async def recover(self) -> int:
+        """Mark failed every build whose process is gone; how many."""
+        rows = await self.db.fetch(
+            f"SELECT id, owner, beat FROM {self.table} WHERE status IN ('queued', 'running')")
+        now = time.time()
+        done = 0
+        for build_id, owner, beat in rows:
+            if int(build_id) not in self._tasks and self._abandoned(owner, beat, now):
+                await self._interrupt(self.db, int(build_id), owner, now)
+                done += 1
+        return done
+
+    # -- reading -----------------------------------------------------------------------
+    async def get(self, build_id: int, *, with_log: bool = True) -> Build:
+        cols = _COLUMNS + (", log" if with_log else "")
+        row = await self.db.fetchone(f"SELECT {cols} FROM {self.table} WHERE id = $1",
+                                     int(build_id))
+        if row is None:
+            raise NotFoundError(f"no build {build_id}")
+        return _build(row, with_log)
+
+    async def log_text(self, build_id: int) -> str:
+        row = await self.db.fetchone(f"SELECT log FROM {self.table} WHERE id = $1",
+                                     int(build_id))
+        if row is None:
+            raise NotFoundError(f"no build {build_id}")
+        return str(row[0] or "")
+
+    async def list(self, *, project: str | None = None, status: str | None = None,
+                   limit: int = 50, before: int | None = None) -> list[Build]:
+        """Builds newest first (without logs); ``before`` is a page cursor (an id)."""
+        where: list[str] = []
+        args: list[Any] = []
+        for column, value in (("project", project), ("status", status)):
+            if value is not None:
+                args.append(value)
+                where.append(f"{column} = ${len(args)}")
+        if before is not None:
+            args.append(int(before))
+            where.append(f"id < ${len(args)}")
+        args.append(int(limit))
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = await self.db.fetch(f"SELECT {_COLUMNS} FROM {self.table}{clause}"
+                                   f" ORDER BY id DESC LIMIT ${len(args)}", *args)
+        return [_build(r, False) for r in rows]
+
+    async def wait(self, build_id: int, timeout: float | None = None,
+                   poll: float = 0.1) -> Build:
+        """The build once it finished (a build of another process is polled)."""
+        async with asyncio.timeout(timeout):
+            task = self._tasks.get(int(build_id))
+            if task is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(task)
+            while True:
+                build = await self.get(build_id)
+                if build.done:
+                    return build
+                await asyncio.sleep(poll)
+
+    async def artifact(self, project: str, version: str = LATEST) -> Artifact:
+        """The artifact of ``project``'s newest successful build of ``version``
+        (``latest``: of any version); ``NotFoundError`` when there is none."""
+        check_found(project)
+        if version == LATEST:
+            row = await self.db.fetchone(
+                f"SELECT id, version, commit_sha, artifact FROM {self.table}"
+                " WHERE project = $1 AND status = 'succeeded' ORDER BY id DESC LIMIT 1",
+                project)
+        else:
+            row = await self.db.fetchone(
+                f"SELECT id, version, commit_sha, artifact FROM {self.table}"
+                " WHERE project = $1 AND version = $2 AND status = 'succeeded'"
+                " ORDER BY id DESC LIMIT 1", project, version)
+        if row is None:
+            await self.projects.get(project)  # no such project: say that instead
+            which = "any version" if version == LATEST else f"version {version!r}"
+            raise NotFoundError(f"project {project!r} has no successful build of {which};"
+                                " push a release tag or start a build")
+        build_id, found, commit, data = row
+        artifact = Artifact.from_json(json.loads(data), project=project, version=found,
+                                      build=int(build_id), commit=commit or "")
+        if artifact.kind != "image" and not Path(artifact.path).exists():
+            raise NotFoundError(f"the artifact of build {build_id} ({project} {found}) is no"
+                                f" longer on disk at {artifact.path}; build it again")
+        return artifact
+
+    # -- removing ----------------------------------------------------------------------
+    async def delete_project(self, name: str) -> None:
+        """Remove a project, its build history and its build directories;
+        ``ConflictError`` while one of its builds runs."""
+        check_found(name)
+        projects_table = self.projects.table
+
+        async def steps(tx: Tx) -> int:
+            now = time.time()
+            rows = await tx.fetch(
+                f"SELECT id, status, owner, beat FROM {self.table}"
+                " WHERE project = $1 AND status IN ('queued', 'running')", name)
+            for build_id, status, owner, beat in rows:
+                if not self._abandoned(owner, beat, now) or int(build_id) in self._tasks:
+                    raise ConflictError(f"build {build_id} of {name} is {status}; remove the"
+                                        " project once it finished")
+            await tx.execute(f"DELETE FROM {self.table} WHERE project = $1", name)
+            return await tx.execute(f"DELETE FROM {projects_table} WHERE name = $1", name)
+
+        if not await self.db.transaction(steps, lock=f"build:{name}"):
+            raise NotFoundError(f"no project named {name!r}")
+        await asyncio.to_thread(shutil.rmtree, self.builds_dir / name, True)
+
+    async def close(self) -> None:
+        """Stop this process's builds (each is marked failed, interrupted)."""
+        self._closed = True
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+
+def _build(row: tuple[Any, ...], with_log: bool) -> Build:
+    (build_id, project, tag, ref, version, commit, status, builder, trigger, artifact,
+     error, created, started, finished) = row[:14]
+    data = json.loads(artifact) if artifact else {}
+    return Build(id=int(build_id), project=project, tag=tag, ref=ref, version=version,
+                 commit=commit, status=status, builder=builder, trigger=trigger,
+                 artifact_kind=data.get("kind"), artifact_path=data.get("path"), error=error,
+                 created=float(created), started=None if started is None else float(started),
+                 finished=None if finished is None else float(finished),
+                 log=(row[14] or "") if with_log else None)
