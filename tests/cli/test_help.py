@@ -32,7 +32,9 @@ def test_every_option_and_argument_has_help_text() -> None:
 def test_command_summaries_in_help_are_not_cut_off() -> None:
     root = typer.main.get_command(app)
     groups = [(name, cmd) for name, cmd in commands(root) if getattr(cmd, "commands", None)]
-    assert [name for name, _ in groups] == ["crawlhub", "crawlhub frontier"]
+    names = {name for name, _ in groups}
+    assert {"crawlhub", "crawlhub jobs", "crawlhub runs", "crawlhub logs",
+            "crawlhub projects", "crawlhub builds", "crawlhub alerts"} <= names
     for name, group in groups:
         listing = CliRunner().invoke(app, [*name.split()[1:], "--help"]).stdout
         section = listing.split("Commands:", 1)[1]

@@ -25,11 +25,12 @@ from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, get_config, out, run
 from crawlhub.control.jobs import JobPatch, JobService, JobSpec, RunRecord
 from crawlhub.control.logs.line import LogLine
 
-app = typer.Typer(help="Jobs of every kind: subprocess, crawl and the config's collect jobs.",
+app = typer.Typer(help="Jobs of every kind: subprocess, crawl, collect.",
                   no_args_is_help=True)
 T = TypeVar("T")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+NameArg = Annotated[str, typer.Argument(help="The job's name.")]
 
 
 @asynccontextmanager
@@ -91,10 +92,10 @@ def _when(ts: float | None) -> str:
 
 @app.command("list")
 def list_command(after: Annotated[str | None, typer.Option(help="Page after this name.")] = None,
-                 limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+                 limit: Annotated[int, typer.Option(min=1, max=1000, help="Jobs a page.")] = 100,
                  as_json: JsonOpt = False, config: ConfigOpt = None,
                  data_dir: DataDirOpt = None, sets: SetOpt = None) -> None:
-    """Jobs by name with their cron, next tick, state and last run."""
+    """Jobs by name: cron, next tick, state, last run."""
     cfg = get_config(config, data_dir, sets)
     views = _call(cfg, lambda jobs: jobs.list_jobs(after=after, limit=limit))
     if as_json:
@@ -113,20 +114,22 @@ def list_command(after: Annotated[str | None, typer.Option(help="Page after this
 
 
 @app.command("add")
-def add_command(name: str,
+def add_command(name: NameArg,
                 command: Annotated[list[str], typer.Argument(help="The program and its"
                                                              " arguments (after --).")],
                 kind: Annotated[str, typer.Option(help="subprocess or crawl")] = "subprocess",
                 cron: Annotated[str | None, typer.Option(help="e.g. '*/10 * * * *'")] = None,
-                project: Annotated[str | None, typer.Option()] = None,
-                version: Annotated[str | None, typer.Option()] = None,
+                project: Annotated[str | None, typer.Option(help="The project whose build it runs in.")] = None,
+                version: Annotated[str | None, typer.Option(help="The build's version (latest: the newest).")] = None,
                 env: Annotated[list[str] | None, typer.Option(help="NAME=VALUE")] = None,
-                notes: Annotated[str, typer.Option()] = "",
+                notes: Annotated[str, typer.Option(help="Free text shown with the job.")] = "",
                 timeout: Annotated[float | None, typer.Option(help="seconds")] = None,
-                max_instances: Annotated[int, typer.Option(min=1)] = 1,
+                max_instances: Annotated[int, typer.Option(min=1, help="Runs at once (1: no overlap).")] = 1,
                 config: ConfigOpt = None, data_dir: DataDirOpt = None,
                 sets: SetOpt = None) -> None:
-    """Add a job: ``crawlhub jobs add news -- python news.py --since 1d``."""
+    """Add a job.
+
+    ``crawlhub jobs add news -- python news.py --since 1d``"""
     cfg = get_config(config, data_dir, sets)
     pairs = dict(item.split("=", 1) for item in env or [] if "=" in item)
     try:
@@ -141,9 +144,9 @@ def add_command(name: str,
 
 
 @app.command("show")
-def show_command(name: str, as_json: JsonOpt = False, config: ConfigOpt = None,
+def show_command(name: NameArg, as_json: JsonOpt = False, config: ConfigOpt = None,
                  data_dir: DataDirOpt = None, sets: SetOpt = None) -> None:
-    """A job's spec, state, queue figures and latest runs."""
+    """A job's spec, state, queue figures and runs."""
     cfg = get_config(config, data_dir, sets)
 
     async def get(jobs: JobService) -> dict[str, Any]:
@@ -170,21 +173,21 @@ def show_command(name: str, as_json: JsonOpt = False, config: ConfigOpt = None,
 
 
 @app.command("remove")
-def remove_command(name: str, config: ConfigOpt = None, data_dir: DataDirOpt = None,
+def remove_command(name: NameArg, config: ConfigOpt = None, data_dir: DataDirOpt = None,
                    sets: SetOpt = None) -> None:
-    """Remove a job (its runs are cancelled; their history stays)."""
+    """Remove a job; its history stays."""
     cfg = get_config(config, data_dir, sets)
     _call(cfg, lambda jobs: jobs.delete(name))
     out.print(f"removed job {escape(name)}")
 
 
 @app.command("set")
-def set_command(name: str,
+def set_command(name: NameArg,
                 cron: Annotated[str | None, typer.Option(help="'' removes the cron")] = None,
-                enabled: Annotated[bool | None, typer.Option("--enabled/--disabled")] = None,
-                max_instances: Annotated[int | None, typer.Option(min=1)] = None,
-                timeout: Annotated[float | None, typer.Option()] = None,
-                notes: Annotated[str | None, typer.Option()] = None,
+                enabled: Annotated[bool | None, typer.Option("--enabled/--disabled", help="Let cron and run start it, or not.")] = None,
+                max_instances: Annotated[int | None, typer.Option(min=1, help="Runs at once.")] = None,
+                timeout: Annotated[float | None, typer.Option(help="Seconds a run may take.")] = None,
+                notes: Annotated[str | None, typer.Option(help="Free text shown with the job.")] = None,
                 config: ConfigOpt = None, data_dir: DataDirOpt = None,
                 sets: SetOpt = None) -> None:
     """Change some fields of a job."""
@@ -201,7 +204,7 @@ def set_command(name: str,
 
 
 def _state_command(verb: str) -> Callable[..., None]:
-    def command(name: str, config: ConfigOpt = None, data_dir: DataDirOpt = None,
+    def command(name: NameArg, config: ConfigOpt = None, data_dir: DataDirOpt = None,
                 sets: SetOpt = None) -> None:
         cfg = get_config(config, data_dir, sets)
         if verb == "pause":
@@ -216,10 +219,10 @@ def _state_command(verb: str) -> Callable[..., None]:
             out.print(f"job {escape(name)}: asked {len(asked)} run(s) to stop"
                       + (f" ({', '.join(asked)})" if asked else ""))
 
-    command.__doc__ = {"pause": "Pause a job: its runs hold still, losing nothing.",
+    command.__doc__ = {"pause": "Pause a job: its runs hold still.",
                        "continue": "Continue a paused job.",
-                       "cancel": "Cancel a job's runs (SIGTERM, SIGKILL after the grace"
-                                 " period)."}[verb]
+                       "cancel": "Cancel a job's runs.\n\nSIGTERM, then SIGKILL after the"
+                                 " grace period."}[verb]
     return command
 
 
@@ -228,14 +231,16 @@ for _verb in ("pause", "continue", "cancel"):
 
 
 @app.command("run")
-def run_command(name: str,
+def run_command(name: NameArg,
                 server: Annotated[str | None, typer.Option(
                     help="Ask this crawlhub server to run it (e.g. http://127.0.0.1:8526)"
                     " instead of running it here.")] = None,
                 config: ConfigOpt = None, data_dir: DataDirOpt = None,
                 sets: SetOpt = None) -> None:
-    """Run a job now: here in the foreground (its log lines printed; exit code 0 when it
-    succeeded), or on a server with --server."""
+    """Run a job now.
+
+    Here in the foreground (its log lines printed; exit code 0 when it succeeded), or on
+    a server with --server."""
     cfg = get_config(config, data_dir, sets)
     if server:
         body = _post(server, f"/jobs/{name}/run", cfg)

@@ -28,8 +28,8 @@ from crawlhub.control.logs import (
     parse_when,
 )
 
-app = typer.Typer(help="Search and follow the log store (every run's output and the logs"
-                  " of the hub, agents, collectors and the center); prune it.",
+app = typer.Typer(help="Search, follow and prune the log store.\n\nEvery run's output and"
+                  " the logs of the hub, agents, collectors and the center.",
                   invoke_without_command=True)
 
 

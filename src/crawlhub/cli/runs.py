@@ -12,7 +12,7 @@ from rich.table import Table
 from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, get_config, out
 from crawlhub.cli.jobs import JsonOpt, _call, _print_json, _when
 
-app = typer.Typer(help="Runs of jobs: status, exit code, start/end, counters, tasks.",
+app = typer.Typer(help="Runs of jobs, newest first, and their tasks.",
                   no_args_is_help=True)
 
 
@@ -22,7 +22,7 @@ def list_command(job: Annotated[str | None, typer.Option(help="Only this job's r
                                    ] = None,
                  before: Annotated[str | None, typer.Option(help="Page before this run id.")
                                    ] = None,
-                 limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+                 limit: Annotated[int, typer.Option(min=1, max=1000, help="Runs a page.")] = 50,
                  as_json: JsonOpt = False, config: ConfigOpt = None,
                  data_dir: DataDirOpt = None, sets: SetOpt = None) -> None:
     """Runs, newest first."""
@@ -44,7 +44,7 @@ def list_command(job: Annotated[str | None, typer.Option(help="Only this job's r
 
 
 @app.command("show")
-def show_command(run_id: str, as_json: JsonOpt = False, config: ConfigOpt = None,
+def show_command(run_id: Annotated[str, typer.Argument(help="The run's id.")], as_json: JsonOpt = False, config: ConfigOpt = None,
                  data_dir: DataDirOpt = None, sets: SetOpt = None) -> None:
     """A run with its counters, queue figures and task timeline."""
     cfg = get_config(config, data_dir, sets)
