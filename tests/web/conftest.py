@@ -243,6 +243,8 @@ MACROS_PAGE = """{% extends "base.html" %}
 {% call(task) timeline(tasks, t0, t1) %}{{ log_view("log-" ~ task.id, lines=task.lines) }}{% endcall %}
 <h2>Tail</h2>
 {{ log_view("tail", tail="/test/tail", max_lines=50) }}
+<h2>Tail of the log store</h2>
+{{ log_view("store-tail", tail="/logs/tail?job=web-tail") }}
 {% endblock %}"""
 
 

@@ -161,3 +161,18 @@ def test_log_out_drops_the_session(page: Any, server: Server) -> None:
     assert page.context.cookies() == []
     page.goto("/ui/agents")
     assert page.url == server.url + "/login?next=/ui/agents"
+
+
+def test_the_log_view_tails_the_log_stores_sse_endpoint(page: Any, server: Server) -> None:
+    from crawlhub.control.logs.line import LogLine
+
+    page.goto("/test/macros")
+    view = page.locator("#store-tail")
+    expect(view.locator(".tail-state")).to_have_text("live")
+    lines = [LogLine(ts=1_700_000_000.0 + i, message=f"stored line {i}", level="info",
+                     source="job", job="web-tail", run="r1", task="t1") for i in range(3)]
+    lines.append(LogLine(ts=1_700_000_009.0, message="another job's line", job="other"))
+    server.run(server.services.control.logs.write(lines))
+    expect(view.locator(".log-line .msg")).to_have_text(
+        ["stored line 0", "stored line 1", "stored line 2"])
+    expect(view.locator(".log-line .codes").first).to_have_text("web-tail/r1/t1")
