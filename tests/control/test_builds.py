@@ -385,3 +385,21 @@ async def test_removing_a_project_removes_its_builds_unless_one_runs(
         await store.get("demo")
     with pytest.raises(NotFoundError):
         await service.delete_project("demo")
+
+
+async def test_a_relative_builds_dir_is_taken_from_where_the_service_started(
+        store: ProjectStore, control_db: ControlDB, remote: Remote, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    service = await BuildService.open(control_db, store, builds_dir="data/builds")
+    try:
+        await add(store, remote.url)
+        build = await service.wait((await service.start("demo", tag="release/demo/1.0")).id,
+                                   20)
+        assert build.status == "succeeded", build.log
+        monkeypatch.chdir("/")
+        artifact = await service.artifact("demo")
+        assert artifact.path.startswith(str(tmp_path / "data" / "builds" / "demo"))
+        assert Path(artifact.workdir or "", "job.py").is_file()
+    finally:
+        await service.close()

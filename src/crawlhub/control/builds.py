@@ -44,7 +44,7 @@ from crawlhub.control.builders import (
 from crawlhub.control.db import ControlDB, Tx
 from crawlhub.control.hooks import ref_format_problems
 from crawlhub.control.projects import InvalidProject, Project, ProjectStore, check_found
-from crawlhub.errors import ConflictError, NotFoundError
+from crawlhub.errors import ConflictError, CrawlhubError, NotFoundError
 
 log = logging.getLogger("crawlhub.control.builds")
 
@@ -115,7 +115,8 @@ class BuildService:
         self.db = db
         self.projects = projects
         self.table = db.table("builds")
-        self.builds_dir = Path(builds_dir)
+        # absolute: git runs in the build's directory, and artifacts are found from anywhere
+        self.builds_dir = Path(builds_dir).resolve()
         self.timeout = timeout
         self.log_lines = log_lines
         self.flush_every = flush_every
@@ -245,7 +246,7 @@ class BuildService:
                 artifact = result.to_json()
                 status = "succeeded"
                 ctx.say(f"artifact: {result.kind} {result.path}")
-        except BuildFailed as exc:
+        except (BuildFailed, CrawlhubError) as exc:  # a step failed; a secret key lost, ...
             error = out.redact(str(exc))
             out.write(f"--- failed: {error}")
         except asyncio.CancelledError:
