@@ -176,3 +176,12 @@ def test_the_log_view_tails_the_log_stores_sse_endpoint(page: Any, server: Serve
     expect(view.locator(".log-line .msg")).to_have_text(
         ["stored line 0", "stored line 1", "stored line 2"])
     expect(view.locator(".log-line .codes").first).to_have_text("web-tail/r1/t1")
+
+
+def test_a_page_whose_session_ran_out_goes_to_the_login_at_its_next_update(
+        page: Any, server: Server, watch: Watch) -> None:
+    watch.allow(r"status of 401|Response Status Error Code 401")
+    page.goto("/ui/queues?q_after=a")
+    page.context.clear_cookies()  # as if the session had run out
+    page.locator("#queues-live").dispatch_event("refresh")
+    page.wait_for_url(server.url + "/login?next=/ui/queues%3Fq_after%3Da")

@@ -25,8 +25,12 @@ def _mount() -> None:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name != name:  # the page is there but something it needs is not
-                raise
+            if exc.name != name:
+                # the page is there but something it needs is not: say so loudly (the
+                # app skips an optional router on ImportError, which would hide the
+                # whole web page)
+                raise RuntimeError(f"the web page module {name} does not import: {exc}"
+                                   ) from exc
             continue
         router.include_router(module.router, include_in_schema=False)
         found.append(module.AREA)
