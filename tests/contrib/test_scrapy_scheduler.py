@@ -164,7 +164,7 @@ async def test_a_start_url_another_spider_holds_keeps_a_spider_waiting_for_its_l
     from crawlhub.contrib.scrapy.dupefilter import PresetKeys
     from crawlhub.contrib.scrapy.settings import read_settings
     from crawlhub.frontier import Frontier, Seed
-    from crawlhub.frontier.store import open_store
+    from crawlhub.frontier.open import open_store
 
     async with SlowSite(pages=30, delay=0.0) as site:
         spiders = Spiders(tmp_path, str(tmp_path / "data"), unique_name)

@@ -7,16 +7,25 @@ from types import SimpleNamespace
 import httpx2
 from fastapi import FastAPI
 
+from crawlhub.api import errors
 from crawlhub.api.frontier import router
 from crawlhub.frontier import Seed
+from crawlhub.service import Services
 
 from .conftest import MakeFrontier
+
+
+class FrontiersOnly(SimpleNamespace):
+    """Services with frontiers and nothing else."""
+
+    frontier = Services.frontier
 
 
 async def client_for(**frontiers: object) -> httpx2.AsyncClient:
     app = FastAPI()
     app.include_router(router)
-    app.state.services = SimpleNamespace(frontiers=frontiers)
+    errors.install(app)  # the app's one mapping: an unknown frontier is a 404
+    app.state.services = FrontiersOnly(frontiers=frontiers)
     return httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://t")
 
 

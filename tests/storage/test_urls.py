@@ -103,8 +103,8 @@ def test_redacted_masks_the_password_only() -> None:
 
 @pytest.mark.parametrize("scheme", ["redis", "valkey", "valkeys", "rediss"])
 async def test_every_factory_accepts_every_redis_scheme(scheme: str) -> None:
+    from crawlhub.frontier.open import open_store
     from crawlhub.frontier.redis import RedisSeedStore
-    from crawlhub.frontier.store import open_store
     from crawlhub.hub.state import RedisHubState, open_state
     from crawlhub.queues import open_backend
     from crawlhub.queues.redis import RedisQueueBackend
@@ -131,7 +131,7 @@ async def test_every_factory_accepts_every_redis_scheme(scheme: str) -> None:
 def test_every_factory_refuses_an_unknown_scheme_with_its_config_key(factory: str, key: str
                                                                      ) -> None:
     from crawlhub.collect.store import store_for
-    from crawlhub.frontier.store import open_store
+    from crawlhub.frontier.open import open_store
     from crawlhub.hub.state import open_state
     from crawlhub.queues import open_backend
 

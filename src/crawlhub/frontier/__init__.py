@@ -1,13 +1,15 @@
 """The frontier: canonical keys, time segments, bloom dedup and a resumable seed store.
 
-Public face over keys, segments, bloom, store (sqlite / redis) and manager.
+Public face over keys, segments, bloom, store (the protocol; sqlite / redis, opened by
+open_store) and manager.
 """
 
 from crawlhub.frontier.keys import KeyExplanation, KeyResolver
 from crawlhub.frontier.manager import Frontier, build_frontier, open_frontiers
+from crawlhub.frontier.open import open_store
 from crawlhub.frontier.seed import Outcome, Seed
 from crawlhub.frontier.segments import SegmentResolver, TimeSegments, segment_resolver
-from crawlhub.frontier.store import Entry, SeedStore, SegmentCounts, open_store
+from crawlhub.frontier.store import Entry, SeedStore, SegmentCounts
 
 __all__ = [
     "Entry",

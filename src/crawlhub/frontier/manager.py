@@ -18,9 +18,10 @@ from crawlhub.config.frontier import FrontierConfig
 from crawlhub.errors import FrontierError
 from crawlhub.frontier.bloom import stable_hash
 from crawlhub.frontier.keys import KeyResolver
+from crawlhub.frontier.open import open_store
 from crawlhub.frontier.seed import OUTCOMES, Outcome, Seed
 from crawlhub.frontier.segments import SegmentResolver, TimeSegments, segment_resolver
-from crawlhub.frontier.store import Entry, SeedStore, open_store
+from crawlhub.frontier.store import Entry, SeedStore
 
 if TYPE_CHECKING:
     from crawlhub.config.schema import CrawlhubConfig

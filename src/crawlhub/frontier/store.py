@@ -1,5 +1,6 @@
 """The seed store protocol: admission (dedup filter + seed record in one step), leases,
-finishing and per-segment counts. Backends: sqlite.py (embedded) and redis.py.
+finishing and per-segment counts. Backends: sqlite.py (embedded) and redis.py, opened by
+``open_store`` (open.py).
 
 Seeds are keyed by (segment, key). States: pending (ready now, or waiting for its
 ``ready_at``), leased (until ``lease_until``), done, failed, and dispatched (admitted by
@@ -144,33 +145,3 @@ def check_entries(entries: Sequence[Entry]) -> None:
     for e in entries:
         if not e.key:
             raise FrontierError(f"seed {e.seed.url!r} resolved to an empty key: fix key.function")
-
-
-def open_store(
-    url: str,
-    name: str,
-    *,
-    prefix: str,
-    expected_items: int,
-    fp_rate: float,
-    archive: bool = True,
-) -> SeedStore:
-    """The store for frontier ``name`` on ``url`` (``sqlite:///...`` or ``redis://...``).
-
-    ``archive=False`` (Redis): a seed finished ok or failed drops its record; the embedded
-    table keeps its rows, which are its filter's write-ahead log."""
-    from crawlhub.storage.urls import parse_backend_url
-
-    backend = parse_backend_url(url, kinds=("sqlite", "redis"), what="frontier storage",
-                                key="storage.frontier")
-    if backend.kind == "sqlite":
-        from crawlhub.frontier.sqlite import SqliteSeedStore
-
-        return SqliteSeedStore(url, name, expected_items=expected_items, fp_rate=fp_rate)
-    from crawlhub.extras import require
-
-    require("redis", "redis", needed_by="the Redis frontier store (storage.frontier)")
-    from crawlhub.frontier.redis import RedisSeedStore
-
-    return RedisSeedStore(url, name, prefix=prefix, expected_items=expected_items,
-                          fp_rate=fp_rate, archive=archive)

@@ -10,6 +10,34 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+def key_list(value: Any) -> Any:
+    """``key: id`` and ``key: [shop_id, id]`` both work."""
+    return [value] if isinstance(value, str) else value
+
+
+class SinkModel(BaseModel):
+    """A sink's config model: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class SinkConfig(SinkModel):
+    """What every sink has: its name, the record fields forming the key, hash exclusions."""
+
+    type: str
+    name: str | None = None
+    key: list[str] = Field(default_factory=lambda: ["id"], min_length=1)
+    #: Fields stored but not hashed: a change in them alone is not an update.
+    hash_exclude: list[str] = Field(default_factory=list)
+
+    @field_validator("key", mode="before")
+    @classmethod
+    def _key(cls, value: Any) -> Any:
+        return key_list(value)
+
 
 @dataclass(slots=True)
 class TableResult:

@@ -12,15 +12,28 @@ import os
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from crawlhub.config.sinks import JsonlSinkConfig
 from crawlhub.errors import SinkError
-from crawlhub.sinks.base import BatchResult
+from crawlhub.sinks.base import BatchResult, SinkConfig
 from crawlhub.sinks.records import PreparedBatch, prepare_batch, prepare_record
 from crawlhub.storage.sqlite import SqliteDB
 
 log = logging.getLogger(__name__)
+
+
+class JsonlSinkConfig(SinkConfig):
+    """Append-only JSON lines file with a SQLite sidecar index of written keys and hashes."""
+
+    type: Literal["jsonl"] = "jsonl"
+    path: Path
+    #: Sidecar index; default ``<path>.index.sqlite``.
+    index_path: Path | None = None
+    fsync: bool = True
+
+    @property
+    def index_file(self) -> Path:
+        return self.index_path or self.path.with_name(self.path.name + ".index.sqlite")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, hash TEXT NOT NULL);

@@ -8,15 +8,29 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from crawlhub.config.kafka import aiokafka_kwargs
-from crawlhub.config.sinks import KafkaSinkConfig
 from crawlhub.errors import ConfigError, SinkError
 from crawlhub.extras import require
-from crawlhub.sinks.base import BatchResult
+from crawlhub.sinks.base import BatchResult, SinkConfig
 from crawlhub.sinks.records import prepare_batch
 
+
+class KafkaSinkConfig(SinkConfig):
+    """Produce each record to a topic, message key = record key, value = JSON."""
+
+    type: Literal["kafka"] = "kafka"
+    bootstrap_servers: str = Field(min_length=1)
+    topic: str = Field(min_length=1)
+    #: Idempotent producer (acks=all, no duplicates from producer retries). Brokers without
+    #: InitProducerId v0 support (e.g. Tansu 0.6) need ``idempotence: false``.
+    idempotence: bool = True
+    acks: Literal["all", 0, 1, -1] = "all"
+    #: More producer settings, librdkafka style (``linger.ms``, ``compression.type``...).
+    settings: dict[str, Any] = Field(default_factory=dict)
 
 def load_aiokafka(who: str) -> Any:
     """The aiokafka module, or a MissingExtraError that says how to install it."""

@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import xxhash
+from pydantic import Field, field_validator
 
-from crawlhub.config.sinks import PgTableConfig
 from crawlhub.errors import SinkError
+from crawlhub.sinks.base import SinkModel, key_list
 from crawlhub.sinks.records import (
     METADATA_FIELDS,
     PreparedRecord,
@@ -24,6 +25,45 @@ from crawlhub.sinks.records import (
     parse_iso,
     stable_json,
 )
+
+
+class PgTableConfig(SinkModel):
+    """One PostgreSQL target table.
+
+    ``columns`` maps record fields to their own columns (a list maps same-named ones);
+    when omitted, record fields matching an existing column of the table are written
+    there. The whole record data always goes to the JSONB ``data`` column if the table has
+    one. ``mode: scd2`` keeps versions (``valid_from, valid_to, is_current``) instead of
+    updating rows in place.
+    """
+
+    table: str = Field(min_length=1)
+    #: The value of ``route_field`` that selects this table; default the table name.
+    name: str | None = None
+    key: list[str] = Field(default_factory=lambda: ["id"], min_length=1)
+    columns: dict[str, str] | None = None
+    #: SQL types of columns created by ``create: true`` (default ``text``).
+    types: dict[str, str] = Field(default_factory=dict)
+    create: bool = True
+    mode: Literal["upsert", "scd2"] = "upsert"
+    hash_exclude: list[str] = Field(default_factory=list)
+
+    @field_validator("key", mode="before")
+    @classmethod
+    def _key(cls, value: Any) -> Any:
+        return key_list(value)
+
+    @field_validator("columns", mode="before")
+    @classmethod
+    def _columns(cls, value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            return {str(v): str(v) for v in value}
+        return value
+
+    @property
+    def route_name(self) -> str:
+        return self.name or self.table
+
 
 #: Columns crawlhub manages itself; never filled from a same-named record field.
 RESERVED = frozenset(

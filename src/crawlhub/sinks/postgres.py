@@ -11,18 +11,85 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
-from crawlhub.config.sinks import PgTableConfig, PostgresSinkConfig
+from pydantic import Field, field_validator, model_validator
+
 from crawlhub.errors import SinkError
 from crawlhub.extras import require
-from crawlhub.sinks.base import BatchResult, TableResult
-from crawlhub.sinks.pg_table import PgTable
+from crawlhub.sinks.base import BatchResult, SinkConfig, TableResult
+from crawlhub.sinks.pg_table import PgTable, PgTableConfig
 from crawlhub.sinks.records import Preparer
 from crawlhub.storage.redact import redact_url
 from crawlhub.storage.urls import parse_backend_url
 
 log = logging.getLogger(__name__)
+
+
+class PostgresSinkConfig(SinkConfig):
+    """Upsert (or SCD2-merge) records into PostgreSQL tables via COPY into a staging table.
+
+    One table: give ``table`` (and ``columns``, ``types``, ``create``, ``mode``) at the top
+    level. Several: list ``tables`` and set ``route_field``, the record field naming the
+    table; tables merge in parallel (``parallel_workers``), each in its own transaction.
+    """
+
+    type: Literal["postgres"] = "postgres"
+    url: str
+    tables: list[PgTableConfig] = Field(default_factory=list)
+    route_field: str | None = None
+    parallel_workers: int = Field(default=4, ge=1)
+    #: Every run is a full snapshot: rows not delivered get ``deleted_at`` at close.
+    full_snapshot: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _single_table(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "table" not in data and data.get("tables"):
+            # tables inherit the top-level key and hash_exclude they do not set
+            inherited = {f: data[f] for f in ("key", "hash_exclude") if f in data}
+            tables = [
+                {**inherited, **t} if isinstance(t, Mapping) else t for t in data["tables"]
+            ]
+            return {**data, "tables": tables}
+        if not isinstance(data, Mapping) or "table" not in data:
+            return data
+        data = dict(data)
+        if data.get("tables"):
+            raise ValueError("give either 'table' (one table) or 'tables' (several), not both")
+        table = {"table": data.pop("table")}
+        for field in ("columns", "types", "create", "mode"):
+            if field in data:
+                table[field] = data.pop(field)
+        for field in ("key", "hash_exclude"):
+            if field in data:
+                table[field] = data[field]
+        data["tables"] = [table]
+        return data
+
+    @model_validator(mode="after")
+    def _tables(self) -> PostgresSinkConfig:
+        if not self.tables:
+            raise ValueError("name the target: 'table: <name>' or a 'tables:' list")
+        names = [t.route_name for t in self.tables]
+        if len(set(names)) != len(names):
+            raise ValueError(f"table names repeat: {names}; give each a distinct 'name'")
+        if len(self.tables) > 1 and not self.route_field:
+            raise ValueError("several tables need 'route_field', the record field naming the table")
+        return self
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return postgres_dsn(value)
+
+
+def postgres_dsn(url: str) -> str:
+    """A PostgreSQL URL asyncpg accepts: SQLAlchemy's ``postgresql+asyncpg://`` is converted."""
+    for prefix in ("postgresql+asyncpg://", "postgresql+psycopg://", "postgres+asyncpg://"):
+        if url.startswith(prefix):
+            return "postgresql://" + url[len(prefix) :]
+    return url
 
 
 class PostgresSink:

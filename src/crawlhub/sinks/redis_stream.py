@@ -7,14 +7,27 @@ is new or changed, so a redelivered batch adds no entry; everything else is chec
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
-from crawlhub.config.sinks import RedisStreamSinkConfig
+from pydantic import Field
+
 from crawlhub.errors import SinkError
-from crawlhub.keys import sink_stream_index
-from crawlhub.sinks.base import BatchResult
+from crawlhub.keys import DEFAULT_PREFIX, sink_stream_index
+from crawlhub.sinks.base import BatchResult, SinkConfig
 from crawlhub.sinks.records import prepare_batch
 from crawlhub.storage.redact import redact_url
+
+
+class RedisStreamSinkConfig(SinkConfig):
+    """XADD to a Redis stream; a hash of written keys makes redelivery a no-op."""
+
+    type: Literal["redis_stream"] = "redis_stream"
+    url: str
+    stream: str = Field(min_length=1)
+    #: Trim the stream to about this many entries (``MAXLEN ~``); None keeps everything.
+    maxlen: int | None = Field(default=None, ge=1)
+    approximate: bool = True
+    prefix: str = DEFAULT_PREFIX
 
 # KEYS: stream, index. ARGV: maxlen (0 = none), approximate (1/0), then key, hash, data
 # triples. The type checks come first: after them nothing in the loop can fail, so the

@@ -86,7 +86,7 @@ class DupeFilter:
         from crawlhub.contrib.scrapy.loop import LoopThread
         from crawlhub.contrib.scrapy.settings import read_settings
         from crawlhub.frontier import Frontier
-        from crawlhub.frontier.store import open_store
+        from crawlhub.frontier.open import open_store
 
         spider = self.crawler.spider
         settings = read_settings(self.crawler.settings, spider.name if spider else "default")

@@ -41,8 +41,8 @@ from crawlhub.contrib.scrapy.settings import CrawlSettings, read_settings
 from crawlhub.errors import FrontierError
 from crawlhub.frontier import Frontier
 from crawlhub.frontier.bloom import FixedBloom, stable_hash
+from crawlhub.frontier.open import open_store
 from crawlhub.frontier.seed import Outcome, Seed
-from crawlhub.frontier.store import open_store
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
