@@ -9,13 +9,16 @@ queue, state or connection is opened.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crawlhub.errors import ConfigError, ConfigErrors
 from crawlhub.loading import check_call, import_object
 
+if TYPE_CHECKING:
+    from crawlhub.config.schema import CrawlhubConfig
 
-def check_config(config: Any) -> None:
+
+def check_config(config: CrawlhubConfig) -> None:
     """Raise ConfigError (one problem) or ConfigErrors (all of them) for ``config``."""
     errors: list[ConfigError] = []
     for check in (check_hub, check_frontiers, check_job_sinks):
@@ -28,19 +31,20 @@ def check_config(config: Any) -> None:
     _raise(errors)
 
 
-def check_hub(config: Any) -> None:
+def check_hub(config: CrawlhubConfig) -> None:
     """What ``Hub.from_config`` would refuse: the hub's compile, whose plan is dropped."""
     from crawlhub.hub.plan import compile_config
 
     compile_config(config)
 
 
-def check_frontiers(config: Any) -> None:
+def check_frontiers(config: CrawlhubConfig) -> None:
     """``key.function`` takes a Seed; ``segment_resolver`` is a resolver, or a class or
     factory taking ``seconds=``."""
     errors: list[ConfigError] = []
     for name, frontier in (config.frontier or {}).items():
-        where = {"file": config.file_of("frontier", name), "entry": f"frontier '{name}'"}
+        where: dict[str, Any] = {"file": config.file_of("frontier", name),
+                                 "entry": f"frontier '{name}'"}
         try:
             if frontier.key.function:
                 func = import_object(frontier.key.function, key="key.function", **where)
@@ -58,7 +62,7 @@ def check_frontiers(config: Any) -> None:
     _raise(errors)
 
 
-def check_job_sinks(config: Any) -> None:
+def check_job_sinks(config: CrawlhubConfig) -> None:
     """Each collection job's sink as the job builds it (named after the job, keyed by its id field)."""
     from crawlhub.config.sinks import check_sink
 

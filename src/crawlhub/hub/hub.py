@@ -24,7 +24,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crawlhub.errors import ConfigError, NotFoundError
 from crawlhub.hub.converters import build_converter
@@ -40,6 +40,9 @@ from crawlhub.hub.routing import Router, decide_result
 from crawlhub.hub.state import CLAIM_LEASE, HubState
 from crawlhub.queues.base import QueueBackend
 from crawlhub.task import BUILTIN_KEY_SET, RESULT_KEY, Task
+
+if TYPE_CHECKING:
+    from crawlhub.config.schema import CrawlhubConfig
 
 log = logging.getLogger("crawlhub.hub")
 
@@ -98,7 +101,7 @@ class Hub(IntakeStage, ResultsStage):
     @classmethod
     def from_config(
         cls,
-        config: Any,
+        config: CrawlhubConfig,
         *,
         queues: QueueBackend,
         state: HubState,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from crawlhub.errors import ConfigError, ConfigErrors
 from crawlhub.hub.converters import _TASKHUB_MODULES, BUILTIN_CONVERTERS
@@ -21,6 +21,9 @@ from crawlhub.hub.outbounds import QUEUE_NAMES, REDIS_LIST_NAMES, max_attempts_o
 from crawlhub.hub.routing import OutboundRule, Router
 from crawlhub.loading import check_call, import_object
 from crawlhub.selectors import SelectorSet, compile_selectors
+
+if TYPE_CHECKING:
+    from crawlhub.config.schema import CrawlhubConfig
 
 #: Methods a user class must define for each role (their instances are what the hub calls).
 OUTBOUND_METHODS = ("send", "lag", "close")
@@ -93,7 +96,7 @@ class HubPlan:
                 | {i.frontier for i in self.inbounds if i.frontier})
 
 
-def compile_config(config: Any) -> HubPlan:
+def compile_config(config: CrawlhubConfig) -> HubPlan:
     """Compile a validated :class:`CrawlhubConfig`; raise ConfigError (one problem) or
     ConfigErrors (all of them at once) for what a hub cannot be built from: unknown
     classes and converters, wrong kinds of class, constructors that cannot take the
