@@ -150,3 +150,13 @@ async def test_restart_and_max_instances(api: tuple[httpx2.AsyncClient, Services
     resp = await client.delete("/jobs/busy")
     assert resp.status_code == 204
     assert (await client.get("/jobs/busy")).status_code == 404
+
+
+async def test_a_patch_that_makes_a_job_invalid_is_422(api: tuple[httpx2.AsyncClient, Services]
+                                                       ) -> None:
+    client, _ = api
+    assert (await client.post("/jobs/", json={"name": "p", "command": ["true"]})).status_code == 201
+    resp = await client.patch("/jobs/p", json={"args": ["a\x00b"]})
+    assert resp.status_code == 422 and "NUL" in resp.json()["detail"]
+    resp = await client.patch("/jobs/p", json={"env": {"CRAWLHUB_JOB": "x"}})
+    assert resp.status_code == 422 and "set by the runner" in resp.json()["detail"]

@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
-from crawlhub.api.deps import services
+from crawlhub.api.deps import ApiError, services
 from crawlhub.api.openapi import BACKEND, BODY, errors
 from crawlhub.collect.service import CollectJobManager
 from crawlhub.control.jobs import JobPatch, JobService, JobSpec, JobView, QueueInfo, RunRecord
@@ -158,8 +158,14 @@ async def get_job(name: str, jobs: JobService | None = Depends(optional_job_serv
 @router.patch("/{name}", responses=errors(*BODY, 404, 409, *BACKEND))
 async def update_job(name: str, patch: JobPatch,
                      jobs: JobService = Depends(job_service)) -> JobRow:
-    """Change some fields of a job (not its name or kind)."""
-    return row(await jobs.update(name, patch))
+    """Change some fields of a job (not its name or kind); 422 when the changed job
+    would not be valid (the body names the field)."""
+    try:
+        return row(await jobs.update(name, patch))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise ApiError(422, f"invalid request: body.{where}: {first.get('msg')}") from None
 
 
 @router.delete("/{name}", status_code=204, responses=errors(404, 409, *BACKEND))
