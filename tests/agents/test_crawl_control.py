@@ -1,11 +1,13 @@
 """``crawlhub crawl`` under a job runner's control: paused it fetches nothing, continued it
-finishes with every page once and its counters in the counters file; an exit writes
-every page in flight and the same command resumes without fetching any page twice."""
+finishes with every page once and its counters in the counters file; an exit (or a
+SIGTERM) writes every page in flight and the same command resumes without fetching any
+page twice."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -81,3 +83,31 @@ async def test_crawl_exit_writes_the_pages_in_flight_and_the_same_crawl_resumes(
         pages = {f"/page/{n}" for n in range(150)}
         assert {p: site.hits[p] for p in pages} == dict.fromkeys(pages, 1)
         assert len(rows(out)) == 150
+
+
+async def test_sigterm_stops_a_crawl_cleanly_and_the_same_command_resumes(
+        tmp_path: Path) -> None:
+    """What a job runner's cancel sends: the pages in flight are written, none is lost."""
+    out, data = tmp_path / "items.jsonl", tmp_path / "data"
+    async with SlowSite(pages=120, delay=0.03) as site:
+        argv = [CRAWLHUB, "crawl", f"{site.url}/page/0", "--follow", "--concurrency", "4",
+                "--out", str(out), "--data-dir", str(data), "--quiet"]
+        first = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE)
+        try:
+            await wait_for(lambda: page_hits(site) >= 20, "20 pages fetched")
+            first.send_signal(signal.SIGTERM)
+            _, err = await asyncio.wait_for(first.communicate(), 30)
+        finally:
+            if first.returncode is None:
+                first.kill()
+        assert first.returncode == 0, err.decode()
+        assert "stopped on request" in err.decode()
+        fetched = {p for p, n in site.hits.items() if p.startswith("/page/") and n}
+        assert {i["url"].removeprefix(site.url) for i in rows(out)} == fetched
+        assert len(fetched) < 120
+        second = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE)
+        _, err = await asyncio.wait_for(second.communicate(), 60)
+        assert second.returncode == 0, err.decode()
+        pages = {f"/page/{n}" for n in range(120)}
+        assert {p: site.hits[p] for p in pages} == dict.fromkeys(pages, 1)
+        assert len(rows(out)) == 120

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -70,7 +71,8 @@ def crawl_command(
     """Crawl URLs into JSON lines, resumably.
 
     Resumable: run the same command with the same --data-dir after a kill and it
-    continues, fetching nothing again that is already in --out.
+    continues, fetching nothing again that is already in --out. SIGTERM (and a job
+    runner's exit) stops it cleanly: the pages in flight are written first.
     """
     from crawlhub.agents.crawl import Crawl, CrawlOptions, Progress
 
@@ -97,17 +99,21 @@ def crawl_command(
         if strategy not in STRATEGIES:
             raise ConfigError(f"--strategy {strategy!r}: use {', '.join(STRATEGIES)}",
                               key="strategy")
+        opts.control = TermControl(opts.control)
         crawl = Crawl(opts)
     except CrawlhubError as exc:
         err.print(f"[bold red]error[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     logging.getLogger("crawlhub").setLevel(logging.WARNING)
     progress: Progress
+    previous = signal.signal(signal.SIGTERM, opts.control.terminate)
     try:
         progress = asyncio.run(crawl.run()) if quiet else _run_with_bar(crawl)
     except CrawlhubError as exc:
         err.print(f"[bold red]error[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     seconds = max(progress.rate and progress.pages / progress.rate, 0.0)
     err.print(f"crawled {progress.pages:,} pages in {seconds:.1f} s"
               f" ({progress.rate:,.0f}/s): {progress.items:,} items to"
@@ -118,6 +124,25 @@ def crawl_command(
     if progress.exited:
         err.print("stopped on request (exit) after the pages in flight were written; the"
                   " same command with the same --data-dir resumes", highlight=False)
+
+
+class TermControl:
+    """The crawl's control: the job runner's (``crawlhub.sdk.control()``) when one started
+    the process, turned to ``exit`` by a first SIGTERM (a second one kills at once)."""
+
+    def __init__(self, base: Any | None = None) -> None:
+        from crawlhub import sdk
+
+        self.base = base if base is not None else sdk.control()
+        self.terminated = False
+
+    @property
+    def state(self) -> str:
+        return "exit" if self.terminated else str(self.base.state)
+
+    def terminate(self, signum: int, frame: object) -> None:
+        self.terminated = True
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def read_sink(text: str | None) -> dict[str, Any] | None:
