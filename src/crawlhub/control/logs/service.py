@@ -123,7 +123,7 @@ class LogService:
         self._started = True
         await self.transport.start()
         if collect and self.collector is not None:
-            self._tasks.append(self.collector.start())
+            self.collector.start()  # stopped by its close(), between two rounds
         if prune and (self.max_age is not None or self.max_lines is not None):
             self._tasks.append(asyncio.create_task(self._prune_forever(),
                                                    name="crawlhub-logs-pruner"))

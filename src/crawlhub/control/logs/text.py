@@ -66,11 +66,12 @@ class LogQueryError(CrawlhubError):
 
 
 # -- lines ------------------------------------------------------------------------------
-def clean_text(value: object, limit: int) -> str:
+def clean_text(value: object, limit: int, *, mark: bool = True) -> str:
     """``value`` as text a store can hold, cut to ``limit`` characters: bytes decoded
     as UTF-8 (bad bytes become U+FFFD), lone surrogates U+FFFD, terminal colour codes
     removed, NUL and the other control characters but tab, newline and carriage return
-    U+FFFD (PostgreSQL text cannot hold NUL)."""
+    U+FFFD (PostgreSQL text cannot hold NUL). ``mark``: a cut text ends with
+    :data:`TRUNCATED` (codes are cut silently)."""
     if isinstance(value, bytes | bytearray):
         text = bytes(value).decode("utf-8", "replace")
     else:
@@ -81,14 +82,14 @@ def clean_text(value: object, limit: int) -> str:
         text = _CONTROL.sub("\ufffd", _ANSI.sub("", text))
     if len(text) > limit:
         cut = len(text) - limit
-        text = text[:limit] + TRUNCATED.format(n=cut)
+        text = text[:limit] + (TRUNCATED.format(n=cut) if mark else "")
     return text
 
 
 def _code(value: object) -> str | None:
     if value is None:
         return None
-    text = clean_text(value, MAX_CODE).strip()
+    text = clean_text(value, MAX_CODE, mark=False).strip()
     return text or None
 
 

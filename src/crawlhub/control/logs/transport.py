@@ -115,6 +115,8 @@ class Transport:
         self._send_lock: asyncio.Lock | None = None
         self._backoff = 0.0
         self._down = False
+        self._in_flight = 0
+        self._stopping = False
 
     # -- producers ----------------------------------------------------------------------
     def put(self, lines: Iterable[LogLine], uids: Iterable[str | None] | None = None) -> None:
@@ -142,7 +144,7 @@ class Transport:
 
     async def _run(self) -> None:
         assert self._wake is not None
-        while True:
+        while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.interval + self._backoff)
             self._wake.clear()
@@ -158,6 +160,7 @@ class Transport:
             self._send_lock = asyncio.Lock()
         async with self._send_lock:
             while batch := self.buffer.take(self.batch):
+                self._in_flight = len(batch)
                 try:
                     await self._send(batch)
                 except BaseException as exc:
@@ -165,6 +168,8 @@ class Transport:
                     if isinstance(exc, Exception):
                         self._failed(exc)
                     raise
+                finally:
+                    self._in_flight = 0
                 self.sent += len(batch)
                 if self._down:
                     self._down = False
@@ -189,11 +194,17 @@ class Transport:
     async def close(self, timeout: float = 3.0) -> None:
         """Stop the flush task after a last flush of at most ``timeout`` seconds; what
         is still buffered then is dropped, counted and logged."""
+        self._stopping = True
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            assert self._wake is not None
+            self._wake.set()
+            # Let the flush task end by itself: a send cancelled half-way through a
+            # Redis call may leave the client's connection in doubt.
+            done, _ = await asyncio.wait({task}, timeout=timeout)
+            if not done:
+                task.cancel()
+                await asyncio.wait({task}, timeout=1.0)
         try:
             await self.flush(timeout)
         except Exception as exc:  # noqa: BLE001 - closing: report, do not raise
@@ -211,9 +222,11 @@ class Transport:
         raise NotImplementedError
 
     def stats(self) -> dict[str, Any]:
-        """``buffered``, ``sent``, ``dropped`` (lines lost to a full buffer),
-        ``failures`` (sends failed) and ``last_error``."""
-        return {"transport": self.kind, "buffered": len(self.buffer), "sent": self.sent,
+        """``buffered`` (not yet sent, the batch being sent included), ``sent``,
+        ``dropped`` (lines lost to a full buffer), ``failures`` (sends failed) and
+        ``last_error``."""
+        return {"transport": self.kind, "buffered": len(self.buffer) + self._in_flight,
+                "sent": self.sent,
                 "dropped": self.buffer.dropped, "failures": self.failures,
                 "last_error": self.last_error}
 
@@ -326,6 +339,7 @@ class LogCollector:
         self._next_claim = 0.0
         self._group_ready = False
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     async def ensure_group(self) -> None:
         if self._group_ready:
@@ -340,6 +354,16 @@ class LogCollector:
     async def step(self) -> int:
         """One round (see the class docstring); the number of lines newly stored.
         Raises when Redis or the store fails (nothing is acked then)."""
+        try:
+            return await self._round()
+        except Exception as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+        # Redis came back empty (no persistence): make the group again, then read.
+        self._group_ready = False
+        return await self._round()
+
+    async def _round(self) -> int:
         await self.ensure_group()
         stored = 0
         now = time.monotonic()
@@ -411,10 +435,10 @@ class LogCollector:
         return new
 
     async def run(self) -> None:
-        """Rounds until cancelled; a failure is logged once per outage and retried with
-        backoff (entries read stay pending and are read again)."""
+        """Rounds until :meth:`close`; a failure is logged once per outage and retried
+        with backoff (entries read stay pending and are read again)."""
         backoff = 0.0
-        while True:
+        while not self._stopping:
             try:
                 await self.step()
             except asyncio.CancelledError:
@@ -440,11 +464,18 @@ class LogCollector:
         return self._task
 
     async def close(self) -> None:
+        """Stop between two rounds (a round ends within ``block`` seconds), so nothing
+        is left half done; cancel only a round stuck past that; close the client."""
+        self._stopping = True
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            done, _ = await asyncio.wait({task}, timeout=self.block + 2.0)
+            if not done:
+                task.cancel()
+                await asyncio.wait({task}, timeout=2.0)
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                log.warning("log collector %s ended with %r", self.consumer,
+                            task.exception())
         await self.client.aclose()
 
     def stats(self) -> dict[str, Any]:
