@@ -334,3 +334,20 @@ async def test_runs_page_newest_first_by_job_and_status(control_db: ControlDB) -
     assert [r.id for r in nxt] == ids[::-1][10:20]
     failed = await store.list_runs(status=["failed"], limit=100)
     assert len(failed) == 13 and all(r.exit_code == 1 for r in failed)
+
+
+async def test_cancel_lets_a_job_on_the_sdk_end_by_itself(jobs: JobService,
+                                                         tmp_path: Path) -> None:
+    path = script(tmp_path, "count.py", COUNTER)
+    await jobs.create(JobSpec(name="count", command=[sys.executable, path, "100000"],
+                              env={"PYTHONPATH": os.pathsep.join(sys.path)}))
+    run = await jobs.run("count")
+    await wait_for(lambda: any(line.task == "count" for line in jobs.sink.lines),  # type: ignore[attr-defined]
+                   timeout=10)
+    await jobs.cancel("count")
+    assert await finished(jobs, run.id) == "cancelled"
+    record = await jobs.store.run(run.id)
+    assert record.exit_code == 0  # it saw "exit" and stopped cleanly, before any signal
+    text = jobs.sink.text()  # type: ignore[attr-defined]
+    assert any(line.startswith("exit requested at") for line in text)
+    assert record.counters["success"] > 0

@@ -12,8 +12,8 @@ own process group, so signals reach its children too) with:
 - a heartbeat with its counters in the run's row every ``beat`` seconds, so a run whose
   host died is seen as ``lost`` by the next claim.
 
-Cancel sends SIGTERM to the group (and writes ``exit`` to the control file), then
-SIGKILL after ``grace`` seconds. A ``timeout`` counts only running time, not paused time.
+Cancel writes ``exit`` to the control file (a job on the SDK ends by itself), sends
+SIGTERM to the group a moment later (at most 2 s), then SIGKILL after ``grace`` seconds. A ``timeout`` counts only running time, not paused time.
 Jobs that do not use the SDK can be paused with ``pause_signal`` (SIGSTOP / SIGCONT).
 """
 
@@ -294,6 +294,12 @@ class Runner:
         _write_control(control_file, protocol.EXIT, self.clock())
         if live.paused_since is not None:  # a stopped process cannot handle SIGTERM
             _signal_group(process.pid, signal.SIGCONT)
+        # A job on the SDK sees "exit" in its control file and ends cleanly (its counters
+        # flushed): give it a moment before the signal.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(waiter), min(2.0, self.grace / 2))
+        if waiter.done():
+            return
         _signal_group(process.pid, signal.SIGTERM)
         await self._log(live, f"asked to stop ({live.cancelled}): SIGTERM sent; SIGKILL in"
                         f" {self.grace:g} s", "warning")
