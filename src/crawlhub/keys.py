@@ -42,7 +42,7 @@ def hub_keys(prefix: str) -> dict[str, str]:
         "leases": f"{prefix}hub:leases",
         "pending": f"{prefix}hub:pending",
         "rate": f"{prefix}hub:rate:",
-        # intake (hub/intake/): uuid -> when its push began, for tasks recorded and
+        # intake (hub/state/intake/): uuid -> when its push began, for tasks recorded and
         # not yet known pushed, and the hub process pushing it; hub process -> its last
         # heartbeat; frontier gate (frontier, segment, key) -> uuid holding it
         "unpushed": f"{prefix}hub:unpushed",
