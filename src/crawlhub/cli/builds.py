@@ -13,7 +13,7 @@ from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, get_config, out
 from crawlhub.cli.projects import JsonOpt, call, print_json, when
 from crawlhub.control.builds import STATUSES, Build, BuildService
 
-app = typer.Typer(help="Builds of the projects' release tags, with their logs and artifacts.",
+app = typer.Typer(help="Builds of release tags, with logs and artifacts.",
                   no_args_is_help=True)
 
 

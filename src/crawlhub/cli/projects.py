@@ -35,7 +35,7 @@ from crawlhub.control.projects import (
     ProjectUpdate,
 )
 
-app = typer.Typer(help="Projects: a git remote whose release tags are built for jobs.",
+app = typer.Typer(help="Projects: git remotes whose release tags are built.",
                   no_args_is_help=True)
 T = TypeVar("T")
 
@@ -189,7 +189,10 @@ def add_command(
     as_json: JsonOpt = False, config: ConfigOpt = None, data_dir: DataDirOpt = None,
     sets: SetOpt = None,
 ) -> None:
-    """Add a project; the password and the webhook secret are stored encrypted."""
+    """Add a project.
+
+    The password and the webhook secret are stored encrypted and never shown again.
+    """
     cfg = get_config(config, data_dir, sets)
     secret = _read_secret(False, False, webhook_secret, webhook_secret_file, "webhook secret")
     if generate_webhook_secret:
@@ -317,8 +320,10 @@ def build_command(
     as_json: JsonOpt = False, config: ConfigOpt = None, data_dir: DataDirOpt = None,
     sets: SetOpt = None,
 ) -> None:
-    """Build a tag or a branch here, in the foreground, printing its log; exit 1 when the
-    build failed."""
+    """Build a tag or a branch here, printing its log.
+
+    The build runs in the foreground; the exit code is 1 when it failed.
+    """
     cfg = get_config(config, data_dir, sets)
 
     def show(line: str) -> None:
