@@ -238,3 +238,23 @@ async def test_write_of_nothing_is_nothing(log_store: LogStore) -> None:
 async def test_lines_keep_their_given_level_names(log_store: LogStore) -> None:
     await log_store.write([LogLine(ts=1.0, message="m", level="critical")])
     assert (await log_store.search(LogQuery())).lines[0].level == "critical"
+
+
+@pytest.mark.parametrize("narrow", [2000, 0], ids=["walk the filtered lines",
+                                                   "walk the word matches"])
+async def test_a_common_word_in_a_small_run_finds_the_same_lines_either_way(
+        log_store: LogStore, line: MakeLine, monkeypatch: pytest.MonkeyPatch,
+        narrow: int) -> None:
+    monkeypatch.setattr("crawlhub.control.logs.sqlite.NARROW", narrow)  # SQLite's choice
+    await log_store.write([line(f"common {i}", run=f"big-{i % 3}") for i in range(200)])
+    await log_store.write([line("common a", run="small", task="t"), line("rare", run="small"),
+                           line("common b", run="small", task="t")])
+    await log_store.write([line(f"common {i}", run="big-0") for i in range(200, 220)])
+    assert await messages(log_store, q="common", run="small") == ["common b", "common a"]
+    assert await messages(log_store, q="common -b", task="t") == ["common a"]
+    first = await log_store.search(LogQuery(q="common", run="small", limit=1))
+    assert [x.message for x in first.lines] == ["common b"] and first.next is not None
+    rest = await log_store.search(LogQuery(q="common", run="small", before=first.next))
+    assert [x.message for x in rest.lines] == ["common a"]
+    assert await messages(log_store, q="common", run="small", after=0) == [
+        "common a", "common b"]

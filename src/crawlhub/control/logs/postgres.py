@@ -111,7 +111,7 @@ class PostgresLogStore(SqlLogStore):
         return await self.db.transaction(step, lock="logs")
 
     def _select(self, query: LogQuery, filters: list[str], args: Args, *,
-                limit: str) -> str:
+                limit: str, narrow: bool = False) -> str:
         search = query.search
         conditions = [*bounds(query, args, "l.id"), *filters]
         text = ts_query(search)

@@ -77,7 +77,9 @@ class SqlLogStore:
     async def search(self, query: LogQuery) -> LogPage:
         args = Args()
         filters = self._filters(query, args)
-        sql = self._select(query, filters, args, limit=args.add(query.limit + 1))
+        narrow = await self._narrow(query, filters, list(args.values))
+        sql = self._select(query, filters, args, limit=args.add(query.limit + 1),
+                           narrow=narrow)
         rows = await self.db.fetch(sql, *args.values)
         lines = [row_line(row) for row in rows[:query.limit]]
         more = len(rows) > query.limit
@@ -99,10 +101,16 @@ class SqlLogStore:
             where.append(f"l.ts < {args.add(float(query.until))}")
         return where
 
+    async def _narrow(self, query: LogQuery, filters: list[str], values: list[Any]) -> bool:
+        """Whether the filters leave so few lines that walking them beats walking the
+        text index (backends whose planner cannot tell say so here)."""
+        return False
+
     def _select(self, query: LogQuery, filters: list[str], args: Args, *,
-                limit: str) -> str:
+                limit: str, narrow: bool = False) -> str:
         """The backend's SELECT of :data:`COLUMNS` for ``query.search`` and ``filters``,
-        bounded by :func:`bounds`, ordered by :func:`order`, at most ``limit`` rows."""
+        bounded by :func:`bounds`, ordered by :func:`order`, at most ``limit`` rows;
+        ``narrow``: see :meth:`_narrow`."""
         raise NotImplementedError
 
     async def last_id(self) -> int:

@@ -20,6 +20,8 @@ from crawlhub.control.logs.text import LogQuery, SearchText, Term, words
 
 #: Rows per INSERT statement (11 values each: under SQLite's 32766 variables).
 CHUNK = 1000
+#: Filtered lines under which a search walks them rather than the word matches.
+NARROW = 2000
 
 
 def fts_term(term: Term) -> str:
@@ -140,19 +142,48 @@ class SqliteLogStore(SqlLogStore):
         return keep
 
     # -- reading ------------------------------------------------------------------------
+    async def _narrow(self, query: LogQuery, filters: list[str], values: list[Any]) -> bool:
+        """SQLite's planner cannot weigh an FTS5 match against a filter, so look: with
+        a job, run or task filter, count (capped) the lines the filters leave and the
+        lines the words match. Walking the filtered lines costs about 30 us a line (one
+        FTS5 probe each), walking the matches about 0.5 us: walk the filtered lines when
+        they are under :data:`NARROW` and the matches over 50 times as many. Cost: two
+        capped counts, well under a millisecond."""
+        match = fts_match(query.search)
+        if match is None or not (query.job or query.run or query.task):
+            return False
+        args = Args()
+        args.values = list(values)
+        conditions = [*filters, *bounds(query, args, "l.id")]
+        row = await self.db.fetchone(
+            f"SELECT count(*) FROM (SELECT 1 FROM {self.table} AS l"
+            f"{where_clause(conditions)} LIMIT {NARROW + 1})", *args.values)
+        lines = int(row[0]) if row else 0
+        if lines > NARROW:
+            return False
+        cap = 50 * lines + 1
+        row = await self.db.fetchone(
+            f"SELECT count(*) FROM (SELECT rowid FROM {self.fts} WHERE words MATCH $1"
+            f" LIMIT {cap})", match)
+        return row is not None and int(row[0]) >= cap
+
     def _select(self, query: LogQuery, filters: list[str], args: Args, *,
-                limit: str) -> str:
+                limit: str, narrow: bool = False) -> str:
         search = query.search
         match = fts_match(search)
-        if match is not None:
+        if match is not None and not narrow:
             # FTS5 drives: it hands out matching ids in order and stops at the limit.
             conditions = [f"f.words MATCH {args.add(match)}", *bounds(query, args, "f.rowid"),
                           *filters]
             return (f"SELECT {COLUMNS} FROM {self.fts} AS f CROSS JOIN {self.table} AS l"
                     f" ON l.id = f.rowid{where_clause(conditions)}"
                     f" ORDER BY {order(query, 'f.rowid')} LIMIT {limit}")
+        # The filtered lines drive (through their index), each checked against FTS5.
         conditions = [*bounds(query, args, "l.id"), *filters]
-        if search.exclude:
+        if match is not None:
+            conditions.append(f"EXISTS (SELECT 1 FROM {self.fts} AS f WHERE f.words"
+                              f" MATCH {args.add(match)} AND f.rowid = l.id)")
+        elif search.exclude:
             unwanted = " OR ".join(fts_term(t) for t in search.exclude)
             conditions.append(f"NOT EXISTS (SELECT 1 FROM {self.fts} AS f WHERE f.words"
                               f" MATCH {args.add(unwanted)} AND f.rowid = l.id)")
