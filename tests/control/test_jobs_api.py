@@ -160,3 +160,55 @@ async def test_a_patch_that_makes_a_job_invalid_is_422(api: tuple[httpx2.AsyncCl
     assert resp.status_code == 422 and "NUL" in resp.json()["detail"]
     resp = await client.patch("/jobs/p", json={"env": {"CRAWLHUB_JOB": "x"}})
     assert resp.status_code == 422 and "set by the runner" in resp.json()["detail"]
+
+
+async def test_a_job_runs_in_its_projects_build(api: tuple[httpx2.AsyncClient, Services],
+                                                tmp_path: Path) -> None:
+    """project -> release tag -> build (a virtualenv with the SDK) -> a job on that
+    version runs in the clone, with the venv first on PATH."""
+    from tests.control.gitremote import make_remote
+
+    client, _ = api
+    remote = make_remote(tmp_path / "git", {"job.py": textwrap.dedent("""
+        import os, sys
+        from crawlhub import sdk
+        sdk.set_counter("success", 1)
+        sdk.flush()
+        print("venv", sys.prefix == os.environ["VIRTUAL_ENV"], "cwd", os.getcwd())
+    """)})
+    remote.tag("release/shop/1.0")
+    resp = await client.post("/projects/", json={"name": "shop", "git_url": remote.url})
+    assert resp.status_code == 201, resp.text
+    build = await client.post("/projects/shop/builds", json={"tag": "release/shop/1.0"})
+    assert build.status_code == 202, build.text
+    build_id = build.json()["id"]
+
+    async def built() -> bool:
+        got = (await client.get(f"/builds/{build_id}")).json()
+        assert got["status"] != "failed", got
+        return bool(got["status"] == "succeeded")
+
+    await wait_for(built, timeout=30)
+    resp = await client.post("/jobs/", json={"name": "shop-job", "project": "shop",
+                                             "version": "1.0",
+                                             "command": ["python", "job.py"]})
+    assert resp.status_code == 201, resp.text
+    run_id = (await client.post("/jobs/shop-job/run")).json()["run_id"]
+
+    async def ended() -> dict[str, object]:
+        run = (await client.get(f"/runs/{run_id}")).json()["run"]
+        return run if run["status"] not in ("running", "queued") else {}
+
+    run = await wait_for(ended, timeout=20)
+    assert run["status"] == "succeeded" and run["version"] == "1.0", run
+    async def said_venv() -> list[str]:
+        lines = (await client.get("/logs", params={"run": run_id})).json()["lines"]
+        return [line["message"] for line in lines if line["message"].startswith("venv")]
+
+    said = await wait_for(said_venv, timeout=10)  # the log store writes in batches
+    assert said[0].startswith("venv True cwd ") and "/builds/shop/" in said[0]
+    missing = await client.post("/jobs/", json={"name": "nobuild", "project": "shop",
+                                                "version": "9.9", "command": ["python"]})
+    assert missing.status_code == 201
+    resp = await client.post("/jobs/nobuild/run")
+    assert resp.status_code == 404 and "9.9" in resp.json()["detail"]

@@ -106,22 +106,13 @@ class ControlPlane:
         from crawlhub.control.jobs import JobService, JobStore, Runner
 
         section = self.config.control
-        logs = getattr(self, "logs", None)
-        builds = getattr(self, "builds", None)
         runner = Runner(JobStore(self.db), channel=self.channel, runs_dir=section.runs_dir,
-                        grace=section.grace,
-                        log_sink=logs.write if logs is not None else None,
-                        artifacts=_artifact_lookup(builds) if builds is not None else None,
-                        on_finish=self._run_finished, collect=self.collect)
+                        grace=section.grace, log_sink=self.logs.write,
+                        artifacts=_artifact_lookup(self.builds),
+                        on_finish=self.alerts.run_finished, collect=self.collect)
         self.jobs = JobService(runner.store, runner, collect=self.collect)
         await self.jobs.open()
         self._closers.append(self.jobs.close)
-
-    async def _run_finished(self, spec: Any, run: Any) -> None:
-        """A run ended: the alerts of its job (failed, no items, over its time)."""
-        alerts = getattr(self, "alerts", None)
-        if alerts is not None and hasattr(alerts, "run_finished"):
-            await alerts.run_finished(spec, run)
 
     async def start(self) -> None:
         """Start the background work of the parts (this process's scheduler, ...)."""
@@ -149,7 +140,13 @@ def _artifact_lookup(builds: Any) -> Any:
 
     async def lookup(project: str, version: str) -> Artifact:
         found = await builds.artifact(project, version)
-        return Artifact(path=Path(found.path), version=found.version,
+        if found.workdir is None:
+            from crawlhub.errors import ConflictError
+
+            raise ConflictError(f"build {found.build} of {project} {found.version} is a"
+                                f" {found.kind} ({found.path}); the subprocess runner needs a"
+                                " directory: use the venv, wheel or command builder")
+        return Artifact(path=Path(found.workdir), version=found.version,
                         bin_dir=Path(found.bin_dir) if found.bin_dir else None,
                         env=dict(found.env or {}))
 
