@@ -132,7 +132,9 @@ async def test_the_openapi_document_describes_logs(api: Api) -> None:
     doc = (await api.client.get("/openapi.json")).json()
     assert "LogLines" in doc["components"]["schemas"]
     tail = doc["paths"]["/logs/tail"]["get"]["responses"]["200"]["content"]
-    assert "text/event-stream" in tail
+    data = tail["text/event-stream"]["itemSchema"]["properties"]["data"]
+    assert data["contentSchema"]["$ref"] == "#/components/schemas/LogLineOut"
+    assert "LogLineOut" in doc["components"]["schemas"]
 
 
 # -- the live tail ----------------------------------------------------------------------

@@ -79,6 +79,8 @@ async def test_search_words_phrases_prefixes_and_exclusions(log_store: LogStore,
     assert await messages(log_store, q="ite*") == [
         "parsed 25 items from page 3",
         "GET https://shop.example.com/item/42 read timeout after 30s"]
+    assert await messages(log_store, q='"read time*"') == [
+        "GET https://shop.example.com/item/42 read timeout after 30s"]
     assert await messages(log_store, q="timeout -proxy -read") == []
     assert await messages(log_store, q="timeout -proxy") == [
         "timeout read", "GET https://shop.example.com/item/42 read timeout after 30s"]

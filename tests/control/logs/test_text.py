@@ -58,6 +58,8 @@ def test_clean_line_normalises_level_codes_and_time() -> None:
     ("timeout proxy", [Term(("timeout",)), Term(("proxy",))], []),
     ('"read timeout" -debug', [Term(("read", "timeout"))], [Term(("debug",))]),
     ("time*", [Term(("time",), prefix=True)], []),
+    ('"read time*"', [Term(("read", "time"), prefix=True)], []),
+    ('"read time"* x', [Term(("read", "time"), prefix=True), Term(("x",))], []),
     ("example.com", [Term(("example", "com"))], []),
     ('-"cache hit"', [], [Term(("cache", "hit"))]),
     ("数据库", [Term(("数", "据", "库"))], []),

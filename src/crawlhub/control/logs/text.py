@@ -16,7 +16,8 @@ syntax.
 
 - ``timeout proxy``: lines with both words (any order);
 - ``"read timeout"``: the words next to each other, in this order;
-- ``time*``: a word starting with ``time``;
+- ``time*``: a word starting with ``time``; ``"read time*"`` (or ``"read time"*``): a
+  phrase whose last word starts so;
 - ``-debug`` / ``-"cache hit"``: lines without that word or phrase;
 - a term that holds several words (``example.com``, ``GET/items``) is a phrase of them;
 - text with no letter or digit at all (``->``, ``***``) is a plain substring search
@@ -155,7 +156,7 @@ class SearchText:
         return not self.include and not self.exclude and self.substring is None
 
 
-_PIECE = re.compile(r'(-?)"([^"]*)"?|(\S+)')
+_PIECE = re.compile(r'(-?)"([^"]*)"?(\*?)|(\S+)')
 
 
 def parse_search(text: str | None) -> SearchText:
@@ -170,14 +171,14 @@ def parse_search(text: str | None) -> SearchText:
     include: list[Term] = []
     exclude: list[Term] = []
     for match in _PIECE.finditer(text):
-        negative, quoted, bare = match.group(1), match.group(2), match.group(3)
+        negative, quoted, star, bare = match.groups()
         if bare is not None:
             negative = "-" if bare.startswith("-") and len(bare) > 1 else ""
             body = bare[1:] if negative else bare
             prefix = body.endswith("*")
             found = words(body)
         else:
-            prefix = False
+            prefix = bool(star) or quoted.rstrip().endswith("*")
             found = words(quoted)
         if not found:
             continue
