@@ -46,13 +46,15 @@ async def messages(logs: LogService, **query: object) -> list[str]:
 async def test_written_lines_are_cleaned_and_their_secrets_masked(service: LogService
                                                                   ) -> None:
     await service.write([LogLine(ts=1.0, message="connect redis://:hunter2@db:6379/0"
-                                 " token=abc&page=2 https://x/?sign=s3cr3t\x00",
+                                 " https://x/?token=abc&page=2 https://y/?sign=s3cr3t\x00",
                                  level="WARN", job="j", run="r", task="t")])
     await service.flush()
     [line] = (await service.search(LogQuery())).lines
     assert "hunter2" not in line.message and "s3cr3t" not in line.message
     assert "redis://:***@db:6379/0" in line.message and "\x00" not in line.message
     assert (line.level, line.job, line.run, line.task) == ("warning", "j", "r", "t")
+    assert "?token=***&page=2" in line.message and "abc" not in line.message
+    assert line.host  # this host's name, when the line names none
 
 
 async def test_emit_from_another_thread(service: LogService) -> None:

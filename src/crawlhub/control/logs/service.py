@@ -162,11 +162,12 @@ class LogService:
     # -- writing --------------------------------------------------------------------------
     def lines_in(self, lines: Iterable[LogLine]) -> list[LogLine]:
         """``lines`` cleaned (:func:`~crawlhub.control.logs.text.clean_line`) with
-        secrets masked in the messages."""
+        secrets masked in the messages; a line without a host gets this one's."""
         out = []
         for line in lines:
             clean = clean_line(line)
             clean.message = redact_text(clean.message)
+            clean.host = clean.host or HOST
             out.append(clean)
         return out
 

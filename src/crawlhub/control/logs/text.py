@@ -252,7 +252,8 @@ class LogQuery:
     before: int | None = None
     after: int | None = None
     limit: int = 100
-    search: SearchText = field(default_factory=SearchText, repr=False)
+    #: ``q`` parsed (made from ``q``, not given)
+    search: SearchText = field(default_factory=SearchText, repr=False, init=False)
 
     def __post_init__(self) -> None:
         if self.level is not None:
