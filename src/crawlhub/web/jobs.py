@@ -1,0 +1,122 @@
+"""``/ui/jobs``: every job (100 a page, by name; filtered by name prefix and kind) with its
+cron, next tick, state and last run, and run / pause / continue / restart / cancel
+buttons on the JSON API; ``/ui/job/{name}``: one job's spec, notes, queue figures and
+runs (``/ui/job/...``, singular: a job may be called ``live``). Both refresh every 2 s."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+
+from crawlhub.api.deps import ServicesDep
+from crawlhub.api.jobs import JobRow, row
+from crawlhub.control.jobs import QueueInfo, RunRecord
+from crawlhub.control.jobs.model import KINDS
+from crawlhub.errors import NotFoundError
+from crawlhub.service import Services
+from crawlhub.web.control import forward, not_found, number_param, plane, text_param
+from crawlhub.web.paging import Page
+from crawlhub.web.render import Area, Card, Stat, attempt, fragment, number, page
+
+router = APIRouter()
+STORE = "the job store (control.url)"
+#: Jobs per page (the issue's "1,000 jobs": ten pages, each one indexed read).
+JOBS_PAGE = 100
+RUNS_PAGE = 50
+
+
+async def _jobs(svc: Services, after: str | None, prefix: str | None, kind: str | None,
+                limit: int) -> Page[JobRow]:
+    # limit + 1: the extra job says there is a next page. Cost: one indexed read of the
+    # page, then a few one-row reads per job shown (state, last run, next tick).
+    views = await plane(svc).jobs.list_jobs(after=after, limit=limit + 1, kind=kind,
+                                            prefix=prefix)
+    return forward([row(v) for v in views], limit, lambda j: j.name, started=bool(after))
+
+
+async def _list_data(request: Request, svc: Services) -> dict[str, Any]:
+    kind = text_param(request, "kind")
+    kind = kind if kind in KINDS else None
+    prefix = text_param(request, "prefix", 64)
+    jobs, error = await attempt(
+        _jobs(svc, text_param(request, "after"), prefix, kind,
+              number_param(request, "limit", JOBS_PAGE)), STORE)
+    return {"jobs": jobs or Page(), "error": error, "prefix": prefix or "", "kind": kind or "",
+            "kinds": KINDS}
+
+
+@router.get("/ui/jobs")
+async def jobs_page(request: Request, svc: ServicesDep) -> HTMLResponse:
+    return page(request, "jobs.html", area="jobs", title="Jobs",
+                **await _list_data(request, svc))
+
+
+@router.get("/ui/jobs/live")
+async def jobs_live(request: Request, svc: ServicesDep) -> HTMLResponse:
+    return fragment(request, "jobs_live.html", area="jobs", **await _list_data(request, svc))
+
+
+# ---------------------------------------------------------------------------- one job
+async def _job(svc: Services, name: str, before: str | None
+               ) -> tuple[JobRow, QueueInfo, Page[RunRecord]]:
+    jobs = plane(svc).jobs
+    job = row(await jobs.get(name))
+    runs = await jobs.runs(job=name, before=before, limit=RUNS_PAGE + 1)
+    return (job, await jobs.queue(name),
+            forward(runs, RUNS_PAGE, lambda r: r.id, started=bool(before)))
+
+
+async def _job_data(request: Request, svc: Services, name: str) -> dict[str, Any] | None:
+    try:
+        found, error = await attempt(_job(svc, name, text_param(request, "run_before")),
+                                     STORE)
+    except NotFoundError:
+        return None
+    data: dict[str, Any] = {"name": name, "error": error, "job": None, "spec": None,
+                            "queue": QueueInfo(), "runs": Page(), "argv": ""}
+    if found is not None:
+        job, queue, runs = found
+        spec, _ = await plane(svc).jobs.spec(name)
+        data.update(job=job, spec=spec, queue=queue, runs=runs,
+                    argv=shlex.join(spec.argv()))
+    return data
+
+
+@router.get("/ui/job/{name}")
+async def job_page(request: Request, svc: ServicesDep, name: str) -> HTMLResponse:
+    data = await _job_data(request, svc, name)
+    if data is None:
+        return not_found(request, area="jobs", title="No such job",
+                         message=f"There is no job named {name!r}.")
+    return page(request, "job.html", area="jobs", title=f"Job {name}", **data)
+
+
+@router.get("/ui/job/{name}/live")
+async def job_live(request: Request, svc: ServicesDep, name: str) -> HTMLResponse:
+    data = await _job_data(request, svc, name)
+    if data is None:
+        # htmx keeps the page and says so in the bar (a job removed meanwhile)
+        raise NotFoundError(f"no job named {name!r} (removed?)")
+    return fragment(request, "job_live.html", area="jobs", **data)
+
+
+# ---------------------------------------------------------------------------- overview
+async def summary(svc: Services) -> Card:
+    card = Card("Jobs", AREA.path)
+
+    async def figures() -> tuple[int, int]:
+        jobs = plane(svc).jobs
+        return await jobs.store.count(), len(await jobs.store.live_runs())
+
+    found, card.error = await attempt(figures(), STORE)
+    if found is not None:
+        count, running = found
+        card.stats = [Stat("jobs", number(count)),
+                      Stat("running", number(running), "busy" if running else "")]
+    return card
+
+
+AREA = Area("jobs", "Jobs", "/ui/jobs", summary)
