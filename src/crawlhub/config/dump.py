@@ -20,4 +20,9 @@ def dump_config(cfg: CrawlhubConfig, redacted: bool = True) -> dict[str, Any]:
     data: dict[str, Any] = cfg.model_dump(mode="json", by_alias=True, exclude={"include"})
     for outbound in data.get("outbound", []):
         outbound.update(outbound.pop("static_params", None) or {})
+    control = data.get("control") or {}
+    if isinstance(control.get("tag_pattern"), str):
+        # {name} and {version} are the pattern's own fields, not config placeholders: the
+        # dump doubles them so it loads back (the loader reads {{ as a literal brace).
+        control["tag_pattern"] = control["tag_pattern"].replace("{", "{{").replace("}", "}}")
     return redact(data, cfg.logging.secrets()) if redacted else data
