@@ -21,8 +21,8 @@ def test_every_page_in_the_nav_loads_clean_and_shows_its_data(page: Any, server:
     page.goto("/")
     nav = [(a.get_attribute("href"), a.inner_text())
            for a in page.locator("nav.areas a").all()]
-    assert nav == [("/", "Overview"), ("/ui/agents", "Agents"), ("/ui/queues", "Queues"),
-                   ("/ui/frontier", "Frontier")]
+    assert nav[:4] == [("/", "Overview"), ("/ui/agents", "Agents"), ("/ui/queues", "Queues"),
+                       ("/ui/frontier", "Frontier")]  # the control plane's pages follow
     for path, heading in PAGES:
         page.goto(path)
         expect(page.locator("h1")).to_have_text(heading)
