@@ -13,7 +13,7 @@ from fastapi.responses import HTMLResponse
 
 from crawlhub.api.deps import ServicesDep
 from crawlhub.api.jobs import JobRow, row
-from crawlhub.control.jobs import QueueInfo, RunRecord
+from crawlhub.control.jobs import JobView, QueueInfo, RunRecord
 from crawlhub.control.jobs.model import KINDS
 from crawlhub.errors import NotFoundError
 from crawlhub.service import Services
@@ -61,11 +61,11 @@ async def jobs_live(request: Request, svc: ServicesDep) -> HTMLResponse:
 
 # ---------------------------------------------------------------------------- one job
 async def _job(svc: Services, name: str, before: str | None
-               ) -> tuple[JobRow, QueueInfo, Page[RunRecord]]:
+               ) -> tuple[JobView, QueueInfo, Page[RunRecord]]:
     jobs = plane(svc).jobs
-    job = row(await jobs.get(name))
+    view = await jobs.get(name)
     runs = await jobs.runs(job=name, before=before, limit=RUNS_PAGE + 1)
-    return (job, await jobs.queue(name),
+    return (view, await jobs.queue(name),
             forward(runs, RUNS_PAGE, lambda r: r.id, started=bool(before)))
 
 
@@ -78,10 +78,9 @@ async def _job_data(request: Request, svc: Services, name: str) -> dict[str, Any
     data: dict[str, Any] = {"name": name, "error": error, "job": None, "spec": None,
                             "queue": QueueInfo(), "runs": Page(), "argv": ""}
     if found is not None:
-        job, queue, runs = found
-        spec, _ = await plane(svc).jobs.spec(name)
-        data.update(job=job, spec=spec, queue=queue, runs=runs,
-                    argv=shlex.join(spec.argv()))
+        view, queue, runs = found
+        data.update(job=row(view), spec=view.spec, queue=queue, runs=runs,
+                    argv=shlex.join(view.spec.argv()))
     return data
 
 
