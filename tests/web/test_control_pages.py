@@ -123,6 +123,10 @@ def test_run_a_job_with_its_button_follow_its_log_pause_and_continue_it(
     expect(row.locator("[data-col=state] .badge")).to_have_text("running")
     expect(row.locator("[data-col=last] .badge")).to_have_text("running")
     snap(page, "jobs")
+    watch.allow(r"status of 409|Response Status Error Code 409")  # the refusal below
+    row.get_by_role("button", name="Run").click()  # max_instances is 1: the API says no
+    expect(page.locator("#flash")).to_have_text(re.compile(
+        r"^Run failed: job 'web-count' has 1 run\(s\) going .* max_instances is 1"))
 
     # the run: its log lines arrive live (the SSE tail), its tasks fold open
     row.locator("[data-col=last] a").click()
