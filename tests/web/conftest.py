@@ -328,6 +328,9 @@ def _watch(page: Any, watch: Watch) -> None:
         if "ERR_ABORTED" in reason and request.resource_type in ("xhr", "fetch",
                                                                   "eventsource"):
             return
+        # nor the page's icon, whose load the browser drops when the page goes on
+        if "ERR_ABORTED" in reason and urlsplit(request.url).path.endswith("favicon.svg"):
+            return
         watch.failed.append(f"{request.method} {request.url}: {reason}")
 
     page.on("console", on_console)
