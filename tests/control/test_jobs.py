@@ -78,6 +78,13 @@ def script(tmp_path: Path, name: str, text: str) -> str:
     return str(path)
 
 
+def counter(tmp_path: Path, n: int) -> JobSpec:
+    """Job ``count``: COUNTER counting to ``n`` with crawlhub.sdk importable."""
+    path = script(tmp_path, "count.py", COUNTER)
+    return JobSpec(name="count", command=[sys.executable, path, str(n)],
+                   env={"PYTHONPATH": os.pathsep.join(sys.path)})
+
+
 async def finished(jobs: JobService, run_id: str, timeout: float = 15.0) -> str:
     run = await asyncio.wait_for(jobs.runner.wait(run_id), timeout)
     return run.status
@@ -118,9 +125,7 @@ def test_a_bad_job_is_refused_with_the_reason(bad: dict[str, object], why: str) 
 
 async def test_a_run_records_exit_logs_timeline_and_counters(jobs: JobService,
                                                              tmp_path: Path) -> None:
-    path = script(tmp_path, "count.py", COUNTER)
-    await jobs.create(JobSpec(name="count", command=[sys.executable, path, "5"],
-                              env={"PYTHONPATH": os.pathsep.join(sys.path)}))
+    await jobs.create(counter(tmp_path, 5))
     run = await jobs.run("count")
     assert run.status == "running" and run.host == HOST
     assert await finished(jobs, run.id) == "succeeded"
@@ -191,9 +196,7 @@ async def test_a_run_over_its_timeout_ends_as_timeout(jobs: JobService, tmp_path
 
 async def test_pause_holds_a_counting_job_and_continue_resumes_it(jobs: JobService,
                                                                  tmp_path: Path) -> None:
-    path = script(tmp_path, "count.py", COUNTER)
-    await jobs.create(JobSpec(name="count", command=[sys.executable, path, "100000"],
-                              env={"PYTHONPATH": os.pathsep.join(sys.path)}))
+    await jobs.create(counter(tmp_path, 100000))
     run = await jobs.run("count")
     counters = tmp_path / "runs" / run.id / "counters.json"
 
@@ -216,9 +219,7 @@ async def test_pause_holds_a_counting_job_and_continue_resumes_it(jobs: JobServi
 
 async def test_a_paused_job_starts_its_next_run_paused(jobs: JobService,
                                                       tmp_path: Path) -> None:
-    path = script(tmp_path, "count.py", COUNTER)
-    await jobs.create(JobSpec(name="count", command=[sys.executable, path, "3"],
-                              env={"PYTHONPATH": os.pathsep.join(sys.path)}))
+    await jobs.create(counter(tmp_path, 3))
     await jobs.pause("count")
     run = await jobs.run("count")
     control = tmp_path / "runs" / run.id / "control.json"
@@ -338,9 +339,7 @@ async def test_runs_page_newest_first_by_job_and_status(control_db: ControlDB) -
 
 async def test_cancel_lets_a_job_on_the_sdk_end_by_itself(jobs: JobService,
                                                          tmp_path: Path) -> None:
-    path = script(tmp_path, "count.py", COUNTER)
-    await jobs.create(JobSpec(name="count", command=[sys.executable, path, "100000"],
-                              env={"PYTHONPATH": os.pathsep.join(sys.path)}))
+    await jobs.create(counter(tmp_path, 100000))
     run = await jobs.run("count")
     await wait_for(lambda: any(line.task == "count" for line in jobs.sink.lines),  # type: ignore[attr-defined]
                    timeout=10)

@@ -36,41 +36,25 @@ NameArg = Annotated[str, typer.Argument(help="The job's name.")]
 @asynccontextmanager
 async def _jobs(cfg: Any, *, sink: Callable[[list[LogLine]], Awaitable[None]] | None = None
                 ) -> AsyncIterator[JobService]:
-    """A JobService on the config's control database (no cron here)."""
-    from crawlhub.control.channel import open_channel
-    from crawlhub.control.db import ControlDB
-    from crawlhub.control.jobs import JobStore, Runner
+    """The control plane's jobs on the config's databases, as ``crawlhub serve`` opens
+    them (builds for project jobs, the log store, alerts) but without cron; ``sink``
+    also gets every log line of the runs started here."""
+    from crawlhub.control.plane import ControlPlane
 
-    db = await ControlDB.open(cfg.control.url)
-    channel = await open_channel(cfg, db)
-    logs = None
+    plane = await ControlPlane.open(cfg)
     try:
-        try:
-            from crawlhub.control.logs import open_log_service
+        await plane.logs.start(collect=False, prune=False, ship=False)  # flush task only
+        if sink is not None:
+            store = plane.logs.write
 
-            logs = await open_log_service(cfg)
-        except ImportError:
-            logs = None
-
-        async def both(lines: list[LogLine]) -> None:
-            if sink is not None:
+            async def both(lines: list[LogLine]) -> None:
                 await sink(lines)
-            if logs is not None:
-                await logs.write(lines)
+                await store(lines)
 
-        runner = Runner(JobStore(db), channel=channel, runs_dir=cfg.control.runs_dir,
-                        grace=cfg.control.grace, log_sink=both)
-        service = JobService(runner.store, runner)
-        await service.open()
-        try:
-            yield service
-        finally:
-            await service.close()
+            plane.jobs.runner.log_sink = both
+        yield plane.jobs
     finally:
-        if logs is not None:
-            await logs.close()
-        await channel.close()
-        await db.close()
+        await plane.close()
 
 
 def _call(cfg: Any, fn: Callable[[JobService], Awaitable[T]]) -> T:

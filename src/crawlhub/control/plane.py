@@ -108,7 +108,7 @@ class ControlPlane:
         section = self.config.control
         runner = Runner(JobStore(self.db), channel=self.channel, runs_dir=section.runs_dir,
                         grace=section.grace, log_sink=self.logs.write,
-                        artifacts=_artifact_lookup(self.builds),
+                        artifacts=self.builds.artifact,
                         on_finish=self.alerts.run_finished, collect=self.collect)
         self.jobs = JobService(runner.store, runner, collect=self.collect)
         await self.jobs.open()
@@ -133,21 +133,3 @@ class ControlPlane:
         self._started = False
         await self.db.close()
 
-
-def _artifact_lookup(builds: Any) -> Any:
-    """The runner's view of the builds: (project, version) -> Artifact."""
-    from crawlhub.control.jobs import Artifact
-
-    async def lookup(project: str, version: str) -> Artifact:
-        found = await builds.artifact(project, version)
-        if found.workdir is None:
-            from crawlhub.errors import ConflictError
-
-            raise ConflictError(f"build {found.build} of {project} {found.version} is a"
-                                f" {found.kind} ({found.path}); the subprocess runner needs a"
-                                " directory: use the venv, wheel or command builder")
-        return Artifact(path=Path(found.workdir), version=found.version,
-                        bin_dir=Path(found.bin_dir) if found.bin_dir else None,
-                        env=dict(found.env or {}))
-
-    return lookup

@@ -5,9 +5,9 @@ job's process; ``cron``: fires ticks; ``service``: JobService, what the API call
 """
 
 from crawlhub.control.jobs.model import JobPatch, JobSpec, RunRecord, TaskRecord
-from crawlhub.control.jobs.runner import Artifact, Runner
+from crawlhub.control.jobs.runner import Runner
 from crawlhub.control.jobs.service import JobService, JobView, QueueInfo, RunView
 from crawlhub.control.jobs.store import JobStore
 
-__all__ = ["Artifact", "JobPatch", "JobService", "JobSpec", "JobStore", "JobView",
+__all__ = ["JobPatch", "JobService", "JobSpec", "JobStore", "JobView",
            "QueueInfo", "RunRecord", "RunView", "Runner", "TaskRecord"]

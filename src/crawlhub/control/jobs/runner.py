@@ -27,15 +27,18 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from crawlhub.control import protocol
+from crawlhub.control.builders import Artifact
+from crawlhub.control.channel import ControlChannel, ControlFollower
 from crawlhub.control.jobs.model import JobSpec, RunRecord
 from crawlhub.control.jobs.store import HOST, JobStore
 from crawlhub.control.logs.line import LogLine
+from crawlhub.errors import ConflictError
 
 log = logging.getLogger("crawlhub.control.runner")
 
@@ -46,30 +49,9 @@ FLUSH_LINES = 500
 FLUSH_EVERY = 0.2
 
 
-class Channel(Protocol):
-    """What the runner needs of :mod:`crawlhub.control.channel`."""
-
-    async def get(self, job: str) -> str: ...
-
-    async def set(self, job: str, state: str) -> object: ...
-
-    def watch(self, job: str) -> AsyncIterator[str]: ...
-
-
 LogSink = Callable[[list[LogLine]], Awaitable[None]]
 FinishHook = Callable[[JobSpec, RunRecord], Awaitable[None]]
-
-
-@dataclass(slots=True)
-class Artifact:
-    """Where a job's build lives: its directory, the virtualenv's ``bin`` and more env."""
-
-    path: Path
-    version: str
-    bin_dir: Path | None = None
-    env: dict[str, str] = field(default_factory=dict)
-
-
+#: (project, version) -> the build's artifact (``BuildService.artifact``)
 ArtifactLookup = Callable[[str, str], Awaitable[Artifact]]
 
 
@@ -88,7 +70,7 @@ class _Live:
 class Runner:
     """Runs jobs in this process's host; see the module docstring."""
 
-    def __init__(self, store: JobStore, *, channel: Channel, runs_dir: str | Path,
+    def __init__(self, store: JobStore, *, channel: ControlChannel, runs_dir: str | Path,
                  grace: float = 10.0, beat: float = 5.0, log_sink: LogSink | None = None,
                  artifacts: ArtifactLookup | None = None, on_finish: FinishHook | None = None,
                  collect: Any | None = None, clock: Callable[[], float] = time.time) -> None:
@@ -113,11 +95,14 @@ class Runner:
         artifact = None
         if spec.project and spec.kind != "collect":
             if self.artifacts is None:
-                from crawlhub.errors import ConflictError
-
                 raise ConflictError(f"job {spec.name!r} needs project {spec.project!r}'s"
                                     " build, and this server has no build store")
             artifact = await self.artifacts(spec.project, spec.version or "latest")
+            if artifact.workdir is None:
+                raise ConflictError(
+                    f"build {artifact.build} of {spec.project} {artifact.version} is a"
+                    f" {artifact.kind} ({artifact.path}); the subprocess runner needs a"
+                    " directory: use the venv, wheel or command builder")
         if await self.channel.get(spec.name) == protocol.EXIT and not self._mine(spec.name):
             # A stale exit request (its runs are over): a new run is not asked to exit.
             await self.channel.set(spec.name, protocol.RUN)
@@ -212,50 +197,46 @@ class Runner:
         workdir.mkdir(parents=True, exist_ok=True)
         control_file = workdir / "control.json"
         counters_file = workdir / "counters.json"
-        env = dict(os.environ)
-        cwd: Path = workdir
-        if artifact is not None:
-            cwd = artifact.path
-            env.update(artifact.env)
-            if artifact.bin_dir is not None:
-                env["PATH"] = f"{artifact.bin_dir}{os.pathsep}{env.get('PATH', '')}"
-                env["VIRTUAL_ENV"] = str(artifact.bin_dir.parent)
+        cwd = Path(artifact.workdir) if artifact is not None and artifact.workdir else workdir
+        env = artifact.environ() if artifact is not None else dict(os.environ)
         env.update(spec.env)
         env.update({protocol.ENV_JOB: spec.name, protocol.ENV_RUN: run.id,
                     protocol.ENV_CONTROL_FILE: str(control_file),
                     protocol.ENV_COUNTERS_FILE: str(counters_file),
                     "PYTHONUNBUFFERED": "1"})
-        state = await self.channel.get(spec.name)
-        _write_control(control_file, state, self.clock())
         program = argv[0]
         if os.sep not in program and shutil.which(program, path=env.get("PATH")) is None:
             return "failed", None, f"program {program!r} is not on PATH", None
-        process = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, cwd=str(cwd), env=env,
-            start_new_session=True, limit=MAX_LINE)
-        live.process = process
-        await self.store.beat(run.id, self.clock(), pid=process.pid)
         lines: list[LogLine] = []
-        readers = [asyncio.create_task(self._read(live, process.stdout, "stdout", lines)),
-                   asyncio.create_task(self._read(live, process.stderr, "stderr", lines))]
-        helpers = [asyncio.create_task(self._flush_loop(live, lines)),
-                   asyncio.create_task(self._follow_control(live, control_file, state)),
-                   asyncio.create_task(self._beat_loop(live, counters_file))]
-        waiter = asyncio.create_task(process.wait())
-        try:
-            await self._supervise(live, waiter)
-            code = await waiter
-            await asyncio.gather(*readers, return_exceptions=True)
-        finally:
-            for task in helpers:
-                task.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
-            if process.returncode is None:  # the server is going down under us
-                _signal_group(process.pid, signal.SIGKILL)
-            for task in readers:
-                task.cancel()
-            await self._flush(live, lines)
+        # The control file holds the job's desired state before the process starts, so
+        # a run of a paused job never takes a step unpaused.
+        async with self._follow(live, lines, control_file):
+            process = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, cwd=str(cwd), env=env,
+                start_new_session=True, limit=MAX_LINE)
+            live.process = process
+            if live.paused_since is not None and spec.pause_signal:
+                _signal_group(process.pid, signal.SIGSTOP)
+            await self.store.beat(run.id, self.clock(), pid=process.pid)
+            readers = [asyncio.create_task(self._read(live, process.stdout, "stdout", lines)),
+                       asyncio.create_task(self._read(live, process.stderr, "stderr", lines))]
+            helpers = [asyncio.create_task(self._flush_loop(live, lines)),
+                       asyncio.create_task(self._beat_loop(live, counters_file))]
+            waiter = asyncio.create_task(process.wait())
+            try:
+                await self._supervise(live, waiter, control_file)
+                code = await waiter
+                await asyncio.gather(*readers, return_exceptions=True)
+            finally:
+                for task in helpers:
+                    task.cancel()
+                await asyncio.gather(*helpers, return_exceptions=True)
+                if process.returncode is None:  # the server is going down under us
+                    _signal_group(process.pid, signal.SIGKILL)
+                for task in readers:
+                    task.cancel()
+                await self._flush(live, lines)
         counters = _counters(counters_file)
         if live.cancelled == "timeout":
             return "timeout", code, f"ran over its timeout of {spec.timeout:g} s", counters
@@ -266,7 +247,8 @@ class Runner:
         why = f"exited with code {code}" if code > 0 else f"killed by signal {-code}"
         return "failed", code, why, counters
 
-    async def _supervise(self, live: _Live, waiter: asyncio.Task[int]) -> None:
+    async def _supervise(self, live: _Live, waiter: asyncio.Task[int],
+                         control_file: Path) -> None:
         """Wait for the process; on a stop request (or the timeout) SIGTERM it, then
         SIGKILL after the grace period."""
         spec, process = live.spec, live.process
@@ -290,7 +272,6 @@ class Runner:
                 break
         if waiter.done():
             return
-        control_file = self.runs_dir / live.run.id / "control.json"
         _write_control(control_file, protocol.EXIT, self.clock())
         if live.paused_since is not None:  # a stopped process cannot handle SIGTERM
             _signal_group(process.pid, signal.SIGCONT)
@@ -373,47 +354,50 @@ class Runner:
         except Exception as exc:  # the log store down: the run goes on
             log.warning("%d log lines of run %s not stored: %s", len(batch), live.run.id, exc)
 
+    def _line(self, live: _Live, message: str, level: str = "info") -> LogLine:
+        """A line the runner itself says about a run."""
+        return LogLine(ts=self.clock(), message=message, level=level, source="control",
+                       job=live.spec.name, run=live.run.id, host=HOST)
+
     async def _log(self, live: _Live, message: str, level: str = "info") -> None:
-        await self._emit(live, [LogLine(ts=self.clock(), message=message, level=level,
-                                        source="control", job=live.spec.name,
-                                        run=live.run.id, host=HOST)])
+        await self._emit(live, [self._line(live, message, level)])
 
-    async def _follow_control(self, live: _Live, control_file: Path, state: str) -> None:
-        """Mirror the job's desired state into the control file (and, for
-        ``pause_signal`` jobs, into SIGSTOP / SIGCONT); an exit request stops the run."""
-        spec = live.spec
-        current = state
-        await self._apply(live, current, first=True)
-        while True:
-            try:
-                async for new in self.channel.watch(spec.name):
-                    if new == current:
-                        continue
-                    current = new
-                    _write_control(control_file, new, self.clock())
-                    await self._apply(live, new, first=False)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the channel's backend away: try again shortly
-                log.debug("control watch of %s: %s", spec.name, exc)
-            await asyncio.sleep(1.0)
+    def _follow(self, live: _Live, lines: list[LogLine] | None,
+                control_file: Path | None = None) -> ControlFollower:
+        """Follow the job's desired state while the run lasts: into the control file
+        (when there is one), pause / continue (SIGSTOP / SIGCONT for ``pause_signal``
+        jobs; paused time does not count against the timeout) and exit (the run is asked
+        to stop). Lines saying so go to ``lines``."""
 
-    async def _apply(self, live: _Live, state: str, *, first: bool) -> None:
-        process = live.process
+        def changed(change: Any) -> None:
+            state = change.state
+            if control_file is not None:
+                _write_control(control_file, state, change.changed_at)
+            note = self._apply(live, state)
+            if note and lines is not None:
+                lines.append(self._line(live, note))
+
+        return ControlFollower(self.channel, live.spec.name, on_change=changed)
+
+    def _apply(self, live: _Live, state: str) -> str | None:
+        """Act on a desired state; what to log, if anything."""
+        process, signals = live.process, live.spec.pause_signal
+        note = None
         if state == protocol.PAUSE and live.paused_since is None:
             live.paused_since = self.clock()
-            if live.spec.pause_signal and process is not None:
+            if signals and process is not None:
                 _signal_group(process.pid, signal.SIGSTOP)
-            await self._log(live, "paused" + (" (SIGSTOP)" if live.spec.pause_signal else ""))
+            note = "paused" + (" (SIGSTOP)" if signals else "")
         elif state != protocol.PAUSE and live.paused_since is not None:
             live.paused_total += self.clock() - live.paused_since
             live.paused_since = None
-            if live.spec.pause_signal and process is not None:
+            if signals and process is not None:
                 _signal_group(process.pid, signal.SIGCONT)
-            await self._log(live, "continued")
+            note = "continued"
         if state == protocol.EXIT and live.cancelled is None:
             live.cancelled = "cancelled"
             live.stop_requested.set()
+        return note
 
     async def _beat_loop(self, live: _Live, counters_file: Path) -> None:
         last: dict[str, Any] | None = None
@@ -431,12 +415,6 @@ class Runner:
                     log.warning("heartbeat of run %s not stored: %s", live.run.id, exc)
 
     # -- collection jobs ----------------------------------------------------------------
-    def _collect_state(self, live: _Live, state: str) -> None:
-        """A collection run's control changed (it pauses itself; exit stops it)."""
-        if state == protocol.EXIT and live.cancelled is None:
-            live.cancelled = "cancelled"
-            live.stop_requested.set()
-
     async def _collect(self, live: _Live) -> tuple[str, str | None, dict[str, Any] | None]:
         """A collection job through this process's JobManager; its RunResult's counts
         are the run's counters."""
@@ -444,7 +422,6 @@ class Runner:
         spec = live.spec
         if manager is None:
             return "failed", "this server has no collection jobs (the config has no 'jobs:')", None
-        from crawlhub.control.channel import ControlFollower
         from crawlhub.sdk import Counters
 
         workdir = self.runs_dir / live.run.id
@@ -453,9 +430,7 @@ class Runner:
         counts = Counters(counters_file)
         beat = asyncio.create_task(self._beat_loop(live, counters_file))
         try:
-            async with ControlFollower(self.channel, spec.name,  # type: ignore[arg-type]
-                                       on_change=lambda change: self._collect_state(
-                                           live, change.state)) as follower:
+            async with self._follow(live, None) as follower:
                 await manager.start(spec.name, control=follower.control, counters=counts)
                 waiter = asyncio.create_task(manager.wait(spec.name))
                 while not waiter.done():

@@ -83,7 +83,7 @@ class JobService:
     async def open(self) -> None:
         await self.store.open()
         # Runs this host started in a process that died (SIGKILL) cannot report again.
-        await self.store.lose_dead_runs(self.clock(), own_pid=None)
+        await self.store.lose_dead_runs(self.clock())
 
     def start_scheduler(self) -> None:
         if self._cron_task is None:
@@ -150,30 +150,41 @@ class JobService:
 
     async def get(self, name: str) -> JobView:
         spec, source = await self.spec(name)
-        return await self._view(spec, source)
+        fire = await self.store.next_fire(name) if source == "api" else None
+        return (await self._views([(spec, source, fire)]))[0]
 
-    async def _view(self, spec: JobSpec, source: str) -> JobView:
-        live = await self.store.live_runs(spec.name)
-        running = [run.id for run in live]
-        if source == "config" and self.collect is not None and not running \
-                and self.collect.running(spec.name):
-            running = ["(collect)"]
-        return JobView(spec=spec, source=source, desired=await self.channel.get(spec.name),
-                       running=running, last_run=await self.store.last_run(spec.name),
-                       next_fire=await self.store.next_fire(spec.name) if source == "api"
-                       else None)
+    async def _views(self, specs: list[tuple[JobSpec, str, float | None]]) -> list[JobView]:
+        """The views of ``(spec, source, next cron tick)``: two statements for the runs
+        of every job on the page and one for their desired states, not a few per job."""
+        names = [spec.name for spec, _, _ in specs]
+        live, last = await self.store.summaries(names)
+        if len(names) == 1:
+            desired = {names[0]: await self.channel.get(names[0])}
+        else:
+            desired = {name: state.state for name, state in (await self.channel.states()).items()}
+        views = []
+        for spec, source, fire in specs:
+            running = live.get(spec.name, [])
+            if source == "config" and self.collect is not None and not running \
+                    and self.collect.running(spec.name):
+                running = ["(collect)"]
+            views.append(JobView(spec=spec, source=source,
+                                 desired=desired.get(spec.name, protocol.RUN),
+                                 running=running, last_run=last.get(spec.name),
+                                 next_fire=fire))
+        return views
 
     async def list_jobs(self, *, after: str | None = None, limit: int = 100,
                         kind: str | None = None, prefix: str | None = None
                         ) -> list[JobView]:
         """Jobs by name (the config's collection jobs among them), keyset-paged."""
         stored = await self.store.list_jobs(after=after, limit=limit, kind=kind, prefix=prefix)
-        specs = [(spec, "api") for spec, _ in stored]
+        specs = [(spec, "api", fire) for spec, fire in stored]
         if kind in (None, "collect"):
-            specs += [(spec, "config") for name, spec in self._collect_specs().items()
+            specs += [(spec, "config", None) for name, spec in self._collect_specs().items()
                       if (after is None or name > after) and (not prefix or name.startswith(prefix))]
-        specs.sort(key=lambda pair: pair[0].name)
-        return [await self._view(spec, source) for spec, source in specs[:limit]]
+        specs.sort(key=lambda triple: triple[0].name)
+        return await self._views(specs[:limit])
 
     # -- acting -------------------------------------------------------------------------
     async def run(self, name: str, *, trigger: str = "api") -> RunRecord:
@@ -201,7 +212,7 @@ class JobService:
     async def cancel(self, name: str, *, wait: float | None = None) -> list[str]:
         """Ask every run of ``name`` (on any host) to exit: SIGTERM, SIGKILL after the
         grace period. Waits up to ``wait`` seconds for them to end. The runs asked."""
-        spec, _ = await self.spec(name)
+        await self.spec(name)
         live = [run.id for run in await self.store.live_runs(name)]
         if not live and not self.runner.local_runs(name):
             return []

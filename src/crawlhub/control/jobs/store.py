@@ -265,8 +265,24 @@ class JobStore:
             " ORDER BY id DESC LIMIT 1", job)
         return _run(rows[0]) if rows else None
 
-    async def lose_dead_runs(self, now: float, *, host: str = HOST,
-                             own_pid: int | None = None) -> int:
+    async def summaries(self, jobs: Sequence[str]
+                        ) -> tuple[dict[str, list[str]], dict[str, RunRecord]]:
+        """For a page of jobs, in two statements: the ids of each job's live runs, and
+        each job's newest run that is not a skipped tick."""
+        if not jobs:
+            return {}, {}
+        marks = ", ".join(f"${i}" for i in range(1, len(jobs) + 1))
+        live: dict[str, list[str]] = {}
+        for job, run_id in await self.db.fetch(
+                f"SELECT job, id FROM {self.runs} WHERE job IN ({marks}) AND status IN"
+                " ('queued', 'running') ORDER BY id", *jobs):
+            live.setdefault(job, []).append(run_id)
+        rows = await self.db.fetch(
+            f"SELECT {_RUN_COLUMNS} FROM {self.runs} WHERE id IN (SELECT MAX(id) FROM"
+            f" {self.runs} WHERE job IN ({marks}) AND status <> 'skipped' GROUP BY job)", *jobs)
+        return live, {row[1]: _run(row) for row in rows}
+
+    async def lose_dead_runs(self, now: float, *, host: str = HOST) -> int:
         """Mark ``lost`` the live runs this host started in a process that is gone (a
         server restarted after SIGKILL): the runs cannot report any more."""
         rows = await self.db.fetch(
@@ -274,7 +290,7 @@ class JobStore:
             " AND host = $1", host)
         lost = 0
         for run_id, pid in rows:
-            if pid is not None and (pid == own_pid or _alive(int(pid))):
+            if pid is not None and _alive(int(pid)):
                 continue
             lost += await self.db.execute(
                 f"UPDATE {self.runs} SET status = 'lost', finished_at = $2, error = $3"

@@ -1,0 +1,51 @@
+"""``crawlhub jobs`` and ``crawlhub runs`` on the embedded control database: add, list,
+run in the foreground (its lines printed, the exit code the run's), pause and continue
+stored for the next run, the run history; refusals exit non-zero with the reason."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .conftest import Cli
+
+
+def test_a_job_is_added_run_here_and_its_runs_listed(cli: Cli, tmp_path: Path) -> None:
+    where = ["--data-dir", str(tmp_path / "data")]
+    added = cli("jobs", "add", "hello", "--cron", "0 4 * * *", *where, "--",
+                sys.executable, "-c", "print('hello from a job')")
+    assert added.exit_code == 0, added.stderr
+    assert added.stdout.startswith("added job hello; next tick ")
+
+    [job] = json.loads(cli("jobs", "list", "--json", *where).stdout)
+    assert job["spec"]["cron"] == "0 4 * * *" and job["desired"] == "run"
+
+    ran = cli("jobs", "run", "hello", *where)
+    assert ran.exit_code == 0, ran.stderr
+    assert "hello from a job" in ran.stdout and "succeeded (exit 0)" in ran.stdout
+
+    [run] = json.loads(cli("runs", "list", "--json", *where).stdout)
+    assert (run["job"], run["status"], run["trigger"], run["exit_code"]) == (
+        "hello", "succeeded", "cli", 0)
+    shown = json.loads(cli("runs", "show", run["id"], "--json", *where).stdout)
+    assert shown["run"]["id"] == run["id"]
+
+    assert cli("jobs", "pause", "hello", *where).exit_code == 0
+    [job] = json.loads(cli("jobs", "list", "--json", *where).stdout)
+    assert job["desired"] == "pause"
+    assert cli("jobs", "continue", "hello", *where).exit_code == 0
+    [job] = json.loads(cli("jobs", "list", "--json", *where).stdout)
+    assert job["desired"] == "run"
+
+
+def test_a_failing_run_and_bad_input_exit_non_zero(cli: Cli, tmp_path: Path) -> None:
+    where = ["--data-dir", str(tmp_path / "data")]
+    assert cli("jobs", "add", "boom", *where, "--", sys.executable, "-c",
+               "import sys; sys.exit(4)").exit_code == 0
+    ran = cli("jobs", "run", "boom", *where)
+    assert ran.exit_code == 1 and "failed (exit 4)" in ran.stdout
+    bad = cli("jobs", "add", "x", "--cron", "every day", *where, "--", "true")
+    assert bad.exit_code != 0 and "cron" in bad.stderr
+    missing = cli("jobs", "run", "nope", *where)
+    assert missing.exit_code != 0 and "no job named 'nope'" in missing.stderr
