@@ -141,24 +141,26 @@ class Control:
         cleanly); True otherwise: running again, or ``timeout`` seconds ran out while still
         paused (:attr:`paused` tells which)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            state = self.state
-            if state != PAUSE:
-                return state != EXIT
-            if deadline is not None and time.monotonic() >= deadline:
-                return True
+        while (verdict := self._verdict(deadline)) is None:
             time.sleep(WAIT_STEP)
+        return verdict
 
     async def until_running(self, timeout: float | None = None) -> bool:
         """:meth:`wait_while_paused` for asyncio code: waits without blocking the loop."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            state = self.state
-            if state != PAUSE:
-                return state != EXIT
-            if deadline is not None and time.monotonic() >= deadline:
-                return True
+        while (verdict := self._verdict(deadline)) is None:
             await asyncio.sleep(WAIT_STEP)
+        return verdict
+
+    def _verdict(self, deadline: float | None) -> bool | None:
+        """What a wait answers now (False: exit; True: running, or paused past
+        ``deadline``), or None: still paused, wait on."""
+        state = self.state
+        if state != PAUSE:
+            return state != EXIT
+        if deadline is not None and time.monotonic() >= deadline:
+            return True
+        return None
 
 
 class Manual(Control):
@@ -197,7 +199,7 @@ class _FileSource:
 
 
 _control: tuple[str, Control] | None = None
-_control_lock = threading.Lock()
+_singletons_lock = threading.Lock()
 
 
 def control() -> Control:
@@ -208,7 +210,7 @@ def control() -> Control:
     current = _control
     if current is not None and current[0] == path:
         return current[1]
-    with _control_lock:
+    with _singletons_lock:
         if _control is None or _control[0] != path:
             _control = (path, Control.from_file(path) if path else Control())
         return _control[1]
@@ -311,7 +313,7 @@ def process_counters() -> Counters:
     current = _counters
     if current is not None and current[0] == path:
         return current[1]
-    with _control_lock:
+    with _singletons_lock:
         if _counters is None or _counters[0] != path:
             if _counters is not None:
                 _counters[1].flush()
