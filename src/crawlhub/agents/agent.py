@@ -34,6 +34,7 @@ from crawlhub.agents.codes import PARSE_ERROR, ROBOTS_DISALLOWED, SUCCESS, Resul
 from crawlhub.agents.downloader import Downloader, Fetched
 from crawlhub.agents.extract import Extracted, ExtractionRules, ParseError, RuleSets
 from crawlhub.clock import Clock, system_clock
+from crawlhub.control.protocol import EXIT, PAUSE, RUN
 from crawlhub.errors import ConfigError
 from crawlhub.queues.base import Message, ReliableQueue
 from crawlhub.task import RESULT_KEY
@@ -447,17 +448,17 @@ class Agent:
         running = self._running
         while not stop.is_set():
             state = control.state
-            if state == "exit":
+            if state == EXIT:
                 log.info("agent %s: exit requested; finishing the %d fetches in flight",
-                            self.agent_id, self._inflight)
+                         self.agent_id, self._inflight)
                 self.exited = True
                 running.clear()
                 return
-            if state == "pause" and running.is_set():
+            if state == PAUSE and running.is_set():
                 log.info("agent %s: paused; %d fetches in flight finish, no new ones",
-                            self.agent_id, self._inflight)
+                         self.agent_id, self._inflight)
                 running.clear()
-            elif state == "run" and not running.is_set():
+            elif state == RUN and not running.is_set():
                 log.info("agent %s: continued", self.agent_id)
                 running.set()
             await asyncio.sleep(CONTROL_POLL)
