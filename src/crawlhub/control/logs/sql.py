@@ -57,6 +57,19 @@ def where_clause(conditions: list[str]) -> str:
     return f" WHERE {' AND '.join(conditions)}" if conditions else ""
 
 
+def indexes(table: str) -> list[str]:
+    """The indexes both backends keep on the lines table: the uid (the collector's
+    dedupe), each filter column by id (keyset paging within a job, run, task or level)
+    and ``ts`` (since / until, retention by age)."""
+    return [
+        f"CREATE UNIQUE INDEX IF NOT EXISTS {table}_uid ON {table} (uid) WHERE uid IS NOT NULL",
+        *(f"CREATE INDEX IF NOT EXISTS {table}_{c} ON {table} ({c}, id) WHERE {c} IS NOT NULL"
+          for c in ("job", "run", "task")),
+        f"CREATE INDEX IF NOT EXISTS {table}_level ON {table} (level, id)",
+        f"CREATE INDEX IF NOT EXISTS {table}_ts ON {table} (ts)",
+    ]
+
+
 class SqlLogStore:
     """The shared part of :class:`~crawlhub.control.logs.sqlite.SqliteLogStore` and
     :class:`~crawlhub.control.logs.postgres.PostgresLogStore`, on a

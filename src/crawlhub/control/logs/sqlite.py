@@ -13,6 +13,7 @@ from crawlhub.control.logs.sql import (
     Args,
     SqlLogStore,
     bounds,
+    indexes,
     order,
     where_clause,
 )
@@ -69,12 +70,7 @@ class SqliteLogStore(SqlLogStore):
             " ts REAL NOT NULL, level INTEGER NOT NULL, source TEXT NOT NULL, job TEXT,"
             " run TEXT, task TEXT, host TEXT NOT NULL DEFAULT '', stream TEXT,"
             " message TEXT NOT NULL, uid TEXT)",
-            f"CREATE UNIQUE INDEX IF NOT EXISTS {t}_uid ON {t} (uid) WHERE uid IS NOT NULL",
-            f"CREATE INDEX IF NOT EXISTS {t}_job ON {t} (job, id) WHERE job IS NOT NULL",
-            f"CREATE INDEX IF NOT EXISTS {t}_run ON {t} (run, id) WHERE run IS NOT NULL",
-            f"CREATE INDEX IF NOT EXISTS {t}_task ON {t} (task, id) WHERE task IS NOT NULL",
-            f"CREATE INDEX IF NOT EXISTS {t}_level ON {t} (level, id)",
-            f"CREATE INDEX IF NOT EXISTS {t}_ts ON {t} (ts)",
+            *indexes(t),
             f"CREATE VIRTUAL TABLE IF NOT EXISTS {self.fts} USING fts5(words, content='',"
             " columnsize=0, tokenize='ascii')",
         ])
