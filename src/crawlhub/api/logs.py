@@ -15,7 +15,6 @@ from pydantic import BaseModel, Field
 from crawlhub.api.deps import ApiError, services
 from crawlhub.api.openapi import BACKEND, errors
 from crawlhub.control.logs import LogQuery, LogQueryError, LogService, parse_when
-from crawlhub.control.logs.line import LogLine
 from crawlhub.errors import NotFoundError
 from crawlhub.service import Services
 
@@ -57,10 +56,6 @@ def log_service(svc: Services) -> LogService:
         raise NotFoundError("this server has no log store: the control plane is not"
                             " running (start it with 'crawlhub serve')")
     return logs  # type: ignore[no-any-return]
-
-
-def line_json(line: LogLine) -> dict[str, Any]:
-    return line.to_dict()
 
 
 _JOB = Query(None, max_length=200, description="only lines of this job")
@@ -107,7 +102,7 @@ async def search_logs(
     query = make_query(job=job, run=run, task=task, level=level, source=source, q=q,
                        since=since, until=until, before=before, after=after, limit=limit)
     page = await logs.search(query)
-    return {"lines": [line_json(line) for line in page.lines], "next": page.next}
+    return {"lines": [line.to_dict() for line in page.lines], "next": page.next}
 
 
 # OpenAPI 3.2's way (FastAPI's too): the schema of each event; ``data`` is a LogLineOut.
@@ -171,7 +166,7 @@ async def _events(logs: LogService, query: LogQuery, cursor: int) -> AsyncIterat
             chunks = []
             for line in lines:
                 cursor = line.id if line.id is not None else cursor
-                data = json.dumps(line_json(line), ensure_ascii=False)
+                data = json.dumps(line.to_dict(), ensure_ascii=False)
                 chunks.append(f"id: {line.id}\ndata: {data}\n\n")
             yield "".join(chunks).encode("utf-8")
             quiet_since = loop.time()

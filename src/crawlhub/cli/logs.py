@@ -111,15 +111,13 @@ async def _show(cfg: Any, query: LogQuery, follow: bool, as_json: bool) -> None:
             _print(line, as_json)
         if not follow:
             return
-        cursor = page.lines[0].id if page.lines and page.lines[0].id else await store.last_id()
-        # a service without a transport of its own: only its tail is used here
-        reader = LogService(store)
+        # From the newest line shown (or, none shown, from now), with the same filters
+        # but no time bounds: those were for the history. Only the service's tail is used.
         tail = LogQuery(job=query.job, run=query.run, task=query.task, level=query.level,
                         source=query.source, q=query.q)
-        while True:
-            for line in await reader.wait_lines(tail, cursor, 1.0):
-                cursor = line.id or cursor
-                _print(line, as_json)
+        after = page.lines[0].id if page.lines else None
+        async for line in LogService(store).tail(tail, after=after):
+            _print(line, as_json)
 
 
 @app.command("prune")

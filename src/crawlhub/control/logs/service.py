@@ -47,9 +47,6 @@ POLL = 0.3
 TAIL_BATCH = 500
 #: Seconds between two prunes.
 PRUNE_EVERY = 300.0
-#: ``control.channel`` schemes that mean the Redis transport.
-REDIS_SCHEMES = ("redis", "rediss", "valkey", "valkeys")
-
 HOST = socket.gethostname()
 
 
@@ -88,7 +85,7 @@ class LogService:
         """The service of ``config.control``: the store on ``logs_url`` (tables named
         with ``prefix``), the Redis transport and a collector when ``channel`` is a
         Redis URL (stream key under ``redis_prefix``, default ``storage.redis_prefix``),
-        else direct writes."""
+        else (unset or ``memory://``, as for the control channel) direct writes."""
         section = config.control
         store = open_log_store(await ControlDB.open(section.logs_url, prefix=prefix))
         try:
@@ -96,7 +93,7 @@ class LogService:
             transport: Transport
             collector = None
             channel = section.channel
-            if channel and channel.split("://", 1)[0].lower() in REDIS_SCHEMES:
+            if channel and not channel.lower().startswith("memory://"):
                 from crawlhub.keys import log_keys
                 from crawlhub.storage.redis import redis_client
 
@@ -135,12 +132,9 @@ class LogService:
         """Ship the records of ``logger`` and its children (once; removed by
         :meth:`close`)."""
         if self._handler is None:
-            self._handler = shipping.install(self._put, logger=logger, level=level)
+            self._handler = shipping.install(self.transport.put, logger=logger, level=level)
             self._handler_logger = logger
         return self._handler
-
-    def _put(self, lines: list[LogLine]) -> None:
-        self.transport.put(lines)
 
     async def close(self) -> None:
         """Remove the handler, stop the pruner and collector, flush (a few seconds at
@@ -185,8 +179,7 @@ class LogService:
         """One line, like :meth:`write`, from synchronous code (any thread)."""
         self.transport.put(self.lines_in([LogLine(
             ts=time.time() if ts is None else ts, message=message, level=level,
-            source=source, job=job, run=run, task=task, host=HOST if host is None else host,
-            stream=stream)]))
+            source=source, job=job, run=run, task=task, host=host or "", stream=stream)]))
 
     async def flush(self, timeout: float = 10.0) -> None:
         """Send what is buffered now. Embedded, the lines are then searchable; through

@@ -94,11 +94,16 @@ def _code(value: object) -> str | None:
     return text or None
 
 
+def _level_name(level: object) -> str:
+    """``level`` lower-cased, an alias (``WARN``, ``fatal``) as its level's name."""
+    name = str(level).strip().lower()
+    return _LEVEL_ALIASES.get(name, name)
+
+
 def normal_level(level: object) -> str:
     """One of :data:`LEVELS`: ``WARN`` is ``warning``, ``fatal`` ``critical``; anything
     unknown is ``info``."""
-    name = str(level or "info").strip().lower()
-    name = _LEVEL_ALIASES.get(name, name)
+    name = _level_name(level or "info")
     return name if name in LEVELS else "info"
 
 
@@ -257,8 +262,7 @@ class LogQuery:
 
     def __post_init__(self) -> None:
         if self.level is not None:
-            name = str(self.level).strip().lower()
-            name = _LEVEL_ALIASES.get(name, name)
+            name = _level_name(self.level)
             if name not in LEVELS:
                 raise LogQueryError(f"level={self.level!r} is not a level: use one of"
                                     f" {', '.join(LEVELS)}")

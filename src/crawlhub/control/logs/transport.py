@@ -54,6 +54,12 @@ GROUP = "collectors"
 Written = Callable[[int], None]
 
 
+def next_backoff(previous: float) -> float:
+    """The wait after another failed send or round: :data:`BACKOFF`, then doubling up
+    to :data:`MAX_BACKOFF`."""
+    return min(MAX_BACKOFF, max(BACKOFF, previous * 2))
+
+
 class LineBuffer:
     """A bounded FIFO of ``(line, uid)`` shared by threads; full, it drops the oldest and
     counts them in ``dropped``. Every method is O(lines moved) under one lock."""
@@ -180,7 +186,7 @@ class Transport:
     def _failed(self, exc: Exception) -> None:
         self.failures += 1
         self.last_error = f"{type(exc).__name__}: {exc}"
-        self._backoff = min(MAX_BACKOFF, max(BACKOFF, self._backoff * 2))
+        self._backoff = next_backoff(self._backoff)
         if not self._down:
             self._down = True
             log.warning("log %s failed (%s); %d lines kept, retrying with backoff",
@@ -370,18 +376,14 @@ class LogCollector:
         if now >= self._next_claim:
             self._next_claim = now + self.claim_every
             stored += await self._claim()
-        if self._own_pending:
-            reply = await self.client.xreadgroup(self.group, self.consumer, {self.key: "0"},
-                                                 count=self.count)
-            entries = reply[0][1] if reply else []
-            if not entries:
-                self._own_pending = False
-                return stored
-        else:
-            reply = await self.client.xreadgroup(self.group, self.consumer, {self.key: ">"},
-                                                 count=self.count,
-                                                 block=max(1, int(self.block * 1000)))
-            entries = reply[0][1] if reply else []
+        # Own pending entries ("0") come back at once; new ones (">") are waited for.
+        own = self._own_pending
+        reply = await self.client.xreadgroup(
+            self.group, self.consumer, {self.key: "0" if own else ">"}, count=self.count,
+            block=None if own else max(1, int(self.block * 1000)))
+        entries = reply[0][1] if reply else []
+        if own and not entries:
+            self._own_pending = False
         return stored + await self._store(entries)
 
     async def _claim(self) -> int:
@@ -450,7 +452,7 @@ class LogCollector:
                     log.warning("log collector %s: %s; retrying with backoff",
                                 self.consumer, error)
                 self.last_error = error
-                backoff = min(MAX_BACKOFF, max(BACKOFF, backoff * 2))
+                backoff = next_backoff(backoff)
                 await asyncio.sleep(backoff)
                 continue
             if self.last_error is not None:
