@@ -8,27 +8,15 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from crawlhub.cli import app
-from crawlhub.control.db import ControlDB
-from crawlhub.control.logs import LogStore, open_log_store
+from crawlhub.control.logs import LogStore
 from tests.control.logs.conftest import MakeLine
 
 runner = CliRunner()
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[LogStore]:
-    """The store ``crawlhub logs --data-dir tmp_path`` reads."""
-    s = open_log_store(await ControlDB.open(f"sqlite:///{tmp_path}/logs.db"))
-    await s.open()
-    yield s
-    await s.close()
 
 
 def cli(tmp_path: Path, *args: str) -> tuple[int, str]:

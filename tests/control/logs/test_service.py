@@ -18,15 +18,7 @@ from crawlhub.control.db import ControlDB
 from crawlhub.control.logs import LogLine, LogQuery, LogService, LogStore, open_log_store
 from crawlhub.control.logs.handler import LogShipper, record_line, source_of
 from crawlhub.control.logs.transport import DirectTransport, RedisTransport
-from tests.control.logs.conftest import MakeLine
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[LogStore]:
-    s = open_log_store(await ControlDB.open(f"sqlite:///{tmp_path}/logs.db"))
-    await s.open()
-    yield s
-    await s.close()
+from tests.control.logs.conftest import MakeLine, messages
 
 
 @pytest.fixture
@@ -35,11 +27,6 @@ async def service(store: LogStore) -> AsyncIterator[LogService]:
     await logs.start(prune=False, ship=False)
     yield logs
     await logs.transport.close()
-
-
-async def messages(logs: LogService, **query: object) -> list[str]:
-    page = await logs.search(LogQuery(**query))  # type: ignore[arg-type]
-    return [line.message for line in page.lines]
 
 
 # -- writing ----------------------------------------------------------------------------
@@ -145,10 +132,26 @@ async def test_the_installed_handler_ships_crawlhub_records_to_the_store(
 
 
 # -- tails ------------------------------------------------------------------------------
-async def test_a_tail_gets_the_lines_written_after_it_started(service: LogService,
-                                                              line: MakeLine) -> None:
+def tail_started(logs: LogService, monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """Set once a tail of ``logs`` has read where it starts (the store's last id), so a
+    test writes its "new" lines after that, however slow the machine."""
+    started = asyncio.Event()
+    last_id = logs.store.last_id
+
+    async def spied() -> int:
+        top = await last_id()
+        started.set()
+        return top
+
+    monkeypatch.setattr(logs.store, "last_id", spied)
+    return started
+
+
+async def test_a_tail_gets_the_lines_written_after_it_started(
+        service: LogService, line: MakeLine, monkeypatch: pytest.MonkeyPatch) -> None:
     await service.write([line("before", job="j")])
     await service.flush()
+    started = tail_started(service, monkeypatch)
     got: list[str] = []
 
     async def follow() -> None:
@@ -158,7 +161,7 @@ async def test_a_tail_gets_the_lines_written_after_it_started(service: LogServic
                 return
 
     task = asyncio.create_task(follow())
-    await asyncio.sleep(0.1)  # the tail starts at the newest id
+    await asyncio.wait_for(started.wait(), 5)  # the tail starts at the newest id
     await service.write([line("one", job="j"), line("other job", job="k"),
                          line("skip me", job="j")])
     await service.write([line("two", job="j")])
@@ -220,7 +223,8 @@ async def test_embedded_config_writes_directly(tmp_path: Path, line: MakeLine) -
 
 
 async def test_distributed_config_goes_through_redis_to_a_collector(
-        tmp_path: Path, redis_url: str, unique_name: str, line: MakeLine) -> None:
+        tmp_path: Path, redis_url: str, unique_name: str, line: MakeLine,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     config = CrawlhubConfig.model_validate({
         "data_dir": str(tmp_path), "storage": {"redis_prefix": f"{unique_name}:"},
         "control": {"channel": redis_url}})
@@ -231,9 +235,10 @@ async def test_distributed_config_goes_through_redis_to_a_collector(
         assert producer.transport.key == f"{unique_name}:logs:stream"
         await producer.start(collect=False, prune=False, ship=False)
         await server.start(prune=False, ship=False)
+        started = tail_started(server, monkeypatch)
         lines = server.tail(LogQuery(job="dist"))
         first = asyncio.ensure_future(lines.__anext__())
-        await asyncio.sleep(0.1)
+        await asyncio.wait_for(started.wait(), 5)
         await producer.write([line("through the stream", job="dist", run="r9")])
         got = await asyncio.wait_for(first, 5)
         assert (got.message, got.run) == ("through the stream", "r9")

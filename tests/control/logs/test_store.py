@@ -9,12 +9,7 @@ import pytest
 
 from crawlhub.control.logs import LogLine, LogQuery, LogStore
 from crawlhub.control.logs.text import MAX_MESSAGE
-from tests.control.logs.conftest import MakeLine
-
-
-async def messages(store: LogStore, **query: object) -> list[str]:
-    page = await store.search(LogQuery(**query))  # type: ignore[arg-type]
-    return [line.message for line in page.lines]
+from tests.control.logs.conftest import MakeLine, messages
 
 
 async def test_written_lines_come_back_newest_first_with_every_field(

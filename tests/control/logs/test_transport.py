@@ -7,13 +7,11 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
-from crawlhub.control.db import ControlDB
-from crawlhub.control.logs import LogLine, LogQuery, LogStore, open_log_store
+from crawlhub.control.logs import LogLine, LogQuery, LogStore
 from crawlhub.control.logs.store import LogPage
 from crawlhub.control.logs.transport import (
     DirectTransport,
@@ -28,14 +26,6 @@ from crawlhub.keys import log_keys
 from crawlhub.storage.redis import redis_client
 from tests.control.logs.conftest import MakeLine
 from tests.servers import throwaway_valkey
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[LogStore]:
-    s = open_log_store(await ControlDB.open(f"sqlite:///{tmp_path}/logs.db"))
-    await s.open()
-    yield s
-    await s.close()
 
 
 @pytest.fixture
