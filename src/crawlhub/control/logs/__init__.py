@@ -5,7 +5,8 @@ codes where known (seed 002), in SQLite FTS5 (embedded) or PostgreSQL full text
 
 - :mod:`.line`      the line
 - :mod:`.text`      cleaning, words, search text, times (shared by every store)
-- :mod:`.store`     the store protocol; :mod:`.sqlite`, :mod:`.postgres` the backends
+- :mod:`.store`     the store protocol; :mod:`.sqlite`, :mod:`.postgres` the backends,
+                    :mod:`.sql` what they share, :mod:`.open` the factory
 - :mod:`.transport` buffer, direct writes, Redis stream and its collector
 - :mod:`.handler`   the ``logging`` handler of ``crawlhub.*`` loggers
 - :mod:`.service`   :class:`LogService`, all of it for one process
