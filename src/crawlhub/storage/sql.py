@@ -1,12 +1,12 @@
-"""The control plane's SQL runner: one SQLite file embedded, PostgreSQL distributed.
+"""The one SQL runner of the stores that live in SQLite embedded and PostgreSQL
+distributed (the collect metadata store, the control plane's stores).
 
-Every store of the control plane (projects, builds, jobs, runs, alerts, logs) writes its
-SQL once with ``$1, $2`` placeholders (PostgreSQL's; SQLite reads them as ``?1``) and
-portable types (TEXT, BIGINT, DOUBLE PRECISION), and runs it through a :class:`ControlDB`.
-Table names come from :meth:`ControlDB.table`, so tests (and two deployments in one
-database) keep apart with a prefix.
+A store writes its SQL once with ``$1, $2`` placeholders (PostgreSQL's; SQLite reads them
+as ``?1``) and portable types (TEXT, BIGINT, DOUBLE PRECISION), and runs it through a
+:class:`SqlDB`. Table names come from :meth:`SqlDB.table`, so tests (and two deployments
+in one database) keep apart with a prefix.
 
-    db = await ControlDB.open("sqlite:///data/control.db")
+    db = await SqlDB.open("sqlite:///data/control.db")
     await db.schema([f"CREATE TABLE IF NOT EXISTS {db.table('jobs')} (...)"])
     rows = await db.fetch(f"SELECT name FROM {db.table('jobs')} WHERE kind = $1", "crawl")
 
@@ -19,7 +19,7 @@ import asyncio
 import re
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from crawlhub.errors import ConfigError
 from crawlhub.extras import require
@@ -31,23 +31,26 @@ from crawlhub.storage.urls import parse_backend_url
 T = TypeVar("T")
 
 _PLACEHOLDER = re.compile(r"\$(\d+)")
-_PREFIX_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,40}$")
+#: A table prefix: a plain SQL identifier start.
+TABLE_PREFIX_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,40}$")
 
 
-class ControlDB:
-    """One database of the control plane; ``dialect`` is ``"sqlite"`` or ``"postgresql"``.
+class SqlDB:
+    """One database; ``dialect`` is ``"sqlite"`` or ``"postgresql"``.
 
     SQLite: one connection on one thread (WAL, busy timeout), so a CLI and a server
     share the file. PostgreSQL: a small asyncpg pool; every statement is its own
     transaction unless run through :meth:`transaction`.
     """
 
+    #: what the database is called in errors, and the config key of its URL
+    what = "database"
+    key = "url"
+
     def __init__(self, url: str, *, prefix: str = "crawlhub_", pool_size: int = 4) -> None:
-        if not _PREFIX_RE.match(prefix):
-            raise ConfigError(f"table prefix {prefix!r} is not a plain SQL identifier; use"
-                              " letters, digits and underscores", key="prefix")
-        backend = parse_backend_url(url, kinds=("sqlite", "postgres"), what="control",
-                                    key="control.url")
+        check_table_prefix(prefix)
+        backend = parse_backend_url(url, kinds=("sqlite", "postgres"), what=self.what,
+                                    key=self.key)
         self.url = url
         self.prefix = prefix
         self.dialect = "sqlite" if backend.kind == "sqlite" else "postgresql"
@@ -60,13 +63,13 @@ class ControlDB:
         self._sqlite_lock: asyncio.Lock | None = None
 
     @classmethod
-    async def open(cls, url: str, *, prefix: str = "crawlhub_") -> ControlDB:
+    async def open(cls, url: str, *, prefix: str = "crawlhub_") -> Self:
         db = cls(url, prefix=prefix)
         await db.connect()
         return db
 
     def __repr__(self) -> str:
-        return f"<ControlDB {self.name}>"
+        return f"<{type(self).__name__} {self.name}>"
 
     def table(self, name: str) -> str:
         """The real name of table ``name`` (the prefix added)."""
@@ -75,11 +78,11 @@ class ControlDB:
     async def connect(self) -> None:
         if self.dialect == "sqlite":
             if self._sqlite is None:
-                self._sqlite = SqliteDB(str(self._path), name=f"control store {self._path}")
+                self._sqlite = SqliteDB(str(self._path), name=f"{self.what} {self._path}")
                 await self._sqlite.run(lambda conn: None)  # a bad path fails here
             return
         if self._pool is None:
-            asyncpg = require("asyncpg", "postgres", needed_by="the PostgreSQL control store")
+            asyncpg = require("asyncpg", "postgres", needed_by=f"the PostgreSQL {self.what}")
             try:
                 self._pool = await asyncpg.create_pool(self._dsn, min_size=1,
                                                        max_size=self._pool_size)
@@ -213,7 +216,7 @@ class ControlDB:
         return self._pool
 
     async def _pg_call(self, method: str, sql: str, *args: Any) -> Any:
-        asyncpg = require("asyncpg", "postgres", needed_by="the PostgreSQL control store")
+        asyncpg = require("asyncpg", "postgres", needed_by=f"the PostgreSQL {self.what}")
         try:
             return await getattr(self._pg(), method)(sql, *args)
         except (OSError, asyncpg.exceptions.ConnectionDoesNotExistError,
@@ -222,13 +225,21 @@ class ControlDB:
             raise unavailable(exc, self.name) from exc
 
 
+def check_table_prefix(prefix: str) -> str:
+    """``prefix``, or a :class:`ConfigError` when it is not a plain SQL identifier."""
+    if not TABLE_PREFIX_RE.match(prefix):
+        raise ConfigError(f"table prefix {prefix!r} is not a plain SQL identifier; use"
+                          " letters, digits and underscores", key="table_prefix")
+    return prefix
+
+
 def _writes(query: str) -> bool:
     head = query.lstrip().split(None, 1)[0].upper() if query.strip() else ""
     return head in ("INSERT", "UPDATE", "DELETE", "REPLACE", "WITH")
 
 
 class Tx:
-    """What :meth:`ControlDB.transaction` hands its steps."""
+    """What :meth:`SqlDB.transaction` hands its steps."""
 
     async def execute(self, sql: str, *args: Any) -> int:
         raise NotImplementedError

@@ -1,21 +1,21 @@
 """The metadata store of collection jobs: progress, cursors, run history, run leases,
 pending detail ids and recent job log lines.
 
-One small protocol; the SQL lives here once and the backends (``sqlite.py``,
-``postgres.py``) only run it, so both behave the same (one conformance suite).
+One small protocol; the SQL lives here once and runs on the one SQL runner
+(:class:`crawlhub.storage.sql.SqlDB`: a SQLite file or PostgreSQL), so both behave the
+same (one conformance suite).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from crawlhub.errors import ConfigError
+from crawlhub.storage.sql import SqlDB, check_table_prefix
 
 
 @dataclass(slots=True)
@@ -193,24 +193,25 @@ def _id_text(ident: Any) -> str:
     return json.dumps(ident, sort_keys=True, separators=(",", ":"), default=str)
 
 
-_PREFIX_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,40}$")
+class MetadataDB(SqlDB):
+    """A :class:`SqlDB` whose errors speak of the metadata store and
+    ``storage.metadata``."""
+
+    what = "metadata store"
+    key = "storage.metadata"
 
 
 class SqlMetadataStore:
-    """The store's SQL, shared by the backends; they implement the ``_`` hooks.
+    """The store on ``url`` (``sqlite:///...`` embedded, ``postgresql://...``).
 
-    Statements use ``$1, $2`` placeholders (PostgreSQL's); SQLite reads them as ``?1``.
+    Statements use ``$1, $2`` placeholders (PostgreSQL's; SQLite reads them as ``?1``).
     Columns are TEXT / BIGINT / DOUBLE PRECISION so one DDL fits both databases.
     """
 
-    def __init__(self, *, table_prefix: str = "crawlhub_collect_") -> None:
-        if not _PREFIX_RE.match(table_prefix):
-            raise ConfigError(
-                f"table prefix {table_prefix!r} is not a plain SQL identifier; "
-                "use letters, digits and underscores",
-                key="table_prefix",
-            )
-        p = table_prefix
+    def __init__(self, url: str, *, table_prefix: str = "crawlhub_collect_") -> None:
+        p = check_table_prefix(table_prefix)
+        self.url = url
+        self._db = MetadataDB(url)
         self._connected = False
         self.progress_table = f"{p}progress"
         self.cursors_table = f"{p}cursors"
@@ -242,26 +243,23 @@ class SqlMetadataStore:
             f"CREATE INDEX IF NOT EXISTS {p}log_job_ts ON {p}log (job, ts, seq)",
         ]
 
-    # -- backend hooks ---------------------------------------------------------------
+    # -- statements (the runner's, named as the SQL below calls them) -------------------
     async def _connect(self) -> None:
-        raise NotImplementedError
+        await self._db.connect()
 
     async def _disconnect(self) -> None:
-        raise NotImplementedError
+        await self._db.close()
 
     async def _execute(self, sql: str, *args: Any) -> None:
-        raise NotImplementedError
+        await self._db.execute(sql, *args)
 
     async def _fetch(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    async def _fetch_write(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-        """A writing statement with RETURNING: its rows, committed."""
-        raise NotImplementedError
+        """Rows of a query, or of a writing statement with RETURNING (committed)."""
+        return await self._db.fetch(sql, *args)
 
     async def _executemany(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
         """One statement over many argument rows, in one transaction."""
-        raise NotImplementedError
+        await self._db.executemany(sql, rows)
 
     # -- protocol --------------------------------------------------------------------
     async def open(self) -> None:
@@ -392,7 +390,7 @@ class SqlMetadataStore:
         t = self.leases_table
         # One statement decides: insert, or take over a lease that is expired, ours, or
         # held by ``take_from``; otherwise the row stays as it is.
-        rows = await self._fetch_write(
+        rows = await self._fetch(
             f"INSERT INTO {t} ({_LEASE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)"
             f" ON CONFLICT (job) DO UPDATE SET owner = excluded.owner,"
             " run_id = excluded.run_id, pid = excluded.pid, host = excluded.host,"
@@ -419,7 +417,7 @@ class SqlMetadataStore:
         return holder
 
     async def renew_lease(self, job: str, owner: str, *, now: float, ttl: float) -> Lease | None:
-        rows = await self._fetch_write(
+        rows = await self._fetch(
             f"UPDATE {self.leases_table} SET expires_at = $3 WHERE job = $1 AND owner = $2"
             f" RETURNING {_LEASE_COLUMNS}",
             job,
@@ -440,7 +438,7 @@ class SqlMetadataStore:
         return _lease(rows[0]) if rows else None
 
     async def request_stop(self, job: str, reason: str) -> Lease | None:
-        rows = await self._fetch_write(
+        rows = await self._fetch(
             f"UPDATE {self.leases_table} SET stop = $2 WHERE job = $1"
             f" RETURNING {_LEASE_COLUMNS}",
             job,
