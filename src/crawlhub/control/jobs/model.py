@@ -30,8 +30,6 @@ Kind = Literal["subprocess", "crawl", "collect"]
 #: Run statuses: queued and running are live; the rest are final.
 LIVE = ("queued", "running")
 FINAL = ("succeeded", "failed", "cancelled", "timeout", "lost", "skipped")
-#: A status with a non-zero exit or no exit at all.
-FAILED = ("failed", "timeout", "lost")
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
