@@ -14,7 +14,7 @@ codes where known (seed 002), in SQLite FTS5 (embedded) or PostgreSQL full text
 
 from crawlhub.control.logs.line import LEVELS, SOURCES, LogLine, level_rank
 from crawlhub.control.logs.open import open_log_store
-from crawlhub.control.logs.service import LogService, open_log_service
+from crawlhub.control.logs.service import LogService
 from crawlhub.control.logs.store import LogPage, LogStore
 from crawlhub.control.logs.text import (
     MAX_MESSAGE,
@@ -35,7 +35,6 @@ __all__ = [
     "LogService",
     "LogStore",
     "level_rank",
-    "open_log_service",
     "open_log_store",
     "parse_search",
     "parse_when",

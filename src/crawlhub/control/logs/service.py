@@ -257,13 +257,3 @@ class LogService:
             out["shipped"] = self._handler.shipped
         return out
 
-
-async def open_log_service(config: CrawlhubConfig, *, prefix: str = "crawlhub_",
-                           start: bool = True) -> LogService:
-    """A :class:`LogService` for a command that writes lines (``crawlhub jobs run``):
-    opened on ``config.control``; with ``start`` its flush task runs (no collector, no
-    pruner, no handler: those belong to ``crawlhub serve``). Close it to flush."""
-    service = await LogService.open(config, prefix=prefix)
-    if start:
-        await service.start(collect=False, prune=False, ship=False)
-    return service

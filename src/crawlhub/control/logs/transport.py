@@ -443,8 +443,6 @@ class LogCollector:
         while not self._stopping:
             try:
                 await self.step()
-            except asyncio.CancelledError:
-                raise
             except Exception as exc:  # noqa: BLE001 - Redis or the store down: retry
                 self._own_pending = True
                 error = f"{type(exc).__name__}: {exc}"
