@@ -12,7 +12,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, Field
 
-from crawlhub.api.deps import ApiError, services
+from crawlhub.api.deps import ApiError, ServicesDep, control_plane
 from crawlhub.api.openapi import BACKEND, BODY, errors
 from crawlhub.control.alerts import (
     EVENT_KINDS,
@@ -22,20 +22,13 @@ from crawlhub.control.alerts import (
     RoutePatch,
     RouteSpec,
 )
-from crawlhub.errors import BackendUnavailable
-from crawlhub.service import Services
 
 router = APIRouter(prefix="/alerts", tags=["alerts"])
 
 
-def alert_service(svc: Services = Depends(services)) -> AlertService:
+def alert_service(svc: ServicesDep) -> AlertService:
     """The control plane's alerts (503 while the control plane is not open)."""
-    control = svc.control
-    alerts = getattr(control, "alerts", None) if control is not None else None
-    if alerts is None:
-        raise BackendUnavailable("the control plane is not open on this server",
-                                 backend="control")
-    return alerts  # type: ignore[no-any-return]
+    return control_plane(svc).alerts
 
 
 class AlertRouteOut(BaseModel):
@@ -88,10 +81,6 @@ class DeliveryOut(BaseModel):
     ts: float
 
 
-def _invalid(exc: AlertError) -> ApiError:
-    return ApiError(422, str(exc))
-
-
 @router.get("/", summary="Every alert route", response_model=list[AlertRouteOut],
             responses=errors(*BACKEND))
 async def list_routes(alerts: AlertService = Depends(alert_service)) -> list[AlertRouteOut]:
@@ -105,10 +94,7 @@ async def create_route(body: RouteSpec, alerts: AlertService = Depends(alert_ser
     """A webhook (``{"name", "kind": "webhook", "url": "https://hooks.slack.com/..."}``)
     or email route (``{"name", "kind": "email", "to": ["ops@example.com"]}``), with the
     ``events`` it wants (default: all) and the ``jobs`` / ``queues`` it is for."""
-    try:
-        return AlertRouteOut.of(await alerts.create(body))
-    except AlertError as exc:
-        raise _invalid(exc) from None
+    return AlertRouteOut.of(await alerts.create(body))
 
 
 @router.get("/deliveries", summary="Alerts sent, newest first",
@@ -138,8 +124,8 @@ async def patch_route(name: str, body: RoutePatch,
     switching ``kind`` needs the other kind's target in the same request."""
     try:
         return AlertRouteOut.of(await alerts.update(name, body))
-    except AlertError as exc:
-        raise _invalid(exc) from None
+    except AlertError as exc:  # the merged route is not valid (email without addresses)
+        raise ApiError(422, str(exc)) from None
 
 
 @router.delete("/{name}", summary="Remove an alert route", status_code=204,

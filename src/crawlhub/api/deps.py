@@ -20,6 +20,8 @@ from typing import Annotated, Any
 from fastapi import Depends, HTTPException, Request
 
 from crawlhub import jsoncodec
+from crawlhub.control.plane import ControlPlane
+from crawlhub.errors import BackendUnavailable
 from crawlhub.service import Services
 
 
@@ -31,6 +33,15 @@ async def services(request: Request) -> Services:
 
 #: The one dependency of every router: ``svc: ServicesDep``.
 ServicesDep = Annotated[Services, Depends(services)]
+
+
+def control_plane(svc: Services) -> ControlPlane:
+    """The control plane of ``svc`` (its parts typed: ``control_plane(svc).jobs``), or
+    :class:`BackendUnavailable` (503) on a server built without one."""
+    if svc.control is None:
+        raise BackendUnavailable("the control plane is not open on this server",
+                                 backend="control")
+    return svc.control
 
 
 class ApiError(HTTPException):

@@ -20,12 +20,11 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field, model_validator
 
-from crawlhub.api.deps import ApiError, services
+from crawlhub.api.deps import ApiError, ServicesDep, control_plane
 from crawlhub.api.openapi import BACKEND, BODY, ErrorBody, errors
 from crawlhub.control.builds import LATEST, STATUSES, Build, BuildService
 from crawlhub.control.hooks import HookError, HookRejected, parse, verify
 from crawlhub.control.projects import (
-    NAME_RE,
     InvalidProject,
     NewProject,
     Project,
@@ -33,8 +32,6 @@ from crawlhub.control.projects import (
     ProjectUpdate,
 )
 from crawlhub.control.secrets import SecretError
-from crawlhub.errors import BackendUnavailable
-from crawlhub.service import Services
 
 log = logging.getLogger("crawlhub.api.hooks")
 
@@ -43,25 +40,14 @@ router = APIRouter()
 #: The largest webhook body read (GitHub caps payloads at 25 MB, but a tag push is a few
 #: KB; a huge branch push is refused before it is verified, and would be ignored anyway).
 HOOK_MAX_BYTES = 5 * 1024 * 1024
-_NAME = NAME_RE.pattern
 
 
-def project_store(svc: Services = Depends(services)) -> ProjectStore:
-    control = svc.control
-    store = getattr(control, "projects", None) if control is not None else None
-    if store is None:
-        raise BackendUnavailable("the control plane is not open on this server",
-                                 backend="control")
-    return store  # type: ignore[no-any-return]
+def project_store(svc: ServicesDep) -> ProjectStore:
+    return control_plane(svc).projects
 
 
-def build_service(svc: Services = Depends(services)) -> BuildService:
-    control = svc.control
-    builds = getattr(control, "builds", None) if control is not None else None
-    if builds is None:
-        raise BackendUnavailable("the control plane is not open on this server",
-                                 backend="control")
-    return builds  # type: ignore[no-any-return]
+def build_service(svc: ServicesDep) -> BuildService:
+    return control_plane(svc).builds
 
 
 class ProjectPage(BaseModel):
@@ -118,10 +104,6 @@ class HookAnswer(BaseModel):
     version: str | None = None
     tag: str | None = None
     ignored: str | None = None
-
-
-def _invalid(exc: InvalidProject) -> ApiError:
-    return ApiError(422, str(exc))
 
 
 # ---------------------------------------------------------------------------- projects
@@ -187,7 +169,7 @@ async def start_build(request: BuildRequest, name: str = Path(max_length=64),
         return await builds.start(name, tag=request.tag, ref=request.ref,
                                   version=request.version, trigger="api")
     except InvalidProject as exc:
-        raise _invalid(exc) from None
+        raise ApiError(422, str(exc)) from None
 
 
 @router.get("/projects/{name}/artifact", tags=["builds"], response_model=ArtifactOut,
@@ -260,15 +242,14 @@ _HOOK_BODY = {"requestBody": {"required": True, "description": "the forge's push
              summary="A forge's push or tag webhook (GitHub, GitLab, Gitea)",
              responses=_HOOK_ANSWERS, openapi_extra=_HOOK_BODY)
 async def hook(request: Request, project: str = Path(max_length=200),
-               svc: Services = Depends(services)) -> Any:
+               store: ProjectStore = Depends(project_store),
+               builds: BuildService = Depends(build_service)) -> Any:
     """Verified first (GitHub ``X-Hub-Signature-256``, Gitea ``X-Gitea-Signature``:
     HMAC-SHA256 of the body with the project's webhook secret; GitLab ``X-Gitlab-Token``:
     the secret), compared in constant time; anything else is 401 and nothing runs. A tag
     push whose tag matches the project's pattern (``release/{name}/{version}`` by default,
     ``{name}`` the project's release name) starts a build: 202 with ``build`` and
     ``version``. Branch pushes, deleted tags and other tags: 202 with ``ignored``."""
-    store = project_store(svc)
-    builds = build_service(svc)
     body = await _read_body(request)
     try:
         secret = await store.webhook_secret(project)
@@ -354,10 +335,8 @@ def _event(request: Request) -> str:
 
 
 async def _exists(store: ProjectStore, name: str) -> bool:
-    if not NAME_RE.match(name):
-        return False
     try:
-        await store.get(name)
+        await store.get(name)  # a name no project can have is a NotFoundError too
     except Exception:  # noqa: BLE001 - only for the server log's reason
         return False
     return True
