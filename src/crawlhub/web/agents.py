@@ -7,14 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse
 
 from crawlhub.agents.registry import listing
-from crawlhub.api.deps import ServicesDep
 from crawlhub.api.models import AgentList
 from crawlhub.service import Services
-from crawlhub.web.paging import keyset, limit_of
-from crawlhub.web.render import Area, Card, Stat, attempt, fragment, number, page
+from crawlhub.web.paging import PAGE_SIZE, keyset, number_param
+from crawlhub.web.render import Area, Card, Stat, attempt, live_page, number
 
 router = APIRouter()
 REGISTRY = "the agent registry (storage.agents)"
@@ -25,32 +23,21 @@ async def _listing(svc: Services) -> AgentList:
     return AgentList.model_validate(await listing(svc.agents, None, more))
 
 
-async def _data(svc: Services, show: str | None, after: str | None, before: str | None,
-                limit: int | None) -> dict[str, Any]:
+async def _data(request: Request, svc: Services) -> dict[str, Any]:
+    p = request.query_params
+    show = p.get("show")
     found, error = await attempt(_listing(svc), REGISTRY)
     found = found or AgentList(dead_after=0, alive=0, dead=0, agents=[])
     rows = found.agents
     if show in ("alive", "dead"):
         rows = [r for r in rows if r.alive is (show == "alive")]
-    return {"agents": keyset(rows, lambda r: r.agent_id, after=after, before=before,
-                             limit=limit_of(limit)),
+    return {"agents": keyset(rows, lambda r: r.agent_id, after=p.get("after"),
+                             before=p.get("before"),
+                             limit=number_param(request, "limit", PAGE_SIZE)),
             "counts": found, "error": error, "show": show or "all"}
 
 
-@router.get("/ui/agents")
-async def agents_page(request: Request, svc: ServicesDep, show: str | None = None,
-                      after: str | None = None, before: str | None = None,
-                      limit: int | None = None) -> HTMLResponse:
-    return page(request, "agents.html", area="agents", title="Agents",
-                **await _data(svc, show, after, before, limit))
-
-
-@router.get("/ui/agents/live")
-async def agents_live(request: Request, svc: ServicesDep, show: str | None = None,
-                      after: str | None = None, before: str | None = None,
-                      limit: int | None = None) -> HTMLResponse:
-    return fragment(request, "agents_live.html", area="agents",
-                    **await _data(svc, show, after, before, limit))
+live_page(router, "/ui/agents", "agents", area="agents", title="Agents", data=_data)
 
 
 async def summary(svc: Services) -> Card:

@@ -10,11 +10,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from crawlhub.api.alerts import AlertRouteOut, DeliveryOut
-from crawlhub.api.deps import ServicesDep
+from crawlhub.api.deps import ServicesDep, control_plane
 from crawlhub.control.alerts import EVENT_KINDS
 from crawlhub.service import Services
-from crawlhub.web.control import number_param, plane, text_param
-from crawlhub.web.paging import Page, keyset
+from crawlhub.web.paging import Page, keyset, number_param, text_param
 from crawlhub.web.render import Area, Card, Stat, attempt, fragment, number, page
 
 router = APIRouter()
@@ -25,12 +24,12 @@ DELIVERIES = 100
 
 
 async def _routes(svc: Services) -> list[AlertRouteOut]:
-    return [AlertRouteOut.of(r) for r in await plane(svc).alerts.routes()]
+    return [AlertRouteOut.of(r) for r in await control_plane(svc).alerts.routes()]
 
 
 async def _deliveries(svc: Services, route: str | None, job: str | None,
                       limit: int) -> list[DeliveryOut]:
-    rows = await plane(svc).alerts.deliveries(route=route, job=job, limit=limit)
+    rows = await control_plane(svc).alerts.deliveries(route=route, job=job, limit=limit)
     return [DeliveryOut.model_validate(d.as_dict()) for d in rows]
 
 

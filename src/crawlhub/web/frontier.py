@@ -7,14 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse
 
-from crawlhub.api.deps import ServicesDep
 from crawlhub.api.models import FrontierStats, SegmentStats
 from crawlhub.service import Services
 from crawlhub.storage.redact import redact_url
-from crawlhub.web.paging import Page, keyset, limit_of
-from crawlhub.web.render import Area, Card, Stat, attempt, fragment, number, page
+from crawlhub.web.paging import PAGE_SIZE, Page, keyset, number_param
+from crawlhub.web.render import Area, Card, Stat, attempt, live_page, number
 
 router = APIRouter()
 
@@ -32,7 +30,7 @@ async def _data(request: Request, svc: Services) -> dict[str, Any]:
                   frontiers[0] if frontiers else None)
     segments: Page[SegmentStats] = Page()
     if chosen is not None:
-        limit = limit_of(int(p["limit"]) if p.get("limit", "").isdigit() else None)
+        limit = number_param(request, "limit", PAGE_SIZE)
         segments = keyset(chosen.segments, lambda s: s.segment, after=p.get("seg_after"),
                           before=p.get("seg_before"), limit=limit, descending=True,
                           parse=int)
@@ -40,16 +38,7 @@ async def _data(request: Request, svc: Services) -> dict[str, Any]:
             "configured": bool(svc.frontiers)}
 
 
-@router.get("/ui/frontier")
-async def frontier_page(request: Request, svc: ServicesDep) -> HTMLResponse:
-    return page(request, "frontier.html", area="frontier", title="Frontier",
-                **await _data(request, svc))
-
-
-@router.get("/ui/frontier/live")
-async def frontier_live(request: Request, svc: ServicesDep) -> HTMLResponse:
-    return fragment(request, "frontier_live.html", area="frontier",
-                    **await _data(request, svc))
+live_page(router, "/ui/frontier", "frontier", area="frontier", title="Frontier", data=_data)
 
 
 async def summary(svc: Services) -> Card:

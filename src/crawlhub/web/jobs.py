@@ -11,15 +11,24 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from crawlhub.api.deps import ServicesDep
+from crawlhub.api.deps import ServicesDep, control_plane
 from crawlhub.api.jobs import JobRow, row
 from crawlhub.control.jobs import JobView, QueueInfo, RunRecord
 from crawlhub.control.jobs.model import KINDS
 from crawlhub.errors import NotFoundError
 from crawlhub.service import Services
-from crawlhub.web.control import forward, not_found, number_param, plane, text_param
-from crawlhub.web.paging import Page
-from crawlhub.web.render import Area, Card, Stat, attempt, fragment, number, page
+from crawlhub.web.paging import Page, forward, number_param, text_param
+from crawlhub.web.render import (
+    Area,
+    Card,
+    Stat,
+    attempt,
+    fragment,
+    live_page,
+    not_found,
+    number,
+    page,
+)
 
 router = APIRouter()
 STORE = "the job store (control.url)"
@@ -31,8 +40,9 @@ RUNS_PAGE = 50
 async def _jobs(svc: Services, after: str | None, prefix: str | None, kind: str | None,
                 limit: int) -> Page[JobRow]:
     # limit + 1: the extra job says there is a next page. Cost: one indexed read of the
-    # page, then a few one-row reads per job shown (state, last run, next tick).
-    views = await plane(svc).jobs.list_jobs(after=after, limit=limit + 1, kind=kind,
+    # page, two for the runs of the jobs shown and one for the desired states, whatever
+    # the page size (JobService._views).
+    views = await control_plane(svc).jobs.list_jobs(after=after, limit=limit + 1, kind=kind,
                                             prefix=prefix)
     return forward([row(v) for v in views], limit, lambda j: j.name, started=bool(after))
 
@@ -48,21 +58,13 @@ async def _list_data(request: Request, svc: Services) -> dict[str, Any]:
             "kinds": KINDS}
 
 
-@router.get("/ui/jobs")
-async def jobs_page(request: Request, svc: ServicesDep) -> HTMLResponse:
-    return page(request, "jobs.html", area="jobs", title="Jobs",
-                **await _list_data(request, svc))
-
-
-@router.get("/ui/jobs/live")
-async def jobs_live(request: Request, svc: ServicesDep) -> HTMLResponse:
-    return fragment(request, "jobs_live.html", area="jobs", **await _list_data(request, svc))
+live_page(router, "/ui/jobs", "jobs", area="jobs", title="Jobs", data=_list_data)
 
 
 # ---------------------------------------------------------------------------- one job
 async def _job(svc: Services, name: str, before: str | None
                ) -> tuple[JobView, QueueInfo, Page[RunRecord]]:
-    jobs = plane(svc).jobs
+    jobs = control_plane(svc).jobs
     view = await jobs.get(name)
     runs = await jobs.runs(job=name, before=before, limit=RUNS_PAGE + 1)
     return (view, await jobs.queue(name),
@@ -107,7 +109,7 @@ async def summary(svc: Services) -> Card:
     card = Card("Jobs", AREA.path)
 
     async def figures() -> tuple[int, int]:
-        jobs = plane(svc).jobs
+        jobs = control_plane(svc).jobs
         return await jobs.store.count(), len(await jobs.store.live_runs())
 
     found, card.error = await attempt(figures(), STORE)

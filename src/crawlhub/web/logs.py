@@ -12,11 +12,10 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from crawlhub.api.deps import ServicesDep
+from crawlhub.api.deps import ServicesDep, control_plane
 from crawlhub.control.logs import LEVELS, SOURCES, LogLine, LogQuery, LogQueryError, parse_when
 from crawlhub.service import Services
-from crawlhub.web.control import number_param, plane, text_param
-from crawlhub.web.paging import Page
+from crawlhub.web.paging import Page, number_param, text_param
 from crawlhub.web.render import Area, attempt, page
 
 router = APIRouter()
@@ -36,7 +35,7 @@ async def _search(svc: Services, query: LogQuery, follow: bool
     """The page of ``query`` in time order (oldest line first): ``prev`` is the
     ``before`` of the older page, ``next`` the ``after`` of the newer one; the store's
     last id (a tail starts after it); the seconds the search took."""
-    logs = plane(svc).logs
+    logs = control_plane(svc).logs
     last = 0
     if follow:  # the newest page, and a tail from exactly where it ends
         last = await logs.store.last_id()

@@ -1,31 +1,25 @@
-"""``/``: the overview - one card per area present (agents, outbounds and queues, frontier,
-and the control plane's areas once their pages land), refreshed every 2 s."""
+"""``/``: the overview - one card per area (agents, outbounds and queues, frontier,
+projects and builds, jobs, runs, alerts), refreshed every 2 s."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse
+from typing import Any
 
-from crawlhub.api.deps import ServicesDep
+from fastapi import APIRouter, Request
+
 from crawlhub.service import Services
-from crawlhub.web.render import Area, Card, areas, fragment, page
+from crawlhub.web.render import Area, areas, live_page
 
 router = APIRouter()
 
 
-async def _cards(svc: Services) -> list[Card]:
-    return [await area.summary(svc) for area in areas() if area.summary is not None]
+async def _data(request: Request, svc: Services) -> dict[str, Any]:
+    return {"cards": [await area.summary(svc) for area in areas()
+                      if area.summary is not None]}
 
 
-@router.get("/")
-async def overview_page(request: Request, svc: ServicesDep) -> HTMLResponse:
-    return page(request, "overview.html", area="overview", title="Overview",
-                cards=await _cards(svc))
-
-
-@router.get("/ui/overview/live")
-async def overview_live(request: Request, svc: ServicesDep) -> HTMLResponse:
-    return fragment(request, "overview_live.html", area="overview", cards=await _cards(svc))
+live_page(router, "/", "overview", area="overview", title="Overview", data=_data,
+          live_path="/ui/overview/live")
 
 
 AREA = Area("overview", "Overview", "/")

@@ -2,10 +2,11 @@
 before and after it, never an offset (an offset into 100,000 runs is a scan).
 
 Query parameters, the same on every page: ``after=<key>`` shows the rows that follow the
-row with that key in the table's order, ``before=<key>`` the rows that precede it;
-``macros.html``'s ``pager`` links them. A page over SQL builds :class:`Page` itself
-(``WHERE id < $1 ORDER BY id DESC LIMIT n + 1``, the extra row says whether there is a
-next page); a page over a list already in memory uses :func:`keyset`.
+row with that key in the table's order, ``before=<key>`` the rows that precede it,
+``limit=`` the rows a page shows (read with :func:`number_param` and :func:`text_param`,
+which never fail); ``macros.html``'s ``pager`` links them. A list already in memory is
+paged with :func:`keyset`; a table that SQL pages one way (``WHERE id < $1 ORDER BY id
+DESC LIMIT n + 1``: the extra row says there is a next page) with :func:`forward`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
+
+from fastapi import Request
 
 T = TypeVar("T")
 
@@ -35,11 +38,21 @@ class Page(Generic[T]):
     first: int | None = None
 
 
-def limit_of(value: int | None) -> int:
-    """A page size from the query, within 1..:data:`MAX_PAGE_SIZE`."""
-    if value is None:
-        return PAGE_SIZE
-    return min(max(int(value), 1), MAX_PAGE_SIZE)
+def number_param(request: Request, name: str, default: int, *, low: int = 1,
+                 high: int = MAX_PAGE_SIZE) -> int:
+    """An integer query parameter (``limit``, a numeric cursor) within ``low..high``;
+    ``default`` when absent or not a number (a page never fails on a hand-edited URL)."""
+    text = request.query_params.get(name, "").strip()
+    if not text.lstrip("-").isdigit():
+        return default
+    return min(max(int(text), low), high)
+
+
+def text_param(request: Request, name: str, limit: int = 200) -> str | None:
+    """A text query parameter (a filter, a cursor), stripped and cut to ``limit``
+    characters; None when absent or blank."""
+    text = request.query_params.get(name, "").strip()
+    return text[:limit] or None
 
 
 def keyset(items: Sequence[T], key: Callable[[T], Any], *, after: str | None = None,
@@ -76,3 +89,15 @@ def keyset(items: Sequence[T], key: Callable[[T], Any], *, after: str | None = N
                 prev=str(keys[start]) if start > 0 and rows else None,
                 next=str(keys[start + len(rows) - 1]) if start + len(rows) < n else None,
                 total=n, first=start)
+
+
+def forward(rows: Sequence[T], limit: int, key: Callable[[T], str], *,
+            started: bool) -> Page[T]:
+    """A page of a table that SQL pages one way only (``WHERE name > $1`` or ``id < $1``,
+    ``LIMIT limit + 1``: the extra row says there is a next page). ``prev`` is ``""``
+    when the page did not start at the beginning: ``control_macros.html``'s
+    ``forward_pager`` links it to the first page instead of a page back."""
+    shown = list(rows[:limit])
+    more = len(rows) > limit and bool(shown)
+    return Page(rows=shown, prev="" if started else None,
+                next=key(shown[-1]) if more else None)

@@ -10,13 +10,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from crawlhub.api.deps import ServicesDep
+from crawlhub.api.deps import ServicesDep, control_plane
 from crawlhub.control.builds import Build
 from crawlhub.control.projects import NAME_RE, Project
 from crawlhub.service import Services
 from crawlhub.storage.redact import redact_url
-from crawlhub.web.control import forward, number_param, plane, text_param
-from crawlhub.web.paging import Page
+from crawlhub.web.paging import Page, forward, number_param, text_param
 from crawlhub.web.render import Area, Card, Stat, attempt, fragment, number, page
 
 router = APIRouter()
@@ -26,7 +25,7 @@ BUILDS_PAGE = 50
 
 
 async def _projects(svc: Services, after: str | None, limit: int) -> Page[Project]:
-    found = await plane(svc).projects.list(limit=limit + 1, after=after)
+    found = await control_plane(svc).projects.list(limit=limit + 1, after=after)
     for project in found:  # a URL never holds a password (refused when added); belt on
         project.git_url = redact_url(project.git_url)
     return forward(found, limit, lambda p: p.name, started=bool(after))
@@ -34,7 +33,7 @@ async def _projects(svc: Services, after: str | None, limit: int) -> Page[Projec
 
 async def _builds(svc: Services, project: str | None, before: int | None,
                   limit: int) -> Page[Build]:
-    found = await plane(svc).builds.list(project=project, before=before, limit=limit + 1)
+    found = await control_plane(svc).builds.list(project=project, before=before, limit=limit + 1)
     return forward(found, limit, lambda b: str(b.id), started=before is not None)
 
 
@@ -71,7 +70,7 @@ async def builds_live(request: Request, svc: ServicesDep) -> HTMLResponse:
 async def build_log(request: Request, svc: ServicesDep, build_id: int) -> HTMLResponse:
     """A build's log for its folded section, escaped in a ``<pre>`` (htmx inserts HTML:
     the text of ``GET /builds/{id}/log`` would be parsed as markup)."""
-    text, error = await attempt(plane(svc).builds.log_text(build_id), STORE)
+    text, error = await attempt(control_plane(svc).builds.log_text(build_id), STORE)
     return fragment(request, "build_log.html", area="projects", text=text, error=error)
 
 
@@ -79,7 +78,7 @@ async def summary(svc: Services) -> Card:
     card = Card("Projects and builds", AREA.path)
 
     async def figures() -> tuple[int, list[Build]]:
-        control = plane(svc)
+        control = control_plane(svc)
         return await control.projects.count(), await control.builds.list(limit=20)
 
     found, card.error = await attempt(figures(), STORE)

@@ -12,14 +12,20 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse
 
-from crawlhub.api.deps import ServicesDep
 from crawlhub.api.models import OutboundRow, QueueStatsRow
 from crawlhub.service import Services
 from crawlhub.storage.redact import redact_url
-from crawlhub.web.paging import Page, keyset, limit_of
-from crawlhub.web.render import Area, Card, Stat, attempt, fragment, number, page, per_second
+from crawlhub.web.paging import PAGE_SIZE, Page, keyset, number_param
+from crawlhub.web.render import (
+    Area,
+    Card,
+    Stat,
+    attempt,
+    live_page,
+    number,
+    per_second,
+)
 
 router = APIRouter()
 
@@ -80,7 +86,7 @@ async def _queue_page(svc: Services, after: str | None, before: str | None,
 
 async def _data(request: Request, svc: Services) -> dict[str, Any]:
     p = request.query_params
-    limit = limit_of(int(p["limit"]) if p.get("limit", "").isdigit() else None)
+    limit = number_param(request, "limit", PAGE_SIZE)
     outbounds, out_error = await attempt(_outbounds(svc), "the hub state")
     queues, q_error = await attempt(
         _queue_page(svc, p.get("q_after"), p.get("q_before"), limit),
@@ -92,15 +98,7 @@ async def _data(request: Request, svc: Services) -> dict[str, Any]:
     }
 
 
-@router.get("/ui/queues")
-async def queues_page(request: Request, svc: ServicesDep) -> HTMLResponse:
-    return page(request, "queues.html", area="queues", title="Queues",
-                **await _data(request, svc))
-
-
-@router.get("/ui/queues/live")
-async def queues_live(request: Request, svc: ServicesDep) -> HTMLResponse:
-    return fragment(request, "queues_live.html", area="queues", **await _data(request, svc))
+live_page(router, "/ui/queues", "queues", area="queues", title="Queues", data=_data)
 
 
 async def summary(svc: Services) -> Card:

@@ -1,5 +1,6 @@
 """Rendering of the web page: the Jinja2 environment (autoescaped), its filters, the nav,
-and the two answers every page module gives - a whole page or a live fragment.
+and the answers every page module gives - a whole page or a live fragment, routed in
+pairs by :func:`live_page`.
 
 Every HTML answer carries :data:`CSP`: scripts and styles come from ``/static/web/``
 only, so a name that slipped past escaping still could not run.
@@ -14,11 +15,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from fastapi import Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from crawlhub import __version__
+from crawlhub.api.deps import ServicesDep
 from crawlhub.storage.errors import is_unavailable
 from crawlhub.storage.redact import redact_url
 
@@ -78,18 +80,12 @@ class Area:
     summary: Callable[[Services], Awaitable[Card]] | None = None
 
 
-#: The nav in this order; :mod:`crawlhub.web.routes` registers the areas whose page
-#: module is present, so a page appears in the nav (and on the overview) when it lands.
-NAV_ORDER = ("overview", "agents", "queues", "frontier", "projects", "jobs", "runs", "logs",
-             "alerts")
-
 _areas: list[Area] = []
 
 
 def set_areas(areas: Sequence[Area]) -> None:
-    """Called once by :mod:`crawlhub.web.routes` with the areas of the pages present."""
-    order = {key: i for i, key in enumerate(NAV_ORDER)}
-    _areas[:] = sorted(areas, key=lambda a: order.get(a.key, len(order)))
+    """Called once by :mod:`crawlhub.web.routes` with the pages' areas, in the nav's order."""
+    _areas[:] = areas
 
 
 def areas() -> list[Area]:
@@ -249,6 +245,31 @@ def fragment(request: Request, template: str, *, area: str = "", status: int = 2
     the same one the page includes."""
     html = ENV.get_template(template).render(_context(request, area, values))
     return HTMLResponse(html, status_code=status, headers=HEADERS)
+
+
+def live_page(router: APIRouter, path: str, template: str, *, area: str, title: str,
+              data: Callable[[Request, Services], Awaitable[dict[str, Any]]],
+              live_path: str | None = None) -> None:
+    """Route a page and the block it polls, both rendered from ``await data(request,
+    svc)``: ``GET path`` answers ``{template}.html``, ``GET path/live`` (or
+    ``live_path``) ``{template}_live.html``, the block that page includes."""
+
+    async def whole(request: Request, svc: ServicesDep) -> HTMLResponse:
+        return page(request, f"{template}.html", area=area, title=title,
+                    **await data(request, svc))
+
+    async def live(request: Request, svc: ServicesDep) -> HTMLResponse:
+        return fragment(request, f"{template}_live.html", area=area,
+                        **await data(request, svc))
+
+    router.add_api_route(path, whole, methods=["GET"])
+    router.add_api_route(live_path or f"{path}/live", live, methods=["GET"])
+
+
+def not_found(request: Request, *, area: str, title: str, message: str) -> HTMLResponse:
+    """A page saying what is not there (404), with the nav to go elsewhere."""
+    return page(request, "missing.html", area=area, title=title, status=404,
+                message=message)
 
 
 T = TypeVar("T")

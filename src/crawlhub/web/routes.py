@@ -1,40 +1,33 @@
-"""The web page's router: the login, and every page module present, in the nav's order
-(a page of another part appears once its module exists; none is faked meanwhile)."""
+"""The web page's router: the login and every page, in the nav's order."""
 
 from __future__ import annotations
 
-import importlib
-
 from fastapi import APIRouter
 
-from crawlhub.web import login
-from crawlhub.web.render import Area, set_areas
+try:
+    from crawlhub.web import (
+        agents,
+        alerts,
+        frontier,
+        jobs,
+        login,
+        logs,
+        overview,
+        projects,
+        queues,
+        runs,
+    )
+except ImportError as exc:
+    # the app mounts this router only if it imports, and would quietly serve no web page
+    # at all: say what is missing instead
+    raise RuntimeError(f"the web page does not import: {exc}") from exc
+from crawlhub.web.render import set_areas
 
-#: Page modules, in the nav's order; each has ``router`` and ``AREA``.
-PAGES = ("crawlhub.web.overview", "crawlhub.web.agents", "crawlhub.web.queues",
-         "crawlhub.web.frontier", "crawlhub.web.projects", "crawlhub.web.jobs",
-         "crawlhub.web.runs", "crawlhub.web.logs", "crawlhub.web.alerts")
+#: The pages, in the nav's order; each has ``router`` and ``AREA``.
+PAGES = (overview, agents, queues, frontier, projects, jobs, runs, logs, alerts)
 
 router = APIRouter(include_in_schema=False)
 router.include_router(login.router, include_in_schema=False)
-
-
-def _mount() -> None:
-    found: list[Area] = []
-    for name in PAGES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                # the page is there but something it needs is not: say so loudly (the
-                # app skips an optional router on ImportError, which would hide the
-                # whole web page)
-                raise RuntimeError(f"the web page module {name} does not import: {exc}"
-                                   ) from exc
-            continue
-        router.include_router(module.router, include_in_schema=False)
-        found.append(module.AREA)
-    set_areas(found)
-
-
-_mount()
+for _page in PAGES:
+    router.include_router(_page.router, include_in_schema=False)
+set_areas([_page.AREA for _page in PAGES])

@@ -12,15 +12,24 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from crawlhub.api.deps import ServicesDep
+from crawlhub.api.deps import ServicesDep, control_plane
 from crawlhub.control.jobs import RunRecord, RunView
 from crawlhub.control.jobs.model import FINAL, LIVE
 from crawlhub.control.logs import LogLine, LogQuery
 from crawlhub.errors import NotFoundError
 from crawlhub.service import Services
-from crawlhub.web.control import forward, not_found, number_param, plane, text_param
-from crawlhub.web.paging import Page
-from crawlhub.web.render import Area, Card, Stat, attempt, fragment, number, page
+from crawlhub.web.paging import Page, forward, number_param, text_param
+from crawlhub.web.render import (
+    Area,
+    Card,
+    Stat,
+    attempt,
+    fragment,
+    live_page,
+    not_found,
+    number,
+    page,
+)
 
 router = APIRouter()
 STORE = "the run history (control.url)"
@@ -38,7 +47,7 @@ MAX_COUNTERS = 40
 async def _runs(svc: Services, job: str | None, status: str | None, before: str | None,
                 limit: int) -> Page[RunRecord]:
     # one indexed read: (job, id) or (status, id), newest first, limit + 1 rows
-    runs = await plane(svc).jobs.runs(job=job, status=[status] if status else None,
+    runs = await control_plane(svc).jobs.runs(job=job, status=[status] if status else None,
                                       before=before, limit=limit + 1)
     return forward(runs, limit, lambda r: r.id, started=bool(before))
 
@@ -54,15 +63,7 @@ async def _list_data(request: Request, svc: Services) -> dict[str, Any]:
             "statuses": LIVE + FINAL}
 
 
-@router.get("/ui/runs")
-async def runs_page(request: Request, svc: ServicesDep) -> HTMLResponse:
-    return page(request, "runs.html", area="runs", title="Runs",
-                **await _list_data(request, svc))
-
-
-@router.get("/ui/runs/live")
-async def runs_live(request: Request, svc: ServicesDep) -> HTMLResponse:
-    return fragment(request, "runs_live.html", area="runs", **await _list_data(request, svc))
+live_page(router, "/ui/runs", "runs", area="runs", title="Runs", data=_list_data)
 
 
 # ---------------------------------------------------------------------------- one run
@@ -79,17 +80,17 @@ def _timeline(view: RunView) -> list[dict[str, Any]]:
 
 async def _run_data(svc: Services, run_id: str) -> dict[str, Any] | None:
     try:
-        view, error = await attempt(plane(svc).jobs.run_view(run_id), STORE)
+        view, error = await attempt(control_plane(svc).jobs.run_view(run_id), STORE)
     except NotFoundError:
         return None
     data: dict[str, Any] = {"run_id": run_id, "error": error, "run": None, "tasks": [],
-                            "more_tasks": 0, "counters": [], "queue": None, "live": False}
+                            "more_tasks": 0, "counters": [], "queue": None, "going": False}
     if view is not None:
         run = view.run
         data.update(run=run, tasks=_timeline(view), queue=view.queue,
                     more_tasks=max(len(view.tasks) - MAX_TASKS, 0),
                     counters=sorted(run.counters.items())[:MAX_COUNTERS],
-                    live=run.status in LIVE)
+                    going=run.status in LIVE)
     return data
 
 
@@ -97,7 +98,7 @@ async def _lines(svc: Services, query: LogQuery) -> tuple[list[LogLine], int, in
     """The newest lines of ``query`` oldest first, the store's last id when read (a tail
     starts after it: nothing written meanwhile is missed), and the ``before`` that shows
     older ones (None: there are none)."""
-    logs = plane(svc).logs
+    logs = control_plane(svc).logs
     last = await logs.store.last_id()
     found = await logs.search(replace(query, before=last + 1))
     return list(reversed(found.lines)), last, found.next
@@ -142,7 +143,7 @@ async def summary(svc: Services) -> Card:
     card = Card("Runs", AREA.path)
 
     async def figures() -> tuple[int, list[RunRecord]]:
-        jobs = plane(svc).jobs
+        jobs = control_plane(svc).jobs
         return len(await jobs.store.live_runs()), await jobs.runs(limit=100)
 
     found, card.error = await attempt(figures(), STORE)
