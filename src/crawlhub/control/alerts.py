@@ -202,10 +202,27 @@ Address = Annotated[str, AfterValidator(check_address)]
 Pattern = Annotated[str, AfterValidator(check_pattern)]
 
 
-class RouteSpec(BaseModel):
-    """An alert route as given (``POST /alerts/``, ``crawlhub alerts add``)."""
+class _RouteFields(BaseModel):
+    """The checks a new route and a change share: a webhook URL checked without being
+    repeated, lists without duplicates."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("url", check_fields=False)
+    @classmethod
+    def _url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            check_webhook_url(value.get_secret_value())
+        return value
+
+    @field_validator("to", "events", "jobs", "queues", check_fields=False)
+    @classmethod
+    def _dedupe(cls, value: list[Any] | None) -> list[Any] | None:
+        return _unique(value)
+
+
+class RouteSpec(_RouteFields):
+    """An alert route as given (``POST /alerts/``, ``crawlhub alerts add``)."""
 
     name: RouteName = Field(description="the route's name: letters, digits, '.', '_', '-'")
     kind: TargetKind = Field(description="webhook (Slack-compatible JSON) or email (SMTP)")
@@ -223,18 +240,6 @@ class RouteSpec(BaseModel):
                                   " (empty: every queue)")
     enabled: bool = True
 
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None:
-            check_webhook_url(value.get_secret_value())
-        return value
-
-    @field_validator("to", "events", "jobs", "queues")
-    @classmethod
-    def _dedupe(cls, value: list[Any]) -> list[Any]:
-        return _unique(value) or []
-
     @model_validator(mode="after")
     def _target(self) -> RouteSpec:
         if self.kind == "webhook":
@@ -250,11 +255,9 @@ class RouteSpec(BaseModel):
         return self
 
 
-class RoutePatch(BaseModel):
+class RoutePatch(_RouteFields):
     """Changes to a route (``PATCH /alerts/{name}``): the fields given replace the stored
     ones; switching ``kind`` drops the other kind's target."""
-
-    model_config = ConfigDict(extra="forbid")
 
     kind: TargetKind | None = None
     url: SecretStr | None = None
@@ -263,18 +266,6 @@ class RoutePatch(BaseModel):
     jobs: list[Pattern] | None = Field(None, max_length=MAX_PATTERNS)
     queues: list[Pattern] | None = Field(None, max_length=MAX_PATTERNS)
     enabled: bool | None = None
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None:
-            check_webhook_url(value.get_secret_value())
-        return value
-
-    @field_validator("to", "events", "jobs", "queues")
-    @classmethod
-    def _dedupe(cls, value: list[Any] | None) -> list[Any] | None:
-        return _unique(value)
 
 
 def make_spec(data: Mapping[str, Any]) -> RouteSpec:

@@ -26,7 +26,7 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 
@@ -42,15 +42,23 @@ from crawlhub.control.builders import (
     scrubbed_environ,
 )
 from crawlhub.control.db import ControlDB, Tx
-from crawlhub.control.hooks import ref_format_problems
-from crawlhub.control.projects import InvalidProject, Project, ProjectStore, check_found
+from crawlhub.control.projects import (
+    InvalidProject,
+    Project,
+    ProjectStore,
+    check_found,
+    check_ref,
+)
+from crawlhub.control.secrets import SecretBox
 from crawlhub.errors import ConflictError, CrawlhubError, NotFoundError
+
+if TYPE_CHECKING:
+    from crawlhub.config.control import ControlSection
 
 log = logging.getLogger("crawlhub.control.builds")
 
 Status = Literal["queued", "running", "succeeded", "failed"]
-STATUSES = ("queued", "running", "succeeded", "failed")
-ACTIVE = ("queued", "running")
+STATUSES: tuple[Status, ...] = get_args(Status)
 TRIGGERS = ("hook", "api", "cli")
 #: A version: one path component (it names a directory and a Docker tag).
 VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
@@ -92,16 +100,6 @@ def check_version(version: str) -> str:
     return version
 
 
-def check_ref(ref: str, what: str = "ref") -> str:
-    if not isinstance(ref, str) or not ref or ref.startswith("-") or len(ref) > 255:
-        raise InvalidProject(f"{what} {str(ref)[:80]!r} is not a branch or tag name")
-    problems = ref_format_problems(f"tags/{ref}")
-    if problems:
-        raise InvalidProject(f"{what} {ref[:80]!r} is not a valid git ref: it "
-                             + "; ".join(problems))
-    return ref
-
-
 _COLUMNS = ("id, project, tag, ref, version, commit_sha, status, builder, trigger,"
             " artifact, error, created, started, finished")
 
@@ -132,6 +130,17 @@ class BuildService:
         await service.create_schema()
         await service.recover()
         return service
+
+    @classmethod
+    async def open_section(cls, db: ControlDB, secrets: SecretBox,
+                           section: ControlSection) -> BuildService:
+        """The projects (``.projects``) and builds of the ``control`` config section."""
+        projects = await ProjectStore.open(db, secrets, tag_pattern=section.tag_pattern,
+                                           builder=section.builder)
+        return await cls.open(db, projects, builds_dir=section.builds_dir,
+                              timeout=float(section.build_timeout),
+                              log_lines=section.build_log_lines,
+                              parallel=section.builds_parallel)
 
     async def create_schema(self) -> None:
         key = ("id INTEGER PRIMARY KEY AUTOINCREMENT" if self.db.dialect == "sqlite"
@@ -382,16 +391,11 @@ class BuildService:
         """The artifact of ``project``'s newest successful build of ``version``
         (``latest``: of any version); ``NotFoundError`` when there is none."""
         check_found(project)
-        if version == LATEST:
-            row = await self.db.fetchone(
-                f"SELECT id, version, commit_sha, artifact FROM {self.table}"
-                " WHERE project = $1 AND status = 'succeeded' ORDER BY id DESC LIMIT 1",
-                project)
-        else:
-            row = await self.db.fetchone(
-                f"SELECT id, version, commit_sha, artifact FROM {self.table}"
-                " WHERE project = $1 AND version = $2 AND status = 'succeeded'"
-                " ORDER BY id DESC LIMIT 1", project, version)
+        args = (project,) if version == LATEST else (project, version)
+        row = await self.db.fetchone(
+            f"SELECT id, version, commit_sha, artifact FROM {self.table}"
+            f" WHERE project = $1{' AND version = $2' if len(args) > 1 else ''}"
+            " AND status = 'succeeded' ORDER BY id DESC LIMIT 1", *args)
         if row is None:
             await self.projects.get(project)  # no such project: say that instead
             which = "any version" if version == LATEST else f"version {version!r}"

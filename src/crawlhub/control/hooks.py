@@ -208,6 +208,12 @@ class TagPattern:
 
     def __init__(self, pattern: str = DEFAULT_TAG_PATTERN) -> None:
         self.pattern = pattern
+        if ":" in pattern:  # before the fields: seed 001's {Release} is no field of ours
+            raise ValueError(
+                f"tag pattern {pattern!r} can never match a git tag: git forbids ':' in ref"
+                " names (git check-ref-format refuses refs/tags/Release:shop:1.0), so seed"
+                " 001's {Release}:{Name}:{Version} cannot be sent by any forge; use"
+                f" {DEFAULT_TAG_PATTERN}")
         fields = re.findall(r"\{([^{}]*)\}", pattern)
         unknown = [f for f in fields if f not in _FIELDS]
         if unknown:
@@ -225,11 +231,8 @@ class TagPattern:
             raise ValueError(f"tag pattern {pattern!r}: unbalanced braces")
         problems = ref_format_problems(f"tags/{sample}")
         if problems:
-            why = "; ".join(problems)
-            hint = (" (seed 001's {Release}:{Name}:{Version} is one: git forbids ':' in tag"
-                    " names, so use release/{name}/{version})" if ":" in sample else "")
-            raise ValueError(f"tag pattern {pattern!r} can never match a git tag: it {why}"
-                             f"{hint}")
+            raise ValueError(f"tag pattern {pattern!r} can never match a git tag: it"
+                             f" {'; '.join(problems)}")
         regex = ""
         for piece in re.split(r"(\{[^{}]*\})", pattern):
             if piece.startswith("{") and piece.endswith("}"):

@@ -130,23 +130,18 @@ def check_git_url(url: str) -> str:
                          " or an absolute local path")
 
 
-def check_branch(branch: str, what: str = "default_branch") -> str:
-    if not branch or branch.startswith("-"):
-        raise InvalidProject(f"{what} {branch!r} is not a branch name")
-    problems = ref_format_problems(f"heads/{branch}")
+def check_ref(ref: str, what: str = "ref") -> str:
+    """``ref`` if git takes it as a branch or tag name (and never as an option)."""
+    if not isinstance(ref, str) or not ref or ref.startswith("-") or len(ref) > 255:
+        raise InvalidProject(f"{what} {str(ref)[:80]!r} is not a branch or tag name")
+    problems = ref_format_problems(f"tags/{ref}")  # the same rules under heads/
     if problems:
-        raise InvalidProject(f"{what} {branch!r} is not a valid git ref: it "
+        raise InvalidProject(f"{what} {ref[:80]!r} is not a valid git ref: it "
                              + "; ".join(problems))
-    return branch
+    return ref
 
 
 def check_tag_pattern(pattern: str) -> TagPattern:
-    if ":" in pattern:
-        raise InvalidProject(
-            f"tag pattern {pattern!r} can never match a git tag: git forbids ':' in ref"
-            " names (git check-ref-format refuses refs/tags/Release:shop:1.0), so seed 001's"
-            " {Release}:{Name}:{Version} cannot be sent by any forge; use"
-            f" {DEFAULT_TAG_PATTERN}")
     try:
         return TagPattern(pattern)
     except ValueError as exc:
@@ -189,7 +184,7 @@ class _ProjectFields(BaseModel):
     @field_validator("default_branch", check_fields=False)
     @classmethod
     def _branch(cls, value: str | None) -> str | None:
-        return None if value is None else check_branch(value)
+        return None if value is None else check_ref(value, "default_branch")
 
     @field_validator("tag_pattern", check_fields=False)
     @classmethod
@@ -351,7 +346,7 @@ class ProjectStore:
         return await self.get(spec.name)
 
     async def update(self, name: str, patch: ProjectUpdate) -> Project:
-        await self.get(name)
+        check_found(name)
         sets: list[str] = []
         args: list[Any] = []
         for field in sorted(patch.model_fields_set):
@@ -368,14 +363,14 @@ class ProjectStore:
         changed = await self.db.execute(
             f"UPDATE {self.table} SET {', '.join(sets)} WHERE name = ${len(args)}", *args)
         if not changed:
-            raise NotFoundError(f"no project named {name!r}")
+            raise _missing(name)
         return await self.get(name)
 
     async def delete(self, name: str) -> None:
         """Remove the project row (``BuildService.delete_project`` removes its builds)."""
         check_found(name)
         if not await self.db.execute(f"DELETE FROM {self.table} WHERE name = $1", name):
-            raise NotFoundError(f"no project named {name!r}")
+            raise _missing(name)
 
     def _seal(self, value: SecretStr | None) -> str | None:
         if value is None or not value.get_secret_value():
@@ -420,7 +415,7 @@ class ProjectStore:
         row = await self.db.fetchone(f"SELECT {_COLUMNS} FROM {self.table} WHERE name = $1",
                                      name)
         if row is None:
-            raise NotFoundError(f"no project named {name!r}; add it with POST /projects/")
+            raise _missing(name)
         return row
 
     def _open(self, token: str | None, name: str, what: str) -> Secret | None:
@@ -439,6 +434,10 @@ class ProjectStore:
             builder=BuilderSpec.model_construct(name=spec["name"],
                                                 options=spec.get("options") or {}),
             hook_path=f"/hooks/{name}", created=float(created), updated=float(updated))
+
+
+def _missing(name: str) -> NotFoundError:
+    return NotFoundError(f"no project named {name!r}; add it with POST /projects/")
 
 
 def check_found(name: str) -> None:

@@ -17,16 +17,20 @@ import contextlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from crawlhub.errors import ConfigError, CrawlhubError
+from crawlhub.storage.redact import MASK
+
+if TYPE_CHECKING:
+    from crawlhub.config.schema import CrawlhubConfig
 
 #: The environment variable (and settings name) holding the key(s).
 KEY_ENV = "CRAWLHUB_SECRET_KEY"
 #: The key file of the embedded default, in the data dir.
 KEY_FILE = "secret.key"
-MASK = "***"
 
 
 class SecretError(CrawlhubError):
@@ -91,6 +95,14 @@ class SecretBox:
             raise ConfigError(f"no secret key: set {KEY_ENV} (distributed set-ups share it)",
                               key=KEY_ENV)
         return cls([_key_file(data_dir / KEY_FILE)], where=str(data_dir / KEY_FILE))
+
+    @classmethod
+    def from_config(cls, config: CrawlhubConfig) -> SecretBox:
+        """The box of a config: ``control.secret_key``, else ``$CRAWLHUB_SECRET_KEY``,
+        else the data dir's key file (what the server and the CLI both use)."""
+        key = config.control.secret_key
+        return cls.from_setting(key.get_secret_value() if key else os.environ.get(KEY_ENV),
+                                Path(config.data_dir))
 
     def encrypt(self, secret: Secret | str) -> str:
         plain = secret.reveal() if isinstance(secret, Secret) else secret
