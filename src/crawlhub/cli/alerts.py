@@ -12,12 +12,10 @@ up with the next event.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -41,14 +39,11 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a t
 async def _alerts(cfg: Any) -> AsyncIterator[AlertService]:
     """An AlertService on the config's control database, with the server's secret key."""
     from crawlhub.control.db import ControlDB
-    from crawlhub.control.secrets import KEY_ENV, SecretBox
+    from crawlhub.control.secrets import SecretBox
 
-    section = cfg.control
-    key = (section.secret_key.get_secret_value() if section.secret_key
-           else os.environ.get(KEY_ENV))
-    secrets = SecretBox.from_setting(key, Path(cfg.data_dir))
-    settings = AlertSettings.from_section(section)
-    db = await ControlDB.open(section.url)
+    secrets = SecretBox.from_config(cfg)
+    settings = AlertSettings.from_section(cfg.control)
+    db = await ControlDB.open(cfg.control.url)
     try:
         service = await AlertService.open(db, secrets, settings)
         try:

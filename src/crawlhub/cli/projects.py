@@ -11,7 +11,6 @@ build's log, and exits 0 when it succeeded.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import sys
 import time
@@ -31,7 +30,6 @@ from crawlhub.control.projects import (
     InvalidProject,
     NewProject,
     Project,
-    ProjectStore,
     ProjectUpdate,
 )
 
@@ -48,20 +46,12 @@ async def open_builds(cfg: Any) -> AsyncIterator[BuildService]:
     """The projects and builds on the config's control database (``.projects`` on the
     service); builds left unfinished by a dead process are marked failed on opening."""
     from crawlhub.control.db import ControlDB
-    from crawlhub.control.secrets import KEY_ENV, SecretBox
+    from crawlhub.control.secrets import SecretBox
 
-    section = cfg.control
-    key = (section.secret_key.get_secret_value() if section.secret_key
-           else os.environ.get(KEY_ENV))
-    box = SecretBox.from_setting(key, Path(cfg.data_dir))
-    db = await ControlDB.open(section.url)
+    box = SecretBox.from_config(cfg)
+    db = await ControlDB.open(cfg.control.url)
     try:
-        store = await ProjectStore.open(db, box, tag_pattern=section.tag_pattern,
-                                        builder=section.builder)
-        builds = await BuildService.open(db, store, builds_dir=section.builds_dir,
-                                         timeout=float(section.build_timeout),
-                                         log_lines=section.build_log_lines,
-                                         parallel=section.builds_parallel)
+        builds = await BuildService.open_section(db, box, cfg.control)
         try:
             yield builds
         finally:
@@ -114,6 +104,27 @@ def _read_secret(stdin: bool, ask: bool, flag: str | None, file: Path | None,
         except OSError as exc:
             raise typer.BadParameter(f"cannot read {file}: {exc.strerror}") from None
     return flag
+
+
+def _webhook_secret(flag: str | None, file: Path | None, generate: bool) -> str | None:
+    """The webhook secret given (flag or file) or, with ``generate``, a new random one."""
+    given = _read_secret(False, False, flag, file, "webhook secret")
+    if not generate:
+        return given
+    if given is not None:
+        raise typer.BadParameter("--generate-webhook-secret or a webhook secret, not both")
+    return secrets.token_urlsafe(32)
+
+
+def _answer(project: Project, as_json: bool, generated: str | None) -> None:
+    """The project as stored, and a generated webhook secret (its one showing)."""
+    if as_json:
+        print_json(project.model_dump())
+    else:
+        _show(project)
+    if generated is not None:
+        err.print("webhook secret (shown once; set it on the forge's hook):", highlight=False)
+        out.print(generated, markup=False, highlight=False)
 
 
 def _builder(name: str | None, options: str | None) -> dict[str, Any] | None:
@@ -194,11 +205,7 @@ def add_command(
     The password and the webhook secret are stored encrypted and never shown again.
     """
     cfg = get_config(config, data_dir, sets)
-    secret = _read_secret(False, False, webhook_secret, webhook_secret_file, "webhook secret")
-    if generate_webhook_secret:
-        if secret is not None:
-            raise typer.BadParameter("--generate-webhook-secret or a webhook secret, not both")
-        secret = secrets.token_urlsafe(32)
+    secret = _webhook_secret(webhook_secret, webhook_secret_file, generate_webhook_secret)
     data: dict[str, Any] = {
         "name": name, "git_url": git_url, "username": username,
         "password": _read_secret(password_stdin, ask_password, password, None, "password"),
@@ -207,13 +214,7 @@ def add_command(
         "builder": _builder(builder, builder_options)}
     spec = model(NewProject, {k: v for k, v in data.items() if v is not None})
     project: Project = call(cfg, lambda b: b.projects.create(spec))
-    if as_json:
-        print_json(project.model_dump())
-    else:
-        _show(project)
-    if generate_webhook_secret:
-        err.print("webhook secret (shown once; set it on the forge's hook):", highlight=False)
-        out.print(secret, markup=False, highlight=False)
+    _answer(project, as_json, secret if generate_webhook_secret else None)
 
 
 @app.command("update")
@@ -247,20 +248,12 @@ def update_command(
         data["password"] = None
     elif pw is not None:
         data["password"] = pw
-    secret = _read_secret(False, False, webhook_secret, webhook_secret_file, "webhook secret")
-    if generate_webhook_secret:
-        secret = secrets.token_urlsafe(32)
+    secret = _webhook_secret(webhook_secret, webhook_secret_file, generate_webhook_secret)
     if secret is not None:
         data["webhook_secret"] = secret
     patch = model(ProjectUpdate, data)
     project: Project = call(cfg, lambda b: b.projects.update(name, patch))
-    if as_json:
-        print_json(project.model_dump())
-    else:
-        _show(project)
-    if generate_webhook_secret:
-        err.print("webhook secret (shown once; set it on the forge's hook):", highlight=False)
-        out.print(secret, markup=False, highlight=False)
+    _answer(project, as_json, secret if generate_webhook_secret else None)
 
 
 @app.command("show")
