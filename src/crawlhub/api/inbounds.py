@@ -19,9 +19,9 @@ router = APIRouter(tags=["inbound"])
 @router.get("/inbound/", summary="List inbounds", response_model=list[InboundRow])
 async def list_inbounds(svc: ServicesDep) -> list[dict[str, Any]]:
     return [
-        {"name": i.name, "class": i.class_name, "disabled": i.disabled, "derive": i.derive,
-         "selector": list(i.selectors.texts), "frontier": i.frontier}
-        for i in svc.hub.inbounds.values()
+        {"name": p.name, "class": p.class_name, "disabled": p.disabled, "derive": p.derive,
+         "selector": list(p.selectors.texts), "frontier": p.frontier}
+        for p in (i.plan for i in svc.hub.inbounds.values())
     ]
 
 
@@ -32,7 +32,7 @@ async def list_inbounds(svc: ServicesDep) -> list[dict[str, Any]]:
              responses=errors(404, 409, *BODY, *BACKEND),
              openapi_extra=json_request("One message (a JSON object) or a list"))
 async def push(name: str, request: Request, svc: ServicesDep) -> JSONResponse:
-    inbound = svc.hub.inbound(name)
+    inbound = svc.hub.inbound(name).plan
     if not inbound.is_http:
         raise ConflictError(f"inbound {name!r} is of class {inbound.class_name!r}; only http"
                             " inbounds take messages over HTTP")

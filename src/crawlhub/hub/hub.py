@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from crawlhub.errors import ConfigError, NotFoundError
+from crawlhub.errors import NotFoundError
 from crawlhub.hub.converters import build_converter
 from crawlhub.hub.failures import FailureLog
 from crawlhub.hub.inbounds import Inbound, build_source
@@ -34,7 +34,13 @@ from crawlhub.hub.inbounds.base import InboundSource
 from crawlhub.hub.intake import IntakeStage, SubmitResult
 from crawlhub.hub.metrics import HubMetrics
 from crawlhub.hub.outbounds import OutboundTransport, build_transport
-from crawlhub.hub.plan import HubPlan, compile_config
+from crawlhub.hub.plan import (
+    HubPlan,
+    InboundPlan,
+    OutboundPlan,
+    check_frontier,
+    compile_config,
+)
 from crawlhub.hub.results import ResultsStage
 from crawlhub.hub.routing import Router, decide_result
 from crawlhub.hub.state import CLAIM_LEASE, HubState
@@ -122,38 +128,25 @@ class Hub(IntakeStage, ResultsStage):
         frontiers: Mapping[str, Any] | None = None,
     ) -> Hub:
         """Build a hub from a compiled plan: construct the converters, the outbound
-        transports (on ``queues``) and the inbound sources."""
+        transports (on ``queues``) and the inbound sources. Every frontier the plan names
+        must be among ``frontiers`` (checked before anything is constructed)."""
         frontiers = dict(frontiers or {})
-        transports: dict[str, OutboundTransport] = {}
-        for ob in plan.outbounds:
-            rule = ob.rule
-            if rule.frontier and rule.frontier not in frontiers:
-                raise ConfigError(f"frontier {rule.frontier!r} is not defined under 'frontier:'",
-                                  file=ob.file, entry=ob.entry, key="frontier")
-            if not rule.disabled:
-                transports[ob.name] = build_transport(
-                    ob.name, ob.class_name, dict(ob.init), queues=queues,
-                    priority=rule.priority, file=ob.file, entry=ob.entry,
-                )
-        inbounds: list[Inbound] = []
-        sources: dict[str, InboundSource] = {}
-        for ib in plan.inbounds:
-            converters = [
-                build_converter(conv.class_name, dict(conv.init), file=ib.file,
-                                entry=ib.entry, key=conv.key)
-                for conv in ib.converters
-            ]
-            inbound = Inbound(
-                name=ib.name, class_name=ib.class_name, selectors=ib.selectors,
-                converters=converters, derive=ib.derive, frontier=ib.frontier,
-                threads=ib.threads, disabled=ib.disabled, init=dict(ib.init),
-            )
-            if inbound.frontier and inbound.frontier not in frontiers:
-                raise ConfigError(f"frontier {inbound.frontier!r} is not defined under"
-                                  " 'frontier:'", file=ib.file, entry=ib.entry, key="frontier")
-            inbounds.append(inbound)
-            if not inbound.disabled and not inbound.is_http:
-                sources[ib.name] = build_source(inbound, file=ib.file, entry=ib.entry)
+        entries: list[OutboundPlan | InboundPlan] = [*plan.outbounds, *plan.inbounds]
+        for entry in entries:
+            check_frontier(entry.frontier, frontiers, file=entry.file, entry=entry.entry)
+        transports = {
+            ob.name: build_transport(ob.name, ob.class_name, dict(ob.init), queues=queues,
+                                     priority=ob.rule.priority, file=ob.file, entry=ob.entry)
+            for ob in plan.outbounds if not ob.rule.disabled
+        }
+        inbounds = [
+            Inbound(ib, [build_converter(conv.class_name, dict(conv.init), file=ib.file,
+                                         entry=ib.entry, key=conv.key)
+                         for conv in ib.converters])
+            for ib in plan.inbounds
+        ]
+        sources = {ib.name: build_source(ib) for ib in plan.inbounds
+                   if not ib.disabled and not ib.is_http}
         failures = FailureLog(plan.failure_path, compress=plan.failure_compress)
         return cls(router=plan.router, inbounds=inbounds, transports=transports, state=state,
                    failures=failures, submitter=plan.submitter, frontiers=frontiers,
@@ -228,11 +221,11 @@ class Hub(IntakeStage, ResultsStage):
                 outcome.update(status="dropped", reason="not a JSON object, or a converter"
                                " dropped it")
                 continue
-            if not inbound.selectors.matches(data):
+            if not inbound.plan.selectors.matches(data):
                 outcome.update(status="ignored", reason=f"no selector of inbound"
                                f" {inbound.name!r} matched")
                 continue
-            if inbound.derive:
+            if inbound.plan.derive:
                 new_tasks.append((len(outcomes) - 1, _derived(data)))
                 continue
             uuid = data.get("task_uuid")
@@ -246,7 +239,7 @@ class Hub(IntakeStage, ResultsStage):
                 outcomes[index].update(done)
         if new_tasks:
             submitted = await self.submit([t for _, t in new_tasks], wait=wait,
-                                          frontier=inbound.frontier)
+                                          frontier=inbound.plan.frontier)
             for (index, _), result in zip(new_tasks, submitted, strict=True):
                 outcomes[index].update(result.as_dict())
         return outcomes
@@ -261,14 +254,15 @@ class Hub(IntakeStage, ResultsStage):
         if data is None:
             report.update(action="drop", reason="a converter dropped the message")
             return report
-        selector = inbound.selectors.match(data)
-        report["inbound_selector"] = selector.text if selector and inbound.selectors.texts \
-            else None
+        selectors = inbound.plan.selectors
+        selector = selectors.match(data)
+        report["inbound_selector"] = selector.text if selector and selectors.texts else None
         if selector is None:
             report.update(action="ignore",
                           reason=f"no selector of inbound {inbound.name!r} matched")
             return report
-        if not inbound.derive and RESULT_KEY in data and data.get("task_uuid"):
+        derive = inbound.plan.derive
+        if not derive and RESULT_KEY in data and data.get("task_uuid"):
             entry = await self.state.get(str(data["task_uuid"]))
             if entry is None:
                 report.update(action="orphan_result", reason="no dispatched task with this"
@@ -281,10 +275,10 @@ class Hub(IntakeStage, ResultsStage):
                 report.update(outbound=result.target.name, params=result.target.params(preview),
                               priority=preview.get("priority"))
             return report
-        task = Task(_derived(data) if inbound.derive else data).ensure_identity(self.submitter)
+        task = Task(_derived(data) if derive else data).ensure_identity(self.submitter)
         task.pop(RESULT_KEY, None)
         decision = self.router.route(task, explain=True)
-        report["action"] = "derive" if inbound.derive else "route"
+        report["action"] = "derive" if derive else "route"
         report["candidates"] = [
             {"outbound": c.outbound, "matched": c.matched, "reason": c.reason}
             for c in decision.candidates

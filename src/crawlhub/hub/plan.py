@@ -10,13 +10,19 @@ open connections or write files, run only when the hub is built (``serve``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from crawlhub.errors import ConfigError, ConfigErrors
 from crawlhub.hub.converters import _TASKHUB_MODULES, BUILTIN_CONVERTERS
-from crawlhub.hub.inbounds import HTTP_NAMES, KAFKA_NAMES, REDIS_NAMES, redis_init
+from crawlhub.hub.inbounds import (
+    HTTP_NAMES,
+    KAFKA_NAMES,
+    REDIS_NAMES,
+    kafka_inbound_class,
+    redis_source,
+)
 from crawlhub.hub.outbounds import QUEUE_NAMES, REDIS_LIST_NAMES, max_attempts_of
 from crawlhub.hub.routing import OutboundRule, Router
 from crawlhub.loading import check_call, import_object
@@ -76,6 +82,10 @@ class OutboundPlan:
     def name(self) -> str:
         return self.rule.name
 
+    @property
+    def frontier(self) -> str | None:
+        return self.rule.frontier
+
 
 @dataclass(slots=True)
 class HubPlan:
@@ -88,12 +98,6 @@ class HubPlan:
     submitter: str = "crawlhub"
     failure_path: str = "failures.jsonl"
     failure_compress: bool = False
-
-    @property
-    def frontiers(self) -> set[str]:
-        """The frontiers the inbounds and outbounds name."""
-        return ({o.rule.frontier for o in self.outbounds if o.rule.frontier}
-                | {i.frontier for i in self.inbounds if i.frontier})
 
 
 def compile_config(config: CrawlhubConfig) -> HubPlan:
@@ -109,9 +113,7 @@ def compile_config(config: CrawlhubConfig) -> HubPlan:
         where = {"file": ob.source_file, "entry": ob.label}
         rule = _collect(errors, OutboundRule.from_config, ob,
                         default_result_timeout=default_timeout)
-        if ob.frontier and ob.frontier not in frontiers:
-            errors.append(ConfigError(f"frontier {ob.frontier!r} is not defined under"
-                                      " 'frontier:'", key="frontier", **where))
+        _collect(errors, check_frontier, ob.frontier, frontiers, **where)
         if not ob.disable:
             _collect(errors, _check_outbound_class, ob.class_, dict(ob.init), where)
         if rule is not None:
@@ -124,9 +126,7 @@ def compile_config(config: CrawlhubConfig) -> HubPlan:
             converter = ConverterPlan(conv.class_, dict(conv.init), f"convert[{index}]")
             _collect(errors, _check_converter, converter, where)
             converters.append(converter)
-        if ib.frontier and ib.frontier not in frontiers:
-            errors.append(ConfigError(f"frontier {ib.frontier!r} is not defined under"
-                                      " 'frontier:'", key="frontier", **where))
+        _collect(errors, check_frontier, ib.frontier, frontiers, **where)
         if not ib.disable and ib.class_ not in HTTP_NAMES:
             _collect(errors, _check_inbound_class, ib.name, ib.class_, dict(ib.init),
                      int(ib.threads), where)
@@ -146,6 +146,14 @@ def compile_config(config: CrawlhubConfig) -> HubPlan:
     return HubPlan(router=router, outbounds=outbounds, inbounds=inbounds,
                    submitter=config.submitter, failure_path=config.failure.path,
                    failure_compress=config.failure.compress)
+
+
+def check_frontier(name: str | None, known: Collection[str], *, file: str | None,
+                   entry: str | None) -> None:
+    """A ConfigError naming the entry when it names a frontier not among ``known``."""
+    if name and name not in known:
+        raise ConfigError(f"frontier {name!r} is not defined under 'frontier:'",
+                          file=file, entry=entry, key="frontier")
 
 
 T = TypeVar("T")
@@ -194,20 +202,11 @@ def _check_converter(converter: ConverterPlan, where: dict[str, Any]) -> None:
 
 def _check_inbound_class(name: str, class_name: str, init: dict[str, Any], threads: int,
                          where: dict[str, Any]) -> None:
-    if class_name in REDIS_NAMES:
-        from crawlhub.hub.inbounds.redis import RedisInbound
-
-        try:  # crawlhub's own class: its constructor only reads init, no I/O
-            RedisInbound(name, redis_init(class_name, init), threads=threads)
-        except ValueError as exc:
-            raise ConfigError(str(exc), key="init", **where) from exc
+    if class_name in REDIS_NAMES:  # crawlhub's own class: its constructor does no I/O
+        redis_source(name, class_name, init, threads, **where)
         return
     if class_name in KAFKA_NAMES:
-        try:
-            import crawlhub.hub.inbounds.kafka  # noqa: F401
-        except ImportError as exc:
-            raise ConfigError("the kafka inbound needs the kafka extra:"
-                              " pip install 'crawlhub[kafka]'", key="class", **where) from exc
+        kafka_inbound_class(**where)
         return
     target = import_object(class_name, key="class", **where)
     check_call(target, what=f"inbound class {class_name!r}", args=("name", "init"),

@@ -1,18 +1,17 @@
-"""Inbounds: where messages come in. A built inbound (:class:`Inbound`: its selectors and
-converters) and, for every class but ``http``, the source that consumes messages
+"""Inbounds: where messages come in. A built inbound (:class:`Inbound`: its compiled entry
+and converters) and, for every class but ``http``, the source that consumes messages
 (:func:`build_source`; the protocol in :mod:`.base`, one file per kind)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from crawlhub.errors import ConfigError, ConvertError
 from crawlhub.hub.converters import Converter
 from crawlhub.hub.inbounds.base import InboundSource
 from crawlhub.loading import import_object
-from crawlhub.selectors import SelectorSet
 
 if TYPE_CHECKING:
     from crawlhub.hub.plan import InboundPlan
@@ -25,21 +24,15 @@ KAFKA_NAMES = frozenset({"kafka", "kafka.KafkaInbound", "KafkaInbound"})
 
 @dataclass(slots=True)
 class Inbound:
-    """One inbound entry, built: selectors, converters and (unless http) its source."""
+    """One inbound entry, built: its compiled entry (:class:`InboundPlan`: name, class,
+    selectors, derive, frontier, ...) and its converters, constructed."""
 
-    name: str
-    class_name: str
-    selectors: SelectorSet
+    plan: InboundPlan
     converters: list[Converter]
-    derive: bool = False
-    frontier: str | None = None
-    threads: int = 1
-    disabled: bool = False
-    init: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def is_http(self) -> bool:
-        return self.class_name in HTTP_NAMES
+    def name(self) -> str:
+        return self.plan.name
 
     def convert(self, message: Mapping[str, Any]) -> dict[str, Any] | None:
         """Run the converters; a converter that raises is a :class:`ConvertError`."""
@@ -56,37 +49,43 @@ class Inbound:
         return data
 
 
-def redis_init(class_name: str, init: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``init`` of a Redis inbound, with the ``type`` its class name implies."""
-    out = dict(init)
+def redis_source(name: str, class_name: str, init: Mapping[str, Any], threads: int, *,
+                 file: str | None, entry: str | None) -> InboundSource:
+    """A Redis inbound (its constructor only reads ``init``: no I/O), with the ``type``
+    its class name implies; a bad ``init`` is a ConfigError naming the entry."""
+    from crawlhub.hub.inbounds.redis import RedisInbound
+
+    init = dict(init)
     kind = {"redis_list": "list", "redis_stream": "stream"}.get(class_name)
     if kind:
-        out.setdefault("type", kind)
-    return out
+        init.setdefault("type", kind)
+    try:
+        return RedisInbound(name, init, threads=threads)
+    except ValueError as exc:
+        raise ConfigError(str(exc), file=file, entry=entry, key="init") from exc
 
 
-def build_source(inbound: Inbound | InboundPlan, *, file: str | None,
-                 entry: str | None) -> InboundSource:
+def kafka_inbound_class(*, file: str | None, entry: str | None) -> type[InboundSource]:
+    """The Kafka inbound's class; a ConfigError naming the entry without the extra."""
+    try:
+        from crawlhub.hub.inbounds.kafka import KafkaInbound
+    except ImportError as exc:  # pragma: no cover - depends on the optional extra
+        raise ConfigError("the kafka inbound needs the kafka extra:"
+                          " pip install 'crawlhub[kafka]'", file=file, entry=entry,
+                          key="class") from exc
+    return KafkaInbound
+
+
+def build_source(plan: InboundPlan) -> InboundSource:
     """The source of a non-http inbound; errors name the entry and key."""
-    name = inbound.class_name
+    name, where = plan.class_name, {"file": plan.file, "entry": plan.entry}
     if name in REDIS_NAMES:
-        from crawlhub.hub.inbounds.redis import RedisInbound
-
-        try:
-            return RedisInbound(inbound.name, redis_init(name, inbound.init),
-                                threads=inbound.threads)
-        except ValueError as exc:
-            raise ConfigError(str(exc), file=file, entry=entry, key="init") from exc
+        return redis_source(plan.name, name, plan.init, plan.threads, **where)
     if name in KAFKA_NAMES:
         try:
-            from crawlhub.hub.inbounds.kafka import KafkaInbound
-        except ImportError as exc:  # pragma: no cover - depends on the optional extra
-            raise ConfigError("the kafka inbound needs the kafka extra:"
-                              " pip install 'crawlhub[kafka]'", file=file, entry=entry,
-                              key="class") from exc
-        try:
-            return KafkaInbound(inbound.name, dict(inbound.init), threads=inbound.threads)
+            return kafka_inbound_class(**where)(plan.name, dict(plan.init),
+                                                threads=plan.threads)  # type: ignore[call-arg]
         except ValueError as exc:
-            raise ConfigError(str(exc), file=file, entry=entry, key="init") from exc
-    cls = import_object(name, file=file, entry=entry, key="class")
-    return cls(inbound.name, dict(inbound.init), threads=inbound.threads)  # type: ignore[no-any-return]
+            raise ConfigError(str(exc), key="init", **where) from exc
+    cls = import_object(name, key="class", **where)
+    return cls(plan.name, dict(plan.init), threads=plan.threads)  # type: ignore[no-any-return]
