@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import re
 import sys
-import textwrap
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,23 +25,8 @@ from tests.control.alert_targets import TOKEN as HOOK_TOKEN
 
 from .conftest import Server, Watch, _seed, _shots, artifacts_dir
 
-#: A job that counts ``argv[1]`` items, 20 a second, in tasks of 10, logging each; it holds
-#: still while paused and stops when asked (crawlhub.sdk).
-COUNTER = textwrap.dedent("""
-    import sys, time
-    from crawlhub import sdk
-    n = 0
-    while n < int(sys.argv[1]):
-        if not sdk.control().wait_while_paused():
-            break
-        with sdk.task(f"step-{n // 10}"):
-            n += 1
-            sdk.set_counter("success", n)
-            sdk.set_counter("total", int(sys.argv[1]))
-            sdk.log(f"item {n} counted", task=f"step-{(n - 1) // 10}")
-            time.sleep(0.05)
-    sdk.flush()
-""")
+#: A job that counts items in tasks of 10, logging each (crawlhub.sdk).
+ITEM_JOB = Path(__file__).parents[1] / "control" / "item_job.py"
 
 PAGES = [("/ui/projects", "Projects and builds"), ("/ui/jobs", "Jobs"), ("/ui/runs", "Runs"),
          ("/ui/logs", "Logs"), ("/ui/alerts", "Alerts")]
@@ -62,10 +47,8 @@ def snap(page: Any, name: str) -> None:
     _shots.append(path)
 
 
-def counter_job(server: Server, name: str, items: int) -> dict[str, Any]:
-    script = server.data_dir / "web_counter.py"
-    script.write_text(COUNTER)
-    return {"name": name, "command": [sys.executable, str(script), str(items)],
+def counter_job(name: str, items: int) -> dict[str, Any]:
+    return {"name": name, "command": [sys.executable, str(ITEM_JOB), str(items)],
             "env": {"PYTHONPATH": os.pathsep.join(sys.path)},
             "notes": "counts items for the web page's tests <b>not bold</b>"}
 
@@ -111,7 +94,7 @@ def test_every_control_page_loads_clean_and_lights_its_nav(page: Any, server: Se
 
 def test_run_a_job_with_its_button_follow_its_log_pause_and_continue_it(
         page: Any, server: Server, watch: Watch) -> None:
-    status, answer = server.api("POST", "/jobs/", counter_job(server, "web-count", 100_000))
+    status, answer = server.api("POST", "/jobs/", counter_job("web-count", 100_000))
     assert status == 201, answer
     page.on("dialog", lambda dialog: dialog.accept())  # Cancel asks first
     page.goto("/ui/jobs?prefix=web-count")
