@@ -180,10 +180,8 @@ async def get_artifact(name: str = Path(max_length=64),
                                             description="a version, or latest (the newest"
                                             " successful build)"),
                        builds: BuildService = Depends(build_service)) -> ArtifactOut:
-    found = await builds.artifact(name, version)
-    return ArtifactOut(project=found.project, version=found.version, build=found.build,
-                       commit=found.commit, kind=found.kind, path=found.path,
-                       workdir=found.workdir, bin_dir=found.bin_dir, env=found.env)
+    return ArtifactOut.model_validate(await builds.artifact(name, version),
+                                      from_attributes=True)
 
 
 # ---------------------------------------------------------------------------- builds

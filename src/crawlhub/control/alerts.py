@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import email.policy
 import fnmatch
 import itertools
@@ -409,9 +410,7 @@ class AlertRoute:
     url: Secret | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "target": self.target, "to": self.to,
-                "events": self.events, "jobs": self.jobs, "queues": self.queues,
-                "enabled": self.enabled, "created": self.created, "updated": self.updated}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "url"}
 
     def matches(self, event: AlertEvent) -> bool:
         """Whether this route gets ``event`` (see the module docstring)."""
@@ -467,10 +466,7 @@ class Delivery:
     ts: float
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "route": self.route, "event": self.event, "job": self.job,
-                "run": self.run, "about": self.about, "subject": self.subject,
-                "status": self.status, "attempts": self.attempts, "answer": self.answer,
-                "error": self.error, "ts": self.ts}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 # -- settings -------------------------------------------------------------------------
