@@ -10,7 +10,7 @@ import hashlib
 import hmac
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -18,9 +18,8 @@ from urllib.parse import urlencode
 import httpx2
 import pytest
 
-from crawlhub.api import create_app
-from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.service import Services
+from tests.api.conftest import MakeApi
 from tests.control.gitremote import Remote, make_remote
 
 PASSWORD = "pw-Kx9-hidden-always"
@@ -56,33 +55,22 @@ MakeApp = Callable[..., Awaitable[App]]
 
 
 @pytest.fixture
-async def make_app(tmp_path: Path) -> AsyncIterator[MakeApp]:
-    opened: list[App] = []
+def backend() -> str:
+    """Projects and builds live in the control DB (SQLite here either way): the queues'
+    backend does not matter."""
+    return "sqlite"
+
+
+@pytest.fixture
+def make_app(make_api: MakeApi, tmp_path: Path) -> MakeApp:
+    """``await make_app(token=...)``: the app of ``make_api`` and a local git remote."""
     remote = make_remote(tmp_path / "git")
 
     async def make(*, token: str | None = None, headers: dict[str, str] | None = None) -> App:
-        cfg = CrawlhubConfig.model_validate({
-            "data_dir": str(tmp_path / "data"),
-            "storage": {"queues": f"sqlite:///{tmp_path}/queues.db",
-                        "state": f"sqlite:///{tmp_path}/hub.db"},
-            "failure": {"path": str(tmp_path / "failures.jsonl")},
-            "inbound": [{"name": "http", "class": "http"}],
-            "outbound": [{"name": "default", "init": {"key": "default"}}],
-            "server": {"token": token} if token else {},
-        })
-        svc = await Services.open(cfg)
-        transport = httpx2.ASGITransport(app=create_app(services=svc),
-                                         raise_app_exceptions=False)
-        client = httpx2.AsyncClient(transport=transport, base_url="http://crawlhub.test",
-                                    headers=headers)
-        app = App(svc, client, remote)
-        opened.append(app)
-        return app
+        api = await make_api(headers=headers, server={"token": token} if token else {})
+        return App(api.svc, api.client, remote)
 
-    yield make
-    for app in opened:
-        await app.client.aclose()
-        await app.svc.close()
+    return make
 
 
 @pytest.fixture

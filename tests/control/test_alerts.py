@@ -296,9 +296,8 @@ async def test_a_target_that_refuses_connections_is_retried_then_recorded_as_fai
     port = free_port()
     await alerts.create(webhook("down", f"http://127.0.0.1:{port}{HOOK_PATH}"))
 
-    started = time.monotonic()
     assert await alerts.notify(failed()) is True  # queued; nothing raised
-    assert time.monotonic() - started < 0.1
+    assert waits == []  # returned before the first attempt, not after the retries
     await alerts.drain()
 
     assert waits == [0.5, 1.0]

@@ -19,7 +19,7 @@ from crawlhub.control.projects import (
     ProjectUpdate,
     check_git_url,
 )
-from crawlhub.control.secrets import SecretBox
+from crawlhub.control.secrets import SecretBox, SecretError
 from crawlhub.errors import ConflictError, NotFoundError
 
 PASSWORD = "pw-Zq81-never-shown"
@@ -114,7 +114,7 @@ async def test_a_stored_secret_needs_the_key_it_was_stored_under(
         store: ProjectStore, control_db: ControlDB) -> None:
     await store.create(new(password=PASSWORD))
     other = ProjectStore(control_db, SecretBox([SecretBox.new_key()]))
-    with pytest.raises(Exception, match="cannot be decrypted") as caught:
+    with pytest.raises(SecretError, match="cannot be decrypted") as caught:
         await other.credentials("shop")
     assert PASSWORD not in str(caught.value)
 
