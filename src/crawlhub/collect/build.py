@@ -61,7 +61,8 @@ def job_pipeline_config(
     return resolve_pipeline_config(merged, job.name, env, cli)
 
 
-def job_sink(job: CollectJobConfig, spec: Mapping[str, Any] | None = None, *, config: Any = None) -> Sink:
+def job_sink(job: CollectJobConfig, spec: Mapping[str, Any] | None = None, *,
+             config: Any = None) -> Sink:
     """The job's sink (not opened): its ``sink:`` spec, named after the job, keyed by id."""
     data = dict(spec if spec is not None else job.sink)
     data.setdefault("name", job.name)

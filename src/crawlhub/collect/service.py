@@ -90,7 +90,8 @@ class CollectJobManager:
         """The metadata store, opened on first use (tables created if missing)."""
         async with self._store_lock:
             if self._store is None:
-                self._store = await open_metadata_store(self.metadata_url, table_prefix=self.table_prefix)
+                self._store = await open_metadata_store(self.metadata_url,
+                                                        table_prefix=self.table_prefix)
             return self._store
 
     async def start_auto(self) -> list[str]:
