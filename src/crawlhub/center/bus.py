@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -57,7 +58,9 @@ def raise_if_cancelled() -> None:
     lands while redis-py reads can come out of it as a connection or timeout error; a
     retry loop that took it for a broker error would swallow the cancel and run on (a
     halted center's loop outlived it, and the event loop's shutdown waited on it for
-    ever). ``Task.cancelling()`` keeps the request however the error was dressed."""
+    ever; a halted agent's heartbeat loop went on beating). ``Task.cancelling()`` keeps
+    the request however the error was dressed. :meth:`RedisBus._call` asks first, so no
+    caller sees such a cancel as a :class:`BusError`."""
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
@@ -65,6 +68,37 @@ def raise_if_cancelled() -> None:
 
 class BusError(CrawlhubError):
     """The broker failed (down, refused, timed out); the message says which and what."""
+
+
+async def retry_forever(stop: asyncio.Event, step: Callable[[], Awaitable[None]], *,
+                        logger: logging.Logger, who: str, what: str, first: float = 0.2,
+                        longest: float = 5.0) -> None:
+    """Run ``step()`` until ``stop`` is set: the read loops of centers and agents, which
+    outlive any broker outage. A :class:`BusError` is logged once per outage (and its
+    end once) and retried with a pause doubling from ``first`` to ``longest`` s; any
+    other error is logged with its traceback and retried after the current pause. A
+    cancel always ends the loop."""
+    pause = first
+    down = False
+    while not stop.is_set():
+        try:
+            await step()
+        except BusError as exc:
+            if not down:
+                logger.warning("%s: %s: %s; retrying", who, what, exc)
+                down = True
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, longest)
+            continue
+        except Exception:
+            raise_if_cancelled()  # e.g. the registry's own Redis client, not the bus
+            logger.exception("%s: %s failed; going on", who, what)
+            await asyncio.sleep(pause)
+            continue
+        if down:
+            logger.warning("%s: %s: the broker answers again", who, what)
+            down = False
+        pause = first
 
 
 @dataclass(slots=True)
@@ -377,9 +411,11 @@ class RedisBus:
         try:
             return await awaitable
         except RedisError as exc:
+            raise_if_cancelled()
             raise BusError(f"the broker {self._where} failed to {op}: "
                            f"{type(exc).__name__}: {exc}") from exc
         except OSError as exc:
+            raise_if_cancelled()
             raise BusError(f"the broker {self._where} failed to {op}: {exc}") from exc
 
     async def _group(self, key: str) -> None:

@@ -46,7 +46,7 @@ from crawlhub.center.bus import (
     BusError,
     Envelope,
     Outgoing,
-    raise_if_cancelled,
+    retry_forever,
     wait_until,
 )
 from crawlhub.center.protocol import (
@@ -138,30 +138,9 @@ class DownloadCenter:
             await _end([*tasks, *self._tasks])
 
     async def _forever(self, stop: asyncio.Event, what: str, step: Any) -> None:
-        """Run ``step()`` until stopped; broker errors are logged once per outage and
-        retried with a doubling pause (the center outlives any broker outage)."""
-        pause = RETRY_FIRST
-        down = False
-        while not stop.is_set():
-            try:
-                await step()
-            except BusError as exc:
-                raise_if_cancelled()
-                if not down:
-                    log.warning("center %s: %s: %s; retrying", self.center_id, what, exc)
-                    down = True
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 5.0)
-                continue
-            except Exception:
-                raise_if_cancelled()
-                log.exception("center %s: %s failed; going on", self.center_id, what)
-                await asyncio.sleep(pause)
-                continue
-            if down:
-                log.warning("center %s: %s: the broker answers again", self.center_id, what)
-                down = False
-            pause = RETRY_FIRST
+        """Run ``step()`` until stopped, outliving broker outages (see ``retry_forever``)."""
+        await retry_forever(stop, step, logger=log, who=f"center {self.center_id}",
+                            what=what, first=RETRY_FIRST)
 
     async def _requests_loop(self, stop: asyncio.Event) -> None:
         pending = True

@@ -39,7 +39,7 @@ from crawlhub.agents.downloader import Downloader, DownloaderConfig, Fetched
 from crawlhub.agents.extract import ExtractionRules, ParseError, RuleSets
 from crawlhub.agents.proxies import ProxyPool
 from crawlhub.agents.registry.base import LoadMeter
-from crawlhub.center.bus import Bus, BusError, Envelope, Outbox, wait_until
+from crawlhub.center.bus import Bus, BusError, Envelope, Outbox, retry_forever, wait_until
 from crawlhub.center.protocol import (
     BEATS,
     FAILED,
@@ -263,31 +263,22 @@ class CenterWorker:
 
     async def _read_forever(self, stop: asyncio.Event) -> None:
         pending = True
-        pause = 0.2
-        down = False
-        while not stop.is_set():
+
+        async def step() -> None:
+            nonlocal pending
             free = max(1, self.concurrency - self._inflight)
-            try:
-                envs = await self.bus.read(self.channel, self.agent_id, count=free,
-                                           block=1.0, pending=pending)
-                pending = False
-            except BusError as exc:
-                if not down:
-                    log.warning("agent %s: reading commands failed (%s); resubscribing",
-                                self.agent_id, exc)
-                    down = True
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 2.0)
-                continue
-            if down:
-                log.warning("agent %s: subscribed again", self.agent_id)
-                down, pause = False, 0.2
+            envs = await self.bus.read(self.channel, self.agent_id, count=free, block=1.0,
+                                       pending=pending)
+            pending = False
             for env in envs:
                 await self._command(env)
                 if stop.is_set():
                     return
             while self._inflight >= self.concurrency and not stop.is_set():
                 await self._slot_free()
+
+        await retry_forever(stop, step, logger=log, who=f"agent {self.agent_id}",
+                            what="reading commands", longest=2.0)
 
     async def _slot_free(self) -> None:
         await self._slots.acquire()
