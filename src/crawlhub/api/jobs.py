@@ -16,11 +16,11 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field, ValidationError
 
-from crawlhub.api.deps import ApiError, services
+from crawlhub.api.deps import ApiError, control_plane, services
 from crawlhub.api.openapi import BACKEND, BODY, errors
 from crawlhub.collect.service import CollectJobManager
 from crawlhub.control.jobs import JobPatch, JobService, JobSpec, JobView, QueueInfo, RunRecord
-from crawlhub.errors import BackendUnavailable, NotFoundError
+from crawlhub.errors import NotFoundError
 from crawlhub.service import Services
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -28,10 +28,7 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 def job_service(svc: Services = Depends(services)) -> JobService:
     """The control plane's jobs (503 on services built without a control plane)."""
-    if svc.control is None:
-        raise BackendUnavailable("the control plane is not open on this server",
-                                 backend="control")
-    return svc.control.jobs
+    return control_plane(svc).jobs
 
 
 def collect_jobs(svc: Services = Depends(services)) -> CollectJobManager | None:

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -38,6 +39,18 @@ DataDirOpt = Annotated[Path | None, typer.Option(
     " (default ./crawlhub-data).")]
 SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", help="Setting name=value, highest layer over .env, .env.local and environment.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def print_json(value: Any) -> None:
+    """``value`` as one line of JSON on stdout (what ``--json`` prints)."""
+    out.print(json.dumps(value, ensure_ascii=False, default=str), markup=False,
+              highlight=False, soft_wrap=True)
+
+
+def when(ts: float | None) -> str:
+    """A time as local ``YYYY-MM-DD HH:MM:SS``; ``-`` for none."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
 def parse_sets(values: list[str] | None) -> dict[str, str]:

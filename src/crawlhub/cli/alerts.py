@@ -11,7 +11,6 @@ up with the next event.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,7 +21,18 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, err, fail, get_config, out, run
+from crawlhub.cli import (
+    ConfigOpt,
+    DataDirOpt,
+    JsonOpt,
+    SetOpt,
+    err,
+    fail,
+    get_config,
+    out,
+    print_json,
+    run,
+)
 from crawlhub.control.alerts import EVENT_KINDS, AlertService, AlertSettings, make_spec
 from crawlhub.errors import CrawlhubError
 
@@ -32,7 +42,6 @@ app = typer.Typer(help="Alert routes per job: webhook or email.\n\nSent on faile
                   no_args_is_help=True)
 T = TypeVar("T")
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
 @asynccontextmanager
@@ -62,11 +71,6 @@ def _call(cfg: Any, fn: Callable[[AlertService], Awaitable[T]]) -> T:
     return run(go())  # type: ignore[no-any-return]
 
 
-def _print_json(value: Any) -> None:
-    out.print(json.dumps(value, ensure_ascii=False, default=str), markup=False,
-              highlight=False, soft_wrap=True)
-
-
 @app.command("list")
 def list_command(as_json: JsonOpt = False, config: ConfigOpt = None,
                  data_dir: DataDirOpt = None, sets: SetOpt = None) -> None:
@@ -77,7 +81,7 @@ def list_command(as_json: JsonOpt = False, config: ConfigOpt = None,
     cfg = get_config(config, data_dir, sets)
     routes = _call(cfg, lambda alerts: alerts.routes())
     if as_json:
-        _print_json([r.as_dict() for r in routes])
+        print_json([r.as_dict() for r in routes])
         return
     table = Table(title=f"{len(routes)} alert routes", collapse_padding=True)
     for col in ("name", "kind", "target", "events", "jobs", "queues", "enabled"):
@@ -158,7 +162,7 @@ def test_command(name: Annotated[str, typer.Argument(help="The route's name.")],
     cfg = get_config(config, data_dir, sets)
     result = _call(cfg, lambda alerts: alerts.test(name))
     if as_json:
-        _print_json(result.as_dict())
+        print_json(result.as_dict())
     elif result.ok:
         out.print(f"sent: {escape(result.answer)} ({result.elapsed:.2f} s)", highlight=False)
     else:
@@ -180,7 +184,7 @@ def deliveries_command(
     cfg = get_config(config, data_dir, sets)
     rows = _call(cfg, lambda alerts: alerts.deliveries(route=route, job=job, limit=limit))
     if as_json:
-        _print_json([d.as_dict() for d in rows])
+        print_json([d.as_dict() for d in rows])
         return
     table = Table(title=f"{len(rows)} deliveries", collapse_padding=True)
     for col in ("time", "route", "event", "about", "status", "answer / error"):

@@ -9,8 +9,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, get_config, out
-from crawlhub.cli.projects import JsonOpt, call, print_json, when
+from crawlhub.cli import ConfigOpt, DataDirOpt, JsonOpt, SetOpt, get_config, out, print_json, when
+from crawlhub.cli.projects import call
 from crawlhub.control.builds import STATUSES, Build, BuildService
 
 app = typer.Typer(help="Builds of release tags, with logs and artifacts.",

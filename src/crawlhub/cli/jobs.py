@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypeVar
@@ -21,7 +20,17 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, get_config, out, run
+from crawlhub.cli import (
+    ConfigOpt,
+    DataDirOpt,
+    JsonOpt,
+    SetOpt,
+    get_config,
+    out,
+    print_json,
+    run,
+    when,
+)
 from crawlhub.control.jobs import JobPatch, JobService, JobSpec, RunRecord
 from crawlhub.control.logs.line import LogLine
 
@@ -29,7 +38,6 @@ app = typer.Typer(help="Jobs of every kind: subprocess, crawl, collect.",
                   no_args_is_help=True)
 T = TypeVar("T")
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 NameArg = Annotated[str, typer.Argument(help="The job's name.")]
 
 
@@ -65,15 +73,6 @@ def _call(cfg: Any, fn: Callable[[JobService], Awaitable[T]]) -> T:
     return run(go())
 
 
-def _print_json(value: Any) -> None:
-    out.print(json.dumps(value, ensure_ascii=False, default=str), markup=False,
-              highlight=False, soft_wrap=True)
-
-
-def _when(ts: float | None) -> str:
-    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-
-
 @app.command("list")
 def list_command(after: Annotated[str | None, typer.Option(help="Page after this name.")] = None,
                  limit: Annotated[int, typer.Option(min=1, max=1000, help="Jobs a page.")] = 100,
@@ -83,7 +82,7 @@ def list_command(after: Annotated[str | None, typer.Option(help="Page after this
     cfg = get_config(config, data_dir, sets)
     views = _call(cfg, lambda jobs: jobs.list_jobs(after=after, limit=limit))
     if as_json:
-        _print_json([v.model_dump() for v in views])
+        print_json([v.model_dump() for v in views])
         return
     table = Table(title=f"{len(views)} jobs", collapse_padding=True)
     for col in ("name", "kind", "cron", "next tick", "state", "last run", "status"):
@@ -92,7 +91,7 @@ def list_command(after: Annotated[str | None, typer.Option(help="Page after this
         state = "paused" if v.desired == "pause" else "running" if v.running else "idle"
         last = v.last_run
         table.add_row(escape(v.spec.name), v.spec.kind, escape(v.spec.cron or "-"),
-                      _when(v.next_fire), state, last.id if last else "-",
+                      when(v.next_fire), state, last.id if last else "-",
                       last.status if last else "-")
     out.print(table)
 
@@ -124,7 +123,7 @@ def add_command(name: NameArg,
         raise typer.BadParameter(str(exc)) from None
     view = _call(cfg, lambda jobs: jobs.create(spec))
     out.print(f"added job {escape(view.spec.name)}"
-              + (f"; next tick {_when(view.next_fire)}" if view.next_fire else ""))
+              + (f"; next tick {when(view.next_fire)}" if view.next_fire else ""))
 
 
 @app.command("show")
@@ -140,19 +139,19 @@ def show_command(name: NameArg, as_json: JsonOpt = False, config: ConfigOpt = No
 
     data = _call(cfg, get)
     if as_json:
-        _print_json(data)
+        print_json(data)
         return
     spec = data["job"]["spec"]
     out.print(f"[bold]{escape(spec['name'])}[/] ({spec['kind']}): "
               f"{escape(' '.join(spec['command'] + spec['args']))}")
-    out.print(f"cron {escape(spec['cron'] or '-')}  next {_when(data['job']['next_fire'])}"
+    out.print(f"cron {escape(spec['cron'] or '-')}  next {when(data['job']['next_fire'])}"
               f"  desired {data['job']['desired']}  max_instances {spec['max_instances']}")
     q = data["queue"]
     out.print("queue: " + "  ".join(f"{k} {q[k] if q[k] is not None else '-'}"
                                     for k in ("left", "total", "success", "failed", "retried",
                                               "rate")))
     for r in data["runs"]:
-        out.print(f"  {r['id']}  {r['status']:<10} {_when(r['started_at'])}  exit"
+        out.print(f"  {r['id']}  {r['status']:<10} {when(r['started_at'])}  exit"
                   f" {r['exit_code'] if r['exit_code'] is not None else '-'}")
 
 
@@ -184,7 +183,7 @@ def set_command(name: NameArg,
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     view = _call(cfg, lambda jobs: jobs.update(name, patch))
-    out.print(f"changed job {escape(name)}; next tick {_when(view.next_fire)}")
+    out.print(f"changed job {escape(name)}; next tick {when(view.next_fire)}")
 
 
 def _state_command(verb: str) -> Callable[..., None]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import secrets
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,7 +23,18 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, err, get_config, out, run
+from crawlhub.cli import (
+    ConfigOpt,
+    DataDirOpt,
+    JsonOpt,
+    SetOpt,
+    err,
+    get_config,
+    out,
+    print_json,
+    run,
+    when,
+)
 from crawlhub.control.builds import Build, BuildService
 from crawlhub.control.projects import (
     InvalidProject,
@@ -37,7 +47,6 @@ app = typer.Typer(help="Projects: git remotes whose release tags are built.",
                   no_args_is_help=True)
 T = TypeVar("T")
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 _HISTORY = " Visible in the shell's history and in ps: prefer --password-stdin or --ask-password."
 
 
@@ -66,15 +75,6 @@ def call(cfg: Any, fn: Callable[[BuildService], Awaitable[T]]) -> T:
             return await fn(builds)
 
     return run(go())  # type: ignore[no-any-return]
-
-
-def print_json(value: Any) -> None:
-    out.print(json.dumps(value, ensure_ascii=False, indent=2), markup=False, highlight=False,
-              soft_wrap=True)
-
-
-def when(ts: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
 def model(cls: type[T], data: dict[str, Any]) -> T:

@@ -9,8 +9,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, get_config, out
-from crawlhub.cli.jobs import JsonOpt, _call, _print_json, _when
+from crawlhub.cli import ConfigOpt, DataDirOpt, JsonOpt, SetOpt, get_config, out, print_json, when
+from crawlhub.cli.jobs import _call
 
 app = typer.Typer(help="Runs of jobs, newest first, and their tasks.",
                   no_args_is_help=True)
@@ -30,14 +30,14 @@ def list_command(job: Annotated[str | None, typer.Option(help="Only this job's r
     runs = _call(cfg, lambda jobs: jobs.runs(job=job, status=status or [], before=before,
                                             limit=limit))
     if as_json:
-        _print_json([r.model_dump() for r in runs])
+        print_json([r.model_dump() for r in runs])
         return
     table = Table(title=f"{len(runs)} runs", collapse_padding=True)
     for col in ("run", "job", "status", "trigger", "started", "seconds", "exit", "error"):
         table.add_column(col)
     for r in runs:
         took = f"{r.duration:.1f}" if r.duration is not None else "-"
-        table.add_row(r.id, escape(r.job), r.status, r.trigger, _when(r.started_at), took,
+        table.add_row(r.id, escape(r.job), r.status, r.trigger, when(r.started_at), took,
                       str(r.exit_code) if r.exit_code is not None else "-",
                       escape((r.error or "")[:60]))
     out.print(table)
@@ -50,12 +50,12 @@ def show_command(run_id: Annotated[str, typer.Argument(help="The run's id.")], a
     cfg = get_config(config, data_dir, sets)
     view = _call(cfg, lambda jobs: jobs.run_view(run_id))
     if as_json:
-        _print_json(view.model_dump())
+        print_json(view.model_dump())
         return
     r = view.run
     out.print(f"[bold]{r.id}[/] job {escape(r.job)}: {r.status} ({r.trigger}) host"
               f" {escape(r.host)} pid {r.pid}")
-    out.print(f"started {_when(r.started_at)}  ended {_when(r.finished_at)}  exit"
+    out.print(f"started {when(r.started_at)}  ended {when(r.finished_at)}  exit"
               f" {r.exit_code if r.exit_code is not None else '-'}"
               + (f"  error: {escape(r.error)}" if r.error else ""))
     if r.counters:

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crawlhub.control.db import ControlDB
-from crawlhub.control.secrets import KEY_ENV, SecretBox
+from crawlhub.control.secrets import SecretBox
 
 if TYPE_CHECKING:
     from crawlhub.config.schema import CrawlhubConfig
@@ -54,9 +53,7 @@ class ControlPlane:
                    collect: Any | None = None) -> ControlPlane:
         section = config.control
         Path(config.data_dir).mkdir(parents=True, exist_ok=True)
-        key = (section.secret_key.get_secret_value() if section.secret_key
-               else os.environ.get(KEY_ENV))
-        secrets = SecretBox.from_setting(key, Path(config.data_dir))
+        secrets = SecretBox.from_config(config)
         db = await ControlDB.open(section.url, prefix=prefix)
         plane = cls(config, db=db, secrets=secrets, collect=collect)
         try:
@@ -67,37 +64,23 @@ class ControlPlane:
         return plane
 
     async def _open_parts(self, prefix: str) -> None:
-        """Open each part in dependency order (logs and channel first: jobs use both)."""
-        # -- parts: each adds itself here -----------------------------------------------
-        # the searchable log store and its transport (crawlhub.control.logs)
+        """Open each part in dependency order: the jobs last, they use the others."""
+        from crawlhub.control.alerts import AlertService, AlertSettings
+        from crawlhub.control.builds import BuildService
+        from crawlhub.control.channel import open_channel
         from crawlhub.control.logs import LogService
 
+        section = self.config.control
         self.logs = await LogService.open(self.config, prefix=prefix)
         self._closers.append(self.logs.close)
-        from crawlhub.control.channel import open_channel
-
         self.channel = await open_channel(self.config, self.db)
         self._closers.append(self.channel.close)
-        from crawlhub.control.alerts import AlertService, AlertSettings
-
         self.alerts = await AlertService.open(self.db, self.secrets,
-                                              AlertSettings.from_section(self.config.control))
+                                              AlertSettings.from_section(section))
         self._closers.append(self.alerts.close)
-        # projects and their builds (crawlhub.control.projects, crawlhub.control.builds)
-        from crawlhub.control.builds import BuildService
-        from crawlhub.control.projects import ProjectStore
-
-        section = self.config.control
-        self.projects = await ProjectStore.open(self.db, self.secrets,
-                                                tag_pattern=section.tag_pattern,
-                                                builder=section.builder)
-        self.builds = await BuildService.open(self.db, self.projects,
-                                              builds_dir=section.builds_dir,
-                                              timeout=float(section.build_timeout),
-                                              log_lines=section.build_log_lines,
-                                              parallel=section.builds_parallel)
+        self.builds = await BuildService.open_section(self.db, self.secrets, section)
+        self.projects = self.builds.projects
         self._closers.append(self.builds.close)
-        # -- jobs last: they use the channel, the logs, the builds and the alerts --------
         await self._open_jobs()
 
     async def _open_jobs(self) -> None:
@@ -119,7 +102,6 @@ class ControlPlane:
         if self._started:
             return
         self._started = True
-        # -- starts: each part that runs in the background adds itself here -------------
         await self.logs.start()  # flush task, collector (Redis), pruner, crawlhub.* handler
         if self.config.control.scheduler:
             self.jobs.start_scheduler()
