@@ -44,16 +44,17 @@ log = logging.getLogger("crawlhub.api")
 #: itself carries none.
 _BACKEND_OF_MODULE = {"redis": "redis", "valkey": "redis", "asyncpg": "postgresql",
                       "psycopg": "postgresql", "sqlite3": "sqlite", "_sqlite3": "sqlite"}
+#: crawlhub's errors that are the client's to fix, by status; the body is the message.
+CLIENT_ERRORS: dict[type[Exception], int] = {NotFoundError: 404, ConflictError: 409,
+                                             ConvertError: 422, QueueNameError: 400}
 
 
 def install(app: FastAPI) -> None:
     """Register the JSON error answers on ``app``."""
     app.add_exception_handler(ApiError, _api_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
-    app.add_exception_handler(NotFoundError, _not_found)  # type: ignore[arg-type]
-    app.add_exception_handler(ConflictError, _conflict)  # type: ignore[arg-type]
-    app.add_exception_handler(ConvertError, _unconvertible)  # type: ignore[arg-type]
-    app.add_exception_handler(QueueNameError, _bad_queue_name)  # type: ignore[arg-type]
+    for client_error in CLIENT_ERRORS:
+        app.add_exception_handler(client_error, _client_error)
     app.add_exception_handler(BackpressureError, _backpressure)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     for error_type in (BackendUnavailable, CrawlhubError, OSError, *unavailable_types()):
@@ -111,20 +112,9 @@ async def _crash(request: Request, exc: Exception) -> JSONResponse:
     return internal_error(request, exc)
 
 
-async def _not_found(request: Request, exc: NotFoundError) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, status_code=404)
-
-
-async def _conflict(request: Request, exc: ConflictError) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, status_code=409)
-
-
-async def _unconvertible(request: Request, exc: ConvertError) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, status_code=422)
-
-
-async def _bad_queue_name(request: Request, exc: QueueNameError) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, status_code=400)
+async def _client_error(request: Request, exc: Exception) -> JSONResponse:
+    status = next(CLIENT_ERRORS[t] for t in type(exc).__mro__ if t in CLIENT_ERRORS)
+    return JSONResponse({"detail": str(exc)}, status_code=status)
 
 
 async def _backpressure(request: Request, exc: BackpressureError) -> JSONResponse:
