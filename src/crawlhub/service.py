@@ -72,21 +72,18 @@ class Services:
             frontiers = open_frontiers(config)
             for frontier in frontiers.values():
                 await frontier.open()
+        hub: Hub | None = None
+        jobs = None
         try:
             hub = Hub.from_config(config, queues=queues, state=state, frontiers=frontiers)
-        except BaseException:
-            await state.close()
-            await queues.close()
-            raise
-        jobs = None
-        if config.jobs:
-            from crawlhub.collect.service import CollectJobManager
+            if config.jobs:
+                from crawlhub.collect.service import CollectJobManager
 
-            jobs = CollectJobManager(config)
-        try:
+                jobs = CollectJobManager(config)
             control = await ControlPlane.open(config, collect=jobs)
         except BaseException:
-            await hub.stop()
+            if hub is not None:
+                await hub.stop()
             await state.close()
             await queues.close()
             raise
@@ -107,10 +104,6 @@ class Services:
             row["config"] = redact(cfg.model_dump(mode="json", by_alias=True,
                                                   exclude={"source_file", "source_index"}))
         return rows
-
-    async def _queue_figures(self) -> dict[str, dict[str, Any]]:
-        """Each outbound's figures (left, success, ...), for the queue-stalled alert."""
-        return {str(row["name"]): row for row in await self.hub.outbound_stats()}
 
     def frontier(self, name: str) -> Frontier:
         """The frontier ``name``; :class:`NotFoundError` naming the known ones."""
@@ -158,7 +151,8 @@ class Services:
             await self.control.start()
             # agent dead / queue not draining alerts: the registry and the outbounds' figures
             more = [r for r in (self.center_registry,) if r is not None]
-            self.control.alerts.start_watch(self.agents, self._queue_figures, more_agents=more)
+            self.control.alerts.start_watch(self.agents, self.hub.outbound_stats,
+                                            more_agents=more)
         section = self.config.center
         bus = self.center_bus
         if bus is not None and section.serve:
