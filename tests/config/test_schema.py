@@ -148,8 +148,13 @@ def test_minimal_example_loads() -> None:
     assert [o.name for o in cfg.outbound] == ["default"]
 
 
-def test_dumped_example_loads_back_to_the_same_config(tmp_path: Path) -> None:
-    cfg = load_config(EXAMPLES / "taskhub" / "main.yaml", env={})
+@pytest.mark.parametrize(("example", "env"), [
+    ("taskhub/main.yaml", {}),
+    ("jobs.yaml", {"DEMO_URL": "http://127.0.0.1:8001"}),  # a job's literal {id}
+])
+def test_dumped_example_loads_back_to_the_same_config(tmp_path: Path, example: str,
+                                                      env: dict[str, str]) -> None:
+    cfg = load_config(EXAMPLES / example, env=env)
     dumped = dump_config(cfg, redacted=False)
     copy = tmp_path / "dumped.yaml"
     copy.write_text(yaml.safe_dump(dumped, allow_unicode=True))

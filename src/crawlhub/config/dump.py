@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from crawlhub.config.placeholders import SELECTOR_KEYS
 from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.storage.redact import redact
 
@@ -20,9 +21,18 @@ def dump_config(cfg: CrawlhubConfig, redacted: bool = True) -> dict[str, Any]:
     data: dict[str, Any] = cfg.model_dump(mode="json", by_alias=True, exclude={"include"})
     for outbound in data.get("outbound", []):
         outbound.update(outbound.pop("static_params", None) or {})
-    control = data.get("control") or {}
-    if isinstance(control.get("tag_pattern"), str):
-        # {name} and {version} are the pattern's own fields, not config placeholders: the
-        # dump doubles them so it loads back (the loader reads {{ as a literal brace).
-        control["tag_pattern"] = control["tag_pattern"].replace("{", "{{").replace("}", "}}")
-    return redact(data, cfg.logging.secrets()) if redacted else data
+    return _literal_braces(redact(data, cfg.logging.secrets()) if redacted else data)
+
+
+def _literal_braces(value: Any) -> Any:
+    """``value`` with the braces of its strings doubled, selectors excepted. Every
+    placeholder of a loaded config is resolved, so a brace left is literal (a job's
+    ``{id}``, a tag pattern's ``{version}``); the loader reads ``{{`` as one, so the dump
+    loads back as it is (the inverse of :func:`~crawlhub.config.placeholders.substitute_tree`)."""
+    if isinstance(value, str):
+        return value.replace("{", "{{").replace("}", "}}")
+    if isinstance(value, dict):
+        return {k: v if k in SELECTOR_KEYS else _literal_braces(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_literal_braces(v) for v in value]
+    return value
