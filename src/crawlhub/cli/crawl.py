@@ -13,6 +13,7 @@ import typer
 import yaml
 from rich.console import Console
 
+from crawlhub.control.protocol import EXIT
 from crawlhub.errors import ConfigError, CrawlhubError
 
 err = Console(stderr=True)
@@ -138,7 +139,7 @@ class TermControl:
 
     @property
     def state(self) -> str:
-        return "exit" if self.terminated else str(self.base.state)
+        return EXIT if self.terminated else str(self.base.state)
 
     def terminate(self, signum: int, frame: object) -> None:
         self.terminated = True
