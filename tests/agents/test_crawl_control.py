@@ -26,6 +26,12 @@ def page_hits(site: SlowSite) -> int:
     return sum(n for path, n in site.hits.items() if path.startswith("/page/"))
 
 
+def crawl_argv(site: SlowSite, out: Path, data: Path) -> list[str]:
+    """``crawlhub crawl`` of ``site`` from its first page, following links, 4 at a time."""
+    return [CRAWLHUB, "crawl", f"{site.url}/page/0", "--follow", "--concurrency", "4",
+            "--out", str(out), "--data-dir", str(data), "--quiet"]
+
+
 async def test_crawl_under_a_control_file_pauses_continues_and_loses_no_page(
         tmp_path: Path) -> None:
     out, data = tmp_path / "items.jsonl", tmp_path / "data"
@@ -35,9 +41,7 @@ async def test_crawl_under_a_control_file_pauses_continues_and_loses_no_page(
            protocol.ENV_COUNTERS_FILE: str(counts), protocol.ENV_JOB: "site",
            protocol.ENV_RUN: "r-1"}
     async with SlowSite(pages=200, delay=0.02) as site:
-        argv = [CRAWLHUB, "crawl", f"{site.url}/page/0", "--follow", "--concurrency", "4",
-                "--out", str(out), "--data-dir", str(data), "--quiet"]
-        proc = await asyncio.create_subprocess_exec(*argv, env=env,
+        proc = await asyncio.create_subprocess_exec(*crawl_argv(site, out, data), env=env,
                                                     stderr=asyncio.subprocess.PIPE)
         try:
             await wait_for(lambda: page_hits(site) >= 20, "20 pages fetched")
@@ -90,8 +94,7 @@ async def test_sigterm_stops_a_crawl_cleanly_and_the_same_command_resumes(
     """What a job runner's cancel sends: the pages in flight are written, none is lost."""
     out, data = tmp_path / "items.jsonl", tmp_path / "data"
     async with SlowSite(pages=120, delay=0.03) as site:
-        argv = [CRAWLHUB, "crawl", f"{site.url}/page/0", "--follow", "--concurrency", "4",
-                "--out", str(out), "--data-dir", str(data), "--quiet"]
+        argv = crawl_argv(site, out, data)
         first = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE)
         try:
             await wait_for(lambda: page_hits(site) >= 20, "20 pages fetched")
