@@ -253,6 +253,16 @@ async def test_long_lists_are_paged_by_key(web: Web) -> None:
     assert rows(back) == rows(first)
     dead = (await client.get("/ui/agents?show=dead")).text
     assert "no agent has registered" in dead
+    ten = (await client.get("/ui/agents?limit=10")).text
+    assert rows(ten) == [f"agent-{i:03}" for i in range(10)]
+
+
+@pytest.mark.parametrize("limit", ["abc", "-5", "0", "99999", ""])
+async def test_a_hand_edited_page_size_never_fails_a_page(web: Web, limit: str) -> None:
+    client, _ = await web()
+    for path in PAGES + FRAGMENTS:
+        r = await client.get(f"{path}?limit={limit}", headers=HTML)
+        assert r.status_code == 200, (path, r.text[:300])
 
 
 def test_keyset_pages_forward_backward_and_newest_first() -> None:
