@@ -104,6 +104,9 @@ class DownloadCenter:
         self.allocations: dict[str, dict[str, Any]] = {}
         self._waiting: dict[str, tuple[set[str], set[str], asyncio.Event]] = {}
         self._asked_register: dict[str, float] = {}
+        #: when the shared registry was last merged (``allocate`` merges it first when older
+        #: than a second)
+        self._last_sync = 0.0
         self._tasks: set[asyncio.Task[Any]] = set()
         self.counters = {"dispatched": 0, "skipped": 0, "failed": 0, "stale": 0,
                          "stale_beats": 0, "rerouted": 0, "claimed": 0, "allocated": 0,
@@ -380,6 +383,7 @@ class DownloadCenter:
     async def registered(self, envs: Sequence[Envelope]) -> None:
         """Registrations, however old: recorded, and each agent told which of the
         allocations it holds are still current (it drops the others from its file)."""
+        stored: dict[str, dict[str, Any]] | None = None  # read once per batch
         for env in envs:
             h = env.header
             info = h.get("info") or {}
@@ -391,7 +395,9 @@ class DownloadCenter:
             self._saw(agent, ts)
             if self.registry is not None:
                 await self.registry.register(AgentInfo.from_dict(info), at=ts)
-            jobs = sorted(j for j, r in (await self.bus.all(ALLOCATIONS)).items()
+            if stored is None:
+                stored = await self.bus.all(ALLOCATIONS)
+            jobs = sorted(j for j, r in stored.items()
                           if not r.get("released") and agent in (r.get("agents") or []))
             await self.bus.send(agent_channel(agent), {"kind": "allocations", "jobs": jobs,
                                                        "ts": self.clock()})
@@ -425,15 +431,13 @@ class DownloadCenter:
             self.beats[agent] = dict(h.get("beat") or {})
             fresh.append((agent, Heartbeat.from_dict(h.get("beat") or {})))
             stamps.append(ts)
-        if self.registry is not None and fresh:
-            known = await self.registry.heartbeat_many(fresh, at=stamps)
-            for (agent, _), ok in zip(fresh, known, strict=True):
-                if not ok and agent not in self.infos:
-                    await self._ask_register(agent, now)
-        elif fresh:
-            for agent, _ in fresh:
-                if agent not in self.infos:
-                    await self._ask_register(agent, now)
+        if not fresh:
+            return
+        known = (await self.registry.heartbeat_many(fresh, at=stamps)
+                 if self.registry is not None else [False] * len(fresh))
+        for (agent, _), ok in zip(fresh, known, strict=True):
+            if not ok and agent not in self.infos:
+                await self._ask_register(agent, now)
 
     async def _ask_register(self, agent: str, now: float) -> None:
         if now - self._asked_register.get(agent, 0.0) < 5.0:
@@ -442,8 +446,6 @@ class DownloadCenter:
         await self.bus.send(agent_channel(agent), {"kind": "register", "ts": now})
 
     # ------------------------------------------------------------------ upkeep
-    _last_sync = 0.0
-
     async def sync(self) -> None:
         """Merge the shared registry and the stored allocations into the caches: stored
         ones are taken, released ones (tombstones) forgotten (and their tombstones dropped

@@ -7,7 +7,8 @@ Channels (see :mod:`crawlhub.center.bus`):
 - ``register`` (group): agents' registrations, processed however old they are;
 - ``beats`` (tail: every center reads every beat): agents' heartbeats;
 - ``agent:<id>`` (group, read by that agent): ``allocate``, ``download``, ``release``,
-  ``exit``;
+  ``allocations`` (its current jobs, after it registered), ``register`` (the center
+  does not know it), ``exit``;
 - ``ctl:<center id>`` (group, read by that center): agents' ``allocated`` acks;
 - ``job:<job id>`` (group, read by the job): ``allocated`` / ``refused`` answers and
   ``reply`` messages (one per download: the response, or ``skipped`` / ``failed``).

@@ -95,10 +95,8 @@ class RedisAgentRegistry:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(info_key, info.agent_id, jsoncodec.dumps(info.as_dict()))
             pipe.hdel(beat_key, info.agent_id)
-            if at is None:
-                pipe.zadd(seen_key, {info.agent_id: now})
-            else:  # a stamped registration never moves the last sign of life back
-                pipe.zadd(seen_key, {info.agent_id: now}, gt=True)
+            # a stamped registration never moves the last sign of life back
+            pipe.zadd(seen_key, {info.agent_id: now}, gt=at is not None)
             await pipe.execute()
 
     async def heartbeat(self, agent_id: str, beat: Heartbeat) -> bool:
