@@ -185,8 +185,8 @@ async def _run(cfg: Any, settings: Any, rules: Any) -> None:
                                                                       concurrency)}))
     polite = settings.politeness
     limits = bool(polite.per_domain or polite.delay)
-    gate = (_gate(cfg.storage, downloader, polite.per_domain or concurrency, polite.delay,
-                  polite.robots) if limits or polite.robots else None)
+    gate = (_gate(cfg.storage, downloader.config.user_agent, polite.per_domain or concurrency,
+                  polite.delay, polite.robots) if limits or polite.robots else None)
     agent = Agent({n: services.queues.queue(n) for n in names}, downloader,
                   report=HubReport(hub, inbound), rules=rules, codes=settings.result_codes,
                   on_pages=on_pages, concurrency=concurrency, registry=services.agents,
@@ -212,17 +212,17 @@ async def _run(cfg: Any, settings: Any, rules: Any) -> None:
         await services.close()
 
 
-def _gate(storage: Any, downloader: Any, per_domain: int, delay: float, robots: bool
+def _gate(storage: Any, user_agent: str, per_domain: int, delay: float, robots: bool
           ) -> Any:
     """The domain gate on ``storage.agents`` (the registry's backend, under the config's
     Redis prefix), shared by every agent on it: ``per_domain`` requests at once and
     ``delay`` s between starts per domain, and, with ``robots``, the robots.txt cache on
-    the same store, fetched with the downloader's User-Agent."""
+    the same store, fetched with ``user_agent``."""
     from crawlhub.agents.politeness import DomainRules, open_gate
 
     return open_gate(storage.agents_url, prefix=storage.redis_prefix,
                      rules=DomainRules(concurrency=per_domain, delay=delay), robots=robots,
-                     user_agent=downloader.config.user_agent)
+                     user_agent=user_agent)
 
 
 async def _serve_center(cfg: Any, settings: Any, url: str, agent_id: str | None) -> None:
@@ -234,14 +234,8 @@ async def _serve_center(cfg: Any, settings: Any, url: str, agent_id: str | None)
     dl = settings.downloader
     config = dl.model_copy(update={"concurrency": max(dl.concurrency, settings.concurrency)})
     polite = settings.politeness
-    gate = None
-    if polite.per_domain or polite.delay:
-        from crawlhub.agents.politeness import DomainRules, open_gate
-
-        gate = open_gate(cfg.storage.agents_url, prefix=cfg.storage.redis_prefix,
-                         rules=DomainRules(concurrency=polite.per_domain or
-                                           settings.concurrency, delay=polite.delay),
-                         robots=False, user_agent=config.user_agent)
+    gate = (_gate(cfg.storage, config.user_agent, polite.per_domain or settings.concurrency,
+                  polite.delay, robots=False) if polite.per_domain or polite.delay else None)
     worker = CenterWorker(bus, agent_id, downloader_config=config, gate=gate,
                           concurrency=settings.concurrency,
                           state_dir=cfg.data_dir,
