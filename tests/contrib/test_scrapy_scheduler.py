@@ -161,21 +161,16 @@ async def test_a_start_url_another_spider_holds_keeps_a_spider_waiting_for_its_l
 
     from crawlhub.contrib.scrapy import DupeFilter
     from crawlhub.contrib.scrapy.codec import request_to_data
-    from crawlhub.contrib.scrapy.dupefilter import PresetKeys
+    from crawlhub.contrib.scrapy.dupefilter import open_crawl_frontier
     from crawlhub.contrib.scrapy.settings import read_settings
-    from crawlhub.frontier import Frontier, Seed
-    from crawlhub.frontier.open import open_store
+    from crawlhub.frontier import Seed
 
     async with SlowSite(pages=30, delay=0.0) as site:
         spiders = Spiders(tmp_path, str(tmp_path / "data"), unique_name)
         s = read_settings(Settings(spiders.settings), "links")
-        fc = s.frontier
         df = DupeFilter()
         df.configure(s)
-        holder = Frontier(s.crawl, open_store(s.frontier_url, s.crawl, prefix=s.prefix,
-                                              expected_items=fc.expected_items,
-                                              fp_rate=fc.fp_rate, archive=fc.archive),
-                          fc, keys=PresetKeys(fc.key))
+        holder = open_crawl_frontier(s)  # the frontier another spider's scheduler opens
         start = f"{site.url}/page/0"
         proc = await spiders.start({"START": start, "START_DELAY": "2"})
         try:

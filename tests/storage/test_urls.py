@@ -103,6 +103,9 @@ def test_redacted_masks_the_password_only() -> None:
 
 @pytest.mark.parametrize("scheme", ["redis", "valkey", "valkeys", "rediss"])
 async def test_every_factory_accepts_every_redis_scheme(scheme: str) -> None:
+    from scrapy.settings import Settings
+
+    from crawlhub.contrib.scrapy.settings import read_settings
     from crawlhub.frontier.open import open_store
     from crawlhub.frontier.redis import RedisSeedStore
     from crawlhub.hub.state import RedisHubState, open_state
@@ -117,6 +120,10 @@ async def test_every_factory_accepts_every_redis_scheme(scheme: str) -> None:
         assert isinstance(queues, RedisQueueBackend)
         assert isinstance(state, RedisHubState)
         assert isinstance(frontier, RedisSeedStore)
+        # the Scrapy scheduler's CRAWLHUB_URL: shared storage, records dropped when done
+        crawl = read_settings(Settings({"CRAWLHUB_URL": url}), "spider")
+        assert (crawl.frontier_url, crawl.queues_url, crawl.frontier.archive) == (url, url,
+                                                                                 False)
     finally:
         await queues.close()
         await state.close()

@@ -40,6 +40,20 @@ class PresetKeys(KeyResolver):
         return super().key(seed)
 
 
+def open_crawl_frontier(settings: CrawlSettings, *, archive: bool | None = None) -> Frontier:
+    """The crawl's frontier (not opened yet), keying seeds by the key their request came
+    with (:class:`PresetKeys`); ``archive`` over the settings' (the standalone filter
+    keeps every record)."""
+    from crawlhub.frontier import Frontier
+    from crawlhub.frontier.open import open_store
+
+    fc = settings.frontier
+    store = open_store(settings.frontier_url, settings.crawl, prefix=settings.prefix,
+                       expected_items=fc.expected_items, fp_rate=fc.fp_rate,
+                       archive=fc.archive if archive is None else archive)
+    return Frontier(settings.crawl, store, fc, keys=PresetKeys(fc.key))
+
+
 class DupeFilter:
     """Keys Scrapy requests the way the crawl's frontier dedups them."""
 
@@ -85,17 +99,11 @@ class DupeFilter:
             return
         from crawlhub.contrib.scrapy.loop import LoopThread
         from crawlhub.contrib.scrapy.settings import read_settings
-        from crawlhub.frontier import Frontier
-        from crawlhub.frontier.open import open_store
 
         spider = self.crawler.spider
         settings = read_settings(self.crawler.settings, spider.name if spider else "default")
         self.configure(settings)
-        fc = settings.frontier
-        store = open_store(settings.frontier_url, settings.crawl, prefix=settings.prefix,
-                           expected_items=fc.expected_items, fp_rate=fc.fp_rate,
-                           archive=True)
-        frontier = Frontier(settings.crawl, store, fc, keys=PresetKeys(fc.key))
+        frontier = open_crawl_frontier(settings, archive=True)
         loop = LoopThread(f"crawlhub-dupefilter-{settings.crawl}")
         loop.run(frontier.open())
         self._own = (loop, frontier)

@@ -35,13 +35,12 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from crawlhub.contrib.scrapy.codec import Unserializable, request_from_data, request_to_data
-from crawlhub.contrib.scrapy.dupefilter import DupeFilter, PresetKeys
+from crawlhub.contrib.scrapy.dupefilter import DupeFilter, open_crawl_frontier
 from crawlhub.contrib.scrapy.loop import LoopThread
 from crawlhub.contrib.scrapy.settings import CrawlSettings, read_settings
 from crawlhub.errors import FrontierError
 from crawlhub.frontier import Frontier
 from crawlhub.frontier.bloom import FixedBloom, stable_hash
-from crawlhub.frontier.open import open_store
 from crawlhub.frontier.seed import Outcome, Seed
 
 if TYPE_CHECKING:
@@ -129,11 +128,7 @@ class Scheduler:
         self.spider = spider
         self.settings = s = read_settings(self.crawler.settings, spider.name)
         self.df.configure(s)
-        fc = s.frontier
-        store = open_store(s.frontier_url, s.crawl, prefix=s.prefix,
-                           expected_items=fc.expected_items, fp_rate=fc.fp_rate,
-                           archive=fc.archive)
-        self.frontier = Frontier(s.crawl, store, fc, keys=PresetKeys(fc.key))
+        self.frontier = open_crawl_frontier(s)
         if s.start_queue:
             from crawlhub.queues import open_backend
 

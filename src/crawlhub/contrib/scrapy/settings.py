@@ -1,8 +1,11 @@
 """The ``CRAWLHUB_*`` Scrapy settings, read once and checked with errors naming them.
 
 ==========================  ==========================================================
-``CRAWLHUB_URL``            ``redis://host:port/db`` (distributed) or a data directory
-                            (embedded SQLite, shared by processes on one machine)
+``CRAWLHUB_URL``            ``redis://host:port/db`` (distributed; any Redis scheme
+                            crawlhub takes) or a data directory (embedded SQLite,
+                            shared by processes on one machine)
+``CRAWLHUB_PREFIX``         the Redis key prefix (default ``crawlhub:``, or the
+                            config's ``storage.redis_prefix``)
 ``CRAWLHUB_CONFIG``         a crawlhub config file: its storage and its
                             ``frontier.<crawl>`` section (``CRAWLHUB_URL`` wins)
 ``CRAWLHUB_CRAWL``          the shared crawl's name (default: the spider's name)
@@ -47,6 +50,7 @@ from pydantic import ValidationError
 from crawlhub.config.frontier import FrontierConfig
 from crawlhub.errors import ConfigError
 from crawlhub.keys import DEFAULT_PREFIX
+from crawlhub.storage.urls import BackendURLError, parse_backend_url
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -96,11 +100,13 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 def _storage(url: str) -> tuple[str, str]:
     """(frontier URL, queues URL) of a ``CRAWLHUB_URL``."""
-    if url.startswith(("redis://", "rediss://", "unix://")):
-        return url, url
     if "://" in url:
-        raise _error("CRAWLHUB_URL", f"{url!r} is neither a redis:// URL nor a directory:"
-                     " give redis://host:port/db or the data directory of an embedded crawl")
+        try:
+            parse_backend_url(url, kinds=("redis",), what="crawl storage")
+        except BackendURLError as exc:
+            raise _error("CRAWLHUB_URL", f"{exc}; or give the data directory of an"
+                         " embedded crawl") from None
+        return url, url
     data_dir = Path(url).expanduser().resolve()
     if data_dir.exists() and not data_dir.is_dir():
         raise _error("CRAWLHUB_URL", f"{url!r} is a file: give a directory (created if"
@@ -158,7 +164,7 @@ def read_settings(settings: BaseSettings, spider_name: str) -> CrawlSettings:
     if not isinstance(given, dict):
         raise _error("CRAWLHUB_FRONTIER", f"{given!r} is not a mapping of frontier settings")
     raw = _merge(_merge(SCRAPY_FRONTIER_DEFAULTS, section), dict(given))
-    if not frontier_url.startswith("redis"):
+    if parse_backend_url(frontier_url, what="frontier storage").kind != "redis":
         raw["archive"] = True  # the embedded table keeps its rows (its filter's log)
     try:
         frontier = FrontierConfig.model_validate(raw)
