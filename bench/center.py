@@ -265,7 +265,7 @@ def scrapy_run(base: str, pages: int, work: Path, redis_url: str | None) -> Run:
             cluster.stop()
     got = len({json.loads(line)["url"] for line in out.read_text().splitlines() if line})
     label = "Scrapy through the center, 2 agents" if redis_url else "Scrapy alone"
-    return Run(label, got, seconds, note=f"{got:,} items; process start included")  # noqa
+    return Run(label, got, seconds, note=f"{got:,} items; process start included")
 
 
 def table(runs: list[Run], pages: int) -> Table:

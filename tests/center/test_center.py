@@ -55,6 +55,14 @@ class Rig:
         self.center = center
         return center
 
+    async def start(self, agents: int) -> DownloadCenter:
+        """The center ``c1`` and agents ``a0``... ``a<agents - 1>``, every one live."""
+        center = self.start_center()
+        for n in range(agents):
+            self.start_agent(f"a{n}")
+        await self.live(agents)
+        return center
+
     def start_agent(self, name: str, **kw: Any) -> CenterWorker:
         worker = CenterWorker(self.bus(), name, beat_every=0.1, state_dir=self.tmp, **kw)
         self._start(name, worker)
@@ -104,10 +112,7 @@ async def rig(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[R
 
 async def test_strategies_route_as_specified(rig: Rig) -> None:
     async with Site(pages=60) as site:
-        rig.start_center()
-        for n in range(3):
-            rig.start_agent(f"a{n}")
-        await rig.live(3)
+        await rig.start(agents=3)
         async with rig.client("random", strategy="random") as c:
             assert sorted(c.agents) == ["a0", "a1", "a2"]
             replies = await asyncio.gather(*[c.fetch(f"{site.url}/page/{i}")
@@ -134,10 +139,7 @@ async def test_strategies_route_as_specified(rig: Rig) -> None:
 
 
 async def test_allocation_fails_with_the_numbers_asked_and_got(rig: Rig) -> None:
-    rig.start_center()
-    rig.start_agent("a0")
-    rig.start_agent("a1")
-    await rig.live(2)
+    await rig.start(agents=2)
     with pytest.raises(CenterError, match=r"asked for 5 agents \(fixed\), 2 live"):
         async with rig.client("too-many", strategy="fixed", agents=5):
             pass
@@ -199,6 +201,7 @@ async def test_a_replayed_old_heartbeat_does_not_revive_a_dead_agent(
         assert status is not None and status.last_seen == pytest.approx(seen)
         assert not status.alive
     finally:
+        await rig.halt("c1")  # the center uses the registry until it stops
         await registry.close()
 
 
@@ -240,10 +243,7 @@ async def test_an_agent_restart_restores_its_allocations_from_its_file(rig: Rig)
 async def test_a_dead_agents_requests_go_to_another_and_chained_ones_are_skipped(
         rig: Rig) -> None:
     async with Site(pages=200) as site:
-        center = rig.start_center()
-        rig.start_agent("a0")
-        rig.start_agent("a1")
-        await rig.live(2)
+        center = await rig.start(agents=2)
         async with rig.client("fx", strategy="fixed", agents=2, timeout=20.0) as c:
             await rig.halt("a0")  # silent from now on: what it is sent piles up
             replies = await asyncio.gather(*[c.fetch(f"{site.url}/page/{i}")
@@ -274,9 +274,7 @@ async def bus_empty(rig: Rig, channel: str) -> bool:
 async def test_no_reply_is_retried_then_fatal_and_the_window_stops_the_sender(
         rig: Rig) -> None:
     async with Site(pages=10) as site:
-        rig.start_center()
-        rig.start_agent("a0")
-        await rig.live(1)
+        await rig.start(agents=1)
         c = rig.client("lonely", strategy="fixed", agents=1, timeout=0.3, retries=2, window=2)
         await c.open()
         try:
@@ -298,9 +296,7 @@ async def test_no_reply_is_retried_then_fatal_and_the_window_stops_the_sender(
 
 async def test_duplicate_replies_are_absorbed(rig: Rig) -> None:
     async with Site(pages=10) as site:
-        rig.start_center()
-        rig.start_agent("a0")
-        await rig.live(1)
+        await rig.start(agents=1)
         async with rig.client("dup", strategy="fixed", agents=1) as c:
             reply = await c.fetch(f"{site.url}/page/1")
             late = {"kind": "reply", "rid": reply.rid, "status": "ok", "agent": "a0",

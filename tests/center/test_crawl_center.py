@@ -15,6 +15,7 @@ from crawlhub.agents.crawl import Crawl, CrawlOptions
 from crawlhub.center import CenterError, CenterWorker, DownloadCenter, open_bus
 from tests.agents.servers import Site
 from tests.agents.test_crawl import rows
+from tests.helpers import wait_for
 
 
 @pytest.mark.parametrize("strategy", ["chained", "random"])
@@ -29,8 +30,7 @@ async def test_a_crawl_through_the_center_fetches_every_page_once(
     try:
         center = parts[0]
         assert isinstance(center, DownloadCenter)
-        while len(center.live_agents()) < 2:
-            await asyncio.sleep(0.05)
+        await wait_for(lambda: len(center.live_agents()) >= 2, "2 live agents")
         async with Site(pages=120) as site:
             out = tmp_path / "items.jsonl"
             # chained, one start page: every page is found on a page its agent fetched

@@ -16,6 +16,7 @@ import re
 import sys
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +54,15 @@ class Center:
         stop = asyncio.Event()
         self._runs.append((asyncio.create_task(thing.run(stop)), stop, thing.bus))
 
-    def agent(self, name: str) -> None:
-        worker = CenterWorker(open_bus(self.url, prefix=self.prefix), name, beat_every=0.2)
-        self.agents[name] = worker
-        self._run(worker)
-
-    async def live(self, n: int) -> None:
-        await wait_for(lambda: len(self.center.live_agents()) >= n, f"{n} live agents",
-                       timeout=10)
+    async def start_agents(self, *names: str) -> None:
+        """Agents ``names``, once the center sees every one live."""
+        for name in names:
+            worker = CenterWorker(open_bus(self.url, prefix=self.prefix), name,
+                                  beat_every=0.2)
+            self.agents[name] = worker
+            self._run(worker)
+        await wait_for(lambda: len(self.center.live_agents()) >= len(self.agents),
+                       f"{len(self.agents)} live agents", timeout=10)
 
     async def close(self) -> None:
         for task, stop, _ in self._runs:
@@ -69,6 +71,15 @@ class Center:
                 await asyncio.wait_for(task, 10)
         for _, _, bus in self._runs:
             await bus.close()
+
+
+@pytest.fixture
+async def center(redis_url: str) -> AsyncIterator[Center]:
+    running = Center(redis_url)
+    try:
+        yield running
+    finally:
+        await running.close()
 
 
 async def run_spider(tmp_path: Path, start: list[str], **settings: Any
@@ -119,91 +130,74 @@ def stat(log: str, name: str) -> Any:
     "twisted.internet.selectreactor.SelectReactor",
 ])
 async def test_a_chained_crawl_fetches_every_page_once_on_its_parents_agent(
-        tmp_path: Path, redis_url: str, reactor: str) -> None:
-    center = Center(redis_url)
-    try:
-        async with Site(pages=PAGES) as site:
-            center.agent("a0")
-            center.agent("a1")
-            await center.live(2)
-            start = [f"{site.url}/page/{n}" for n in range(8)]
-            code, log, rows = await run_spider(
-                tmp_path, start, TWISTED_REACTOR=reactor,
-                **center_settings(center, CRAWLHUB_CENTER_JOB=f"job-{uuid.uuid4().hex[:8]}"))
-            assert code == 0, log[-3000:]
-            every = {f"/page/{n}" for n in range(PAGES)}
-            assert dict(site.hits) == dict.fromkeys(every, 1), log[-3000:]
-        assert stat(log, "finish_reason") == "finished", log[-3000:]
-        assert {r["reactor"] for r in rows} == {reactor}
+        tmp_path: Path, center: Center, reactor: str) -> None:
+    async with Site(pages=PAGES) as site:
+        await center.start_agents("a0", "a1")
+        start = [f"{site.url}/page/{n}" for n in range(8)]
+        code, log, rows = await run_spider(
+            tmp_path, start, TWISTED_REACTOR=reactor,
+            **center_settings(center, CRAWLHUB_CENTER_JOB=f"job-{uuid.uuid4().hex[:8]}"))
+        assert code == 0, log[-3000:]
+        every = {f"/page/{n}" for n in range(PAGES)}
+        assert dict(site.hits) == dict.fromkeys(every, 1), log[-3000:]
+    assert stat(log, "finish_reason") == "finished", log[-3000:]
+    assert {r["reactor"] for r in rows} == {reactor}
 
-        # every page scraped once, each by an allocated agent
-        assert Counter(r["url"].split("/", 3)[3] for r in rows) == Counter(
-            p.lstrip("/") for p in every)
-        assert stat(log, "item_scraped_count") == str(PAGES)
-        assert all(r["status"] == 200 and r["title"] for r in rows)
-        by_agent = Counter(r["agent"] for r in rows)
-        assert set(by_agent) == {"a0", "a1"}, by_agent
-        assert {a: w.pages for a, w in center.agents.items()} == dict(by_agent)
+    # every page scraped once, each by an allocated agent
+    assert Counter(r["url"].split("/", 3)[3] for r in rows) == Counter(
+        p.lstrip("/") for p in every)
+    assert stat(log, "item_scraped_count") == str(PAGES)
+    assert all(r["status"] == 200 and r["title"] for r in rows)
+    by_agent = Counter(r["agent"] for r in rows)
+    assert set(by_agent) == {"a0", "a1"}, by_agent
+    assert {a: w.pages for a, w in center.agents.items()} == dict(by_agent)
 
-        # chained: a follow-up went to the agent of the page it was found on
-        starts = [r for r in rows if r["parent"] is None]
-        assert len(starts) >= 2 and {r["url"] for r in starts} <= set(start), starts
-        follow_ups = [r for r in rows if r["parent"] is not None]
-        assert len(follow_ups) == PAGES - len(starts)
-        assert [r for r in follow_ups if r["agent"] != r["parent"]] == []
+    # chained: a follow-up went to the agent of the page it was found on
+    starts = [r for r in rows if r["parent"] is None]
+    assert len(starts) >= 2 and {r["url"] for r in starts} <= set(start), starts
+    follow_ups = [r for r in rows if r["parent"] is not None]
+    assert len(follow_ups) == PAGES - len(starts)
+    assert [r for r in follow_ups if r["agent"] != r["parent"]] == []
 
-        # the allocation was released when the spider closed
-        assert stat(log, "crawlhub_center/reply/ok") == str(PAGES)
-        await wait_for(lambda: all(not w.jobs for w in center.agents.values()),
-                       "the agents released the job", timeout=10)
-    finally:
-        await center.close()
+    # the allocation was released when the spider closed
+    assert stat(log, "crawlhub_center/reply/ok") == str(PAGES)
+    await wait_for(lambda: all(not w.jobs for w in center.agents.values()),
+                   "the agents released the job", timeout=10)
 
 
 async def test_too_few_agents_refuse_the_allocation_and_nothing_is_fetched(
-        tmp_path: Path, redis_url: str) -> None:
-    center = Center(redis_url)
-    try:
-        async with Site(pages=PAGES) as site:
-            center.agent("a0")
-            center.agent("a1")
-            await center.live(2)
-            code, log, rows = await run_spider(
-                tmp_path, [f"{site.url}/page/0"],
-                **center_settings(center, CRAWLHUB_CENTER_AGENTS="5"))
-            assert not site.hits
-        assert code == 0, log[-3000:]
-        assert "asked for 5 agents (chained), 2 live" in log, log[-3000:]
-        assert "crawlhub_center_allocation_failed" in log
-        assert stat(log, "finish_reason") == "crawlhub_center_allocation_failed"
-        assert not rows
-        assert all(w.pages == 0 and not w.jobs for w in center.agents.values())
-    finally:
-        await center.close()
+        tmp_path: Path, center: Center) -> None:
+    async with Site(pages=PAGES) as site:
+        await center.start_agents("a0", "a1")
+        code, log, rows = await run_spider(
+            tmp_path, [f"{site.url}/page/0"],
+            **center_settings(center, CRAWLHUB_CENTER_AGENTS="5"))
+        assert not site.hits
+    assert code == 0, log[-3000:]
+    assert "asked for 5 agents (chained), 2 live" in log, log[-3000:]
+    assert "crawlhub_center_allocation_failed" in log
+    assert stat(log, "finish_reason") == "crawlhub_center_allocation_failed"
+    assert not rows
+    assert all(w.pages == 0 and not w.jobs for w in center.agents.values())
 
 
 async def test_a_download_left_unanswered_closes_the_spider(
-        tmp_path: Path, redis_url: str) -> None:
-    center = Center(redis_url)
-    try:
-        async with Site(pages=PAGES) as site:
-            center.agent("a0")
-            await center.live(1)
-            try:
-                code, log, rows = await run_spider(
-                    tmp_path, [f"{site.url}/held"],
-                    **center_settings(center, CRAWLHUB_CENTER_STRATEGY="fixed",
-                                      CRAWLHUB_CENTER_AGENTS="1",
-                                      CRAWLHUB_CENTER_TIMEOUT="1",
-                                      CRAWLHUB_CENTER_RETRIES="0"))
-            finally:
-                site.release.set()
-        assert code == 0, log[-3000:]
-        assert stat(log, "finish_reason") == "crawlhub_center_error", log[-3000:]
-        assert "unanswered after 1 sends" in log and "Error downloading" in log
-        assert not rows
-    finally:
-        await center.close()
+        tmp_path: Path, center: Center) -> None:
+    async with Site(pages=PAGES) as site:
+        await center.start_agents("a0")
+        try:
+            code, log, rows = await run_spider(
+                tmp_path, [f"{site.url}/held"],
+                **center_settings(center, CRAWLHUB_CENTER_STRATEGY="fixed",
+                                  CRAWLHUB_CENTER_AGENTS="1",
+                                  CRAWLHUB_CENTER_TIMEOUT="1",
+                                  CRAWLHUB_CENTER_RETRIES="0"))
+        finally:
+            site.release.set()
+    assert code == 0, log[-3000:]
+    assert stat(log, "finish_reason") == "crawlhub_center_error", log[-3000:]
+    assert "unanswered after 1 sends" in log and "Error downloading" in log
+    assert not rows
 
 
 async def test_a_missing_center_url_is_named(tmp_path: Path) -> None:
