@@ -18,21 +18,8 @@ from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.service import Services
 from tests.helpers import wait_for
 
-COUNTER = textwrap.dedent("""
-    import sys, time
-    from crawlhub import sdk
-    n = 0
-    while n < int(sys.argv[1]):
-        if not sdk.control().wait_while_paused():
-            break
-        with sdk.task(f"step-{n // 10}"):
-            n += 1
-            sdk.set_counter("success", n)
-            sdk.set_counter("total", int(sys.argv[1]))
-            sdk.log(f"item {n}", task=f"step-{n // 10}")
-            time.sleep(0.01)
-    sdk.flush()
-""")
+#: items in tasks of 10, a log line and the success/total counters each (a real process)
+ITEM_JOB = Path(__file__).with_name("item_job.py")
 
 
 @pytest.fixture
@@ -51,22 +38,20 @@ async def api(tmp_path: Path) -> AsyncIterator[tuple[httpx2.AsyncClient, Service
         await svc.close()
 
 
-def counter_job(tmp_path: Path, name: str, n: int, **more: object) -> dict[str, object]:
-    path = tmp_path / "count.py"
-    path.write_text(COUNTER)
-    return {"name": name, "command": [sys.executable, str(path), str(n)],
+def counter_job(name: str, n: int, **more: object) -> dict[str, object]:
+    return {"name": name, "command": [sys.executable, str(ITEM_JOB), str(n), "0.01"],
             "env": {"PYTHONPATH": os.pathsep.join(sys.path)}, **more}
 
 
 async def test_a_job_is_made_run_and_its_history_read(api: tuple[httpx2.AsyncClient, Services],
                                                       tmp_path: Path) -> None:
     client, _ = api
-    resp = await client.post("/jobs/", json=counter_job(tmp_path, "count", 25,
+    resp = await client.post("/jobs/", json=counter_job("count", 25,
                                                         cron="0 4 * * *"))
     assert resp.status_code == 201, resp.text
     body = resp.json()
     assert body["name"] == "count" and body["state"] == "idle" and body["next_fire"]
-    again = await client.post("/jobs/", json=counter_job(tmp_path, "count", 25))
+    again = await client.post("/jobs/", json=counter_job("count", 25))
     assert again.status_code == 409 and "exists" in again.json()["detail"]
     started = await client.post("/jobs/count/run")
     assert started.status_code == 202
@@ -93,7 +78,7 @@ async def test_a_job_is_made_run_and_its_history_read(api: tuple[httpx2.AsyncCli
 async def test_pause_continue_and_cancel_through_the_api(
         api: tuple[httpx2.AsyncClient, Services], tmp_path: Path) -> None:
     client, svc = api
-    await client.post("/jobs/", json=counter_job(tmp_path, "long", 100000))
+    await client.post("/jobs/", json=counter_job("long", 100000))
     run_id = (await client.post("/jobs/long/run")).json()["run_id"]
 
     async def success() -> int:
@@ -139,7 +124,7 @@ async def test_bad_requests_say_what_is_wrong(api: tuple[httpx2.AsyncClient, Ser
 async def test_restart_and_max_instances(api: tuple[httpx2.AsyncClient, Services],
                                          tmp_path: Path) -> None:
     client, _ = api
-    await client.post("/jobs/", json=counter_job(tmp_path, "busy", 100000))
+    await client.post("/jobs/", json=counter_job("busy", 100000))
     first = (await client.post("/jobs/busy/run")).json()["run_id"]
     second = await client.post("/jobs/busy/run")
     assert second.status_code == 409 and "max_instances is 1" in second.json()["detail"]
