@@ -128,8 +128,6 @@ class Frontier:
                     gone = await self.store.prune(before)
                     if gone:
                         log.info("frontier %s pruned segments %s", self.name, gone)
-            except asyncio.CancelledError:
-                raise
             except Exception:
                 log.exception("frontier %s: snapshot failed; retrying in %ss", self.name, interval)
 

@@ -190,8 +190,6 @@ class Hub(IntakeStage, ResultsStage):
             try:
                 await source.run(deliver, self._stop)
                 return
-            except asyncio.CancelledError:
-                raise
             except Exception:
                 log.exception("inbound %s failed; restarting it in 1 s", name)
                 await asyncio.sleep(1.0)

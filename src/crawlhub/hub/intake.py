@@ -728,8 +728,6 @@ class IntakeStage(DispatchStage):
         while not self._stop.is_set():
             try:
                 await self.state.intake_beat(self.instance, self.clock())
-            except asyncio.CancelledError:
-                raise
             except Exception as exc:
                 log.warning("intake heartbeat failed (%s); trying again", exc)
             await asyncio.sleep(BEAT_EVERY)
@@ -738,8 +736,6 @@ class IntakeStage(DispatchStage):
         while not self._stop.is_set():
             try:
                 await self.recover_intake()
-            except asyncio.CancelledError:
-                raise
             except Exception:
                 log.exception("intake recovery failed; trying again in %s s", RECOVER_EVERY)
             await asyncio.sleep(RECOVER_EVERY)

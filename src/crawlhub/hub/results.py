@@ -243,8 +243,6 @@ class ResultsStage(DispatchStage):
         while not self._stop.is_set():
             try:
                 await self.sweep_lost()
-            except asyncio.CancelledError:
-                raise
             except Exception:
                 log.exception("lost-task sweep failed")
             await asyncio.sleep(interval)
