@@ -1,4 +1,4 @@
-"""JobManager and the /jobs API: start, stop, status, auto_start, 404 and 409."""
+"""CollectJobManager and the /jobs API: start, stop, status, auto_start, 404 and 409."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from fastapi import FastAPI
 
 from crawlhub.api import errors
 from crawlhub.api.jobs import router
-from crawlhub.collect.service import JobConflict, JobManager, JobNotFound
+from crawlhub.collect.service import CollectJobManager, JobConflict, JobNotFound
 from crawlhub.config.schema import CrawlhubConfig
 from tests.collect.conftest import LazyItems, job_config
 from tests.httpapi import ApiServer, Fault
@@ -36,14 +36,14 @@ async def api() -> AsyncIterator[ApiServer]:
 
 
 @pytest.fixture
-async def manager(tmp_path: Path, api: ApiServer) -> AsyncIterator[JobManager]:
+async def manager(tmp_path: Path, api: ApiServer) -> AsyncIterator[CollectJobManager]:
     cfg = make_config(
         tmp_path, api.url,
         {"name": "news", "auto_start": True, "strategy": {"filter_days": None}},
         {"name": "manual", "strategy": {"filter_days": None}},
         {"name": "off", "enabled": False, "auto_start": True},
     )
-    m = JobManager(cfg)
+    m = CollectJobManager(cfg)
     yield m
     await m.close()
 
@@ -53,7 +53,7 @@ def lines(path: Path) -> int:
 
 
 async def test_auto_start_runs_enabled_auto_start_jobs_only(
-    manager: JobManager, tmp_path: Path
+    manager: CollectJobManager, tmp_path: Path
 ) -> None:
     started = await manager.start_auto()
     assert len(started) == 1
@@ -64,7 +64,7 @@ async def test_auto_start_runs_enabled_auto_start_jobs_only(
     assert not manager.running("off")
 
 
-async def test_status_shows_progress_last_result_and_log(manager: JobManager) -> None:
+async def test_status_shows_progress_last_result_and_log(manager: CollectJobManager) -> None:
     await manager.start("manual")
     await manager.wait("manual")
     status = await manager.status("manual")
@@ -76,11 +76,11 @@ async def test_status_shows_progress_last_result_and_log(manager: JobManager) ->
 
 
 async def test_a_fresh_manager_reads_the_last_result_from_the_store(
-    manager: JobManager, tmp_path: Path, api: ApiServer
+    manager: CollectJobManager, tmp_path: Path, api: ApiServer
 ) -> None:
     await manager.start("manual")
     await manager.wait("manual")
-    other = JobManager(manager.config)
+    other = CollectJobManager(manager.config)
     try:
         status = await other.status("manual")
     finally:
@@ -88,7 +88,7 @@ async def test_a_fresh_manager_reads_the_last_result_from_the_store(
     assert status["last_result"]["status"] == "SUCCEEDED"
 
 
-async def test_starting_a_running_job_is_a_conflict(manager: JobManager, api: ApiServer) -> None:
+async def test_starting_a_running_job_is_a_conflict(manager: CollectJobManager, api: ApiServer) -> None:
     api.inject(Fault.slow(30), when=lambda r: r.query.get("offset") == "250")
     await manager.start("manual")
     with pytest.raises(JobConflict, match="already running"):
@@ -96,7 +96,7 @@ async def test_starting_a_running_job_is_a_conflict(manager: JobManager, api: Ap
     await manager.stop("manual")
 
 
-async def test_disabled_and_unknown_jobs_do_not_start(manager: JobManager) -> None:
+async def test_disabled_and_unknown_jobs_do_not_start(manager: CollectJobManager) -> None:
     with pytest.raises(JobConflict, match="disabled"):
         await manager.start("off")
     with pytest.raises(JobNotFound, match="known jobs"):
@@ -104,7 +104,7 @@ async def test_disabled_and_unknown_jobs_do_not_start(manager: JobManager) -> No
 
 
 async def test_stop_cancels_and_keeps_what_was_delivered(
-    manager: JobManager, api: ApiServer, tmp_path: Path
+    manager: CollectJobManager, api: ApiServer, tmp_path: Path
 ) -> None:
     api.inject(Fault.slow(30), when=lambda r: r.query.get("offset") == "150")
     await manager.start("manual")
@@ -122,7 +122,7 @@ async def test_stop_cancels_and_keeps_what_was_delivered(
 
 # ---- the HTTP API -------------------------------------------------------------------------
 @pytest.fixture
-async def client(manager: JobManager) -> AsyncIterator[httpx2.AsyncClient]:
+async def client(manager: CollectJobManager) -> AsyncIterator[httpx2.AsyncClient]:
     app = FastAPI()
     errors.install(app)
     app.include_router(router)
@@ -166,7 +166,7 @@ async def test_api_unknown_job_is_404_and_disabled_start_is_409(
     assert resp.status_code == 409 and "disabled" in resp.json()["detail"]
 
 
-async def test_close_cancels_running_jobs_gracefully(manager: JobManager, api: ApiServer) -> None:
+async def test_close_cancels_running_jobs_gracefully(manager: CollectJobManager, api: ApiServer) -> None:
     api.inject(Fault.slow(30), when=lambda r: r.query.get("offset") == "150")
     await manager.start("manual")
     await api.wait_for_requests(4)
@@ -175,7 +175,7 @@ async def test_close_cancels_running_jobs_gracefully(manager: JobManager, api: A
 
 
 async def test_a_collection_job_runs_as_a_job_of_the_control_plane(
-    manager: JobManager, tmp_path: Path
+    manager: CollectJobManager, tmp_path: Path
 ) -> None:
     """The config's collection jobs are kind ``collect`` in the one job model: run through
     the control plane's runner, recorded in /runs/ with the RunResult's counts."""

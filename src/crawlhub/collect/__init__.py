@@ -11,14 +11,13 @@ the kinds of job the control plane runs (``crawlhub.control``).
 from crawlhub.collect.build import new_run
 from crawlhub.collect.plan import IncrementalState, Sweep, plan_incremental
 from crawlhub.collect.runner import JobRun
-from crawlhub.collect.service import CollectJobManager, JobConflict, JobManager, JobNotFound
+from crawlhub.collect.service import CollectJobManager, JobConflict, JobNotFound
 from crawlhub.collect.store import MetadataStore, Progress, RunRecord, open_metadata_store
 
 __all__ = [
     "CollectJobManager",
     "IncrementalState",
     "JobConflict",
-    "JobManager",
     "JobNotFound",
     "JobRun",
     "MetadataStore",

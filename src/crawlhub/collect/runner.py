@@ -37,7 +37,7 @@ from crawlhub.collect.source import (
     read_page,
 )
 from crawlhub.collect.store.base import MetadataStore, Progress, RunRecord
-from crawlhub.config.jobs import JobConfig
+from crawlhub.config.jobs import CollectJobConfig
 from crawlhub.config.pipeline import PipelineConfig
 from crawlhub.control.protocol import EXIT, PAUSE, RUN
 from crawlhub.errors import CancelledError, FetchError
@@ -94,7 +94,7 @@ class JobRun:
 
     def __init__(
         self,
-        job: JobConfig,
+        job: CollectJobConfig,
         *,
         store: MetadataStore,
         fetcher: Fetcher,

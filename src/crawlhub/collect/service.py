@@ -32,7 +32,7 @@ from crawlhub.sdk import Counters
 
 _log = logging.getLogger("crawlhub.collect")
 
-__all__ = ["CollectJobManager", "JobConflict", "JobManager", "JobNotFound", "JobRunning",
+__all__ = ["CollectJobManager", "JobConflict", "JobNotFound", "JobRunning",
            "metadata_url_for"]
 
 
@@ -305,7 +305,3 @@ def _runner(lease: Lease | None) -> dict[str, Any] | None:
         return None
     return {"pid": lease.pid, "host": lease.host, "since": lease.since, "run_id": lease.run_id}
 
-
-#: The name of :class:`CollectJobManager` before the control plane's jobs (subprocess,
-#: crawl and collect kinds) came; kept while other modules still import it.
-JobManager = CollectJobManager

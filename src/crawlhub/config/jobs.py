@@ -189,9 +189,6 @@ class CollectJobConfig(_Model):
         return self
 
 
-#: The name of :class:`CollectJobConfig` before the control plane's jobs came; kept
-#: while other modules still import it.
-JobConfig = CollectJobConfig
 
 
 def load_job(data: Any, *, file: str | None = None, index: int | None = None

@@ -82,7 +82,7 @@ class Runner:
         self.log_sink = log_sink
         self.artifacts = artifacts
         self.on_finish = on_finish
-        #: the collection-job manager (crawlhub.collect.service.JobManager) for ``collect``
+        #: the collection-job manager (crawlhub.collect.service.CollectJobManager) for ``collect``
         self.collect = collect
         self.clock = clock
         self.live: dict[str, _Live] = {}
@@ -416,7 +416,7 @@ class Runner:
 
     # -- collection jobs ----------------------------------------------------------------
     async def _collect(self, live: _Live) -> tuple[str, str | None, dict[str, Any] | None]:
-        """A collection job through this process's JobManager; its RunResult's counts
+        """A collection job through this process's CollectJobManager; its RunResult's counts
         are the run's counters."""
         manager = self.collect
         spec = live.spec

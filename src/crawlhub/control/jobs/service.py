@@ -73,7 +73,7 @@ class JobService:
         self.store = store
         self.runner = runner
         self.channel = runner.channel
-        #: the collection-job manager (JobManager) of the config's ``jobs:``, or None
+        #: the collection-job manager (CollectJobManager) of the config's ``jobs:``, or None
         self.collect = collect
         self.clock = clock
         self.cron = CronScheduler(store, self._cron_start, clock=clock)
