@@ -3,7 +3,6 @@ default the hub state's backend), alive or dead, with their last heartbeat."""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Annotated, Any
 
@@ -11,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, get_config, out, run
+from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, get_config, out, print_json, run
 from crawlhub.storage.redact import redact_url
 
 
@@ -30,8 +29,7 @@ def agents_command(
     url = cfg.storage.agents_url
     listing = run(_listing(cfg, url))
     if as_json:
-        out.print(json.dumps(listing, ensure_ascii=False), markup=False, highlight=False,
-                  soft_wrap=True)
+        print_json(listing)
         return
     out.print(_table(listing, redact_url(url), time.time()))
 
