@@ -397,8 +397,13 @@ class Scheduler:
             if progressed:
                 continue
             timeout = max(0.01, min(POLL, next_renew - time.monotonic()))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._event.wait(), timeout)
+            # not wait_for in suppress(TimeoutError): on Python 3.11 it can swallow the
+            # cancel _close sends when the event is set at the same moment
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._event.wait()
+            except TimeoutError:
+                pass
 
     async def _cycle(self) -> bool:
         """Store what was enqueued, finish what is done, lease ahead; True if anything
