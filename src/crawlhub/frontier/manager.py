@@ -168,9 +168,6 @@ class Frontier:
         seeds are recorded as dispatched (their key remembered; the caller runs them,
         the frontier never leases them).
         """
-        return await self._admit(seeds, dispatched=dispatched)
-
-    async def _admit(self, seeds: Sequence[Seed], *, dispatched: bool) -> list[bool]:
         await self._ensure_open()
         results: list[bool] = []
         exact = self.config.exact
@@ -215,14 +212,14 @@ class Frontier:
         seed = self.seed_of_task(task)
         if seed is None:
             return None
-        (admitted,) = await self._admit([seed], dispatched=True)
+        (admitted,) = await self.admit([seed], dispatched=True)
         return admitted
 
     async def admit_tasks(self, tasks: Sequence[Mapping[str, Any]]) -> list[bool | None]:
         """``admit_task`` for many tasks in one store call per batch."""
         seeds = [self.seed_of_task(t) for t in tasks]
         present = [s for s in seeds if s is not None]
-        flags = iter(await self._admit(present, dispatched=True))
+        flags = iter(await self.admit(present, dispatched=True))
         return [None if s is None else next(flags) for s in seeds]
 
     def task_entries(self, tasks: Sequence[Mapping[str, Any]], now: float
@@ -307,14 +304,8 @@ class Frontier:
             self._cache.extend(claimed[want:])
         short = [s for s in out if s.lease_until is None or s.lease_until - now < vt]
         if short:
-            until = now + vt
-            kept = await self.store.extend(short, until)
-            lost = set()
-            for seed, ok in zip(short, kept, strict=True):
-                if ok:
-                    seed.lease_until = until
-                else:
-                    lost.add(id(seed))
+            kept = await self.extend(short, vt)
+            lost = {id(s) for s, ok in zip(short, kept, strict=True) if not ok}
             out = [s for s in out if id(s) not in lost]
         return out
 
