@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import secrets
 from collections.abc import AsyncIterator
@@ -20,13 +19,20 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from crawlhub import __version__
 from crawlhub.api import (
     agents,
+    alerts,
+    center,
     docs,
     errors,
+    frontier,
     health,
     inbounds,
+    jobs,
+    logs,
     openapi,
     outbounds,
+    projects,
     queues,
+    runs,
     tasks,
 )
 from crawlhub.api.body import BodyGuard
@@ -41,10 +47,9 @@ PUBLIC_PATHS = frozenset({"/healthz", docs.DOCS_URL, "/openapi.json", docs.REDOC
 #: Path prefixes anyone may read: the package's static files (docs assets), and the
 #: forges' webhooks (signed by the forge instead: crawlhub.api.projects).
 PUBLIC_PREFIXES = (f"{docs.STATIC_URL}/", "/hooks/")
-#: Routers of other parts, mounted when their module is present.
-OPTIONAL_ROUTERS = ("crawlhub.api.frontier", "crawlhub.api.jobs", "crawlhub.api.center",
-                    "crawlhub.api.runs", "crawlhub.api.projects", "crawlhub.api.logs",
-                    "crawlhub.api.alerts", "crawlhub.web.routes")
+#: The API's routers, in the order the app mounts them (the web page's come after).
+ROUTERS = (tasks, inbounds, outbounds, queues, agents, health, frontier, jobs, center, runs,
+           projects, logs, alerts)
 
 
 class BearerToken:
@@ -127,12 +132,9 @@ def create_app(config: Any | None = None, *, services: Services | None = None) -
     # With a token, every route but the public ones can also answer 401.
     openapi.install(app, token_paths=(lambda path: path not in PUBLIC_PATHS) if token else None)
 
-    for module in (tasks, inbounds, outbounds, queues, agents, health):
-        app.include_router(module.router)
-    for name in OPTIONAL_ROUTERS:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
+    # (imported here, not above: the web pages import crawlhub.api's deps and models)
+    from crawlhub.web import routes as web_routes
+
+    for module in (*ROUTERS, web_routes):
         app.include_router(module.router)
     return app
