@@ -141,6 +141,28 @@ async def test_a_run_records_exit_logs_timeline_and_counters(jobs: JobService,
     assert any(line.task == "count" for line in lines)
 
 
+async def test_a_relative_runs_dir_reaches_the_job_as_an_absolute_path(
+        control_db: ControlDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``crawlhub serve --data-dir data`` gives the runner a relative runs dir; the job
+    runs in another directory, so its control and counters files must be absolute or
+    it never sees a pause and its counters are lost."""
+    monkeypatch.chdir(tmp_path)
+    channel = ControlChannel(control_db)
+    await channel.open()
+    runner = Runner(JobStore(control_db), channel=channel, runs_dir="data/runs", beat=0.2)
+    service = JobService(runner.store, runner)
+    await service.open()
+    try:
+        await service.create(counter(tmp_path, 5))
+        run = await service.run("count")
+        monkeypatch.chdir("/")
+        assert await finished(service, run.id) == "succeeded"
+        assert (await service.run_view(run.id)).run.counters["success"] == 5
+    finally:
+        await service.close()
+        await channel.close()
+
+
 async def test_a_failing_or_missing_program_fails_with_the_reason(jobs: JobService,
                                                                  tmp_path: Path) -> None:
     path = script(tmp_path, "fail.py", """

@@ -76,7 +76,9 @@ class Runner:
                  collect: Any | None = None, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.channel = channel
-        self.runs_dir = Path(runs_dir)
+        # absolute: a job runs in its own directory, and its control and counters files
+        # must name the same files there as here
+        self.runs_dir = Path(runs_dir).absolute()
         self.grace = grace
         self.beat = beat
         self.log_sink = log_sink
