@@ -340,6 +340,33 @@ async def test_runs_of_a_killed_server_are_marked_lost(control_db: ControlDB) ->
     assert (await store.run(again.id)).status == "lost" and later.status == "running"
 
 
+async def test_a_live_servers_runs_are_no_orphans_to_another_on_the_host(
+        jobs: JobService, control_db: ControlDB, tmp_path: Path) -> None:
+    """Two servers on one host share the database: the one that opens second leaves the
+    runs of the first alone, and so do the job's own child processes."""
+    spawn = script(tmp_path, "spawn.py", """
+        import subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                 start_new_session=True)
+        print("child", child.pid, flush=True)
+        time.sleep(60)
+    """)
+    await jobs.create(JobSpec(name="spawn", command=[sys.executable, spawn]))
+    run = await jobs.run("spawn")
+    sink = jobs.sink  # type: ignore[attr-defined]
+    said = await wait_for(lambda: [line.message for line in sink.lines
+                                   if line.message.startswith("child ")], "the child")
+    other = Runner(JobStore(control_db), channel=jobs.channel, runs_dir=tmp_path / "other")
+    assert await other.stop_orphans([run.id]) == set()
+    assert await jobs.store.lose_dead_runs(time.time(), stop_orphans=other.stop_orphans) == 0
+    assert (await jobs.store.run(run.id)).status == "running"
+    child = int(said[0].split()[1])
+    os.kill(child, 0)  # its own session, the run's environment: still not an orphan
+    await jobs.cancel("spawn")
+    assert await finished(jobs, run.id) == "cancelled"
+    os.kill(child, 9)
+
+
 async def test_runs_page_newest_first_by_job_and_status(control_db: ControlDB) -> None:
     store = JobStore(control_db)
     await store.open()

@@ -3,6 +3,8 @@
 The runner starts a job with these environment variables:
 
 - ``CRAWLHUB_JOB``, ``CRAWLHUB_RUN``: the job's name and the run's code;
+- ``CRAWLHUB_RUNNER_PID``: the pid of the server that started it (its parent while that
+  server lives: a restarted server stops the job processes a killed one left behind);
 - ``CRAWLHUB_CONTROL_FILE``: a JSON file ``{"state": "run"|"pause"|"exit", "changed_at":
   <unix time>}`` the runner rewrites (atomically: write + rename) when the job's desired
   state changes; the job reads it (``crawlhub.sdk.control()``);
@@ -32,6 +34,7 @@ ENV_JOB = "CRAWLHUB_JOB"
 ENV_RUN = "CRAWLHUB_RUN"
 ENV_CONTROL_FILE = "CRAWLHUB_CONTROL_FILE"
 ENV_COUNTERS_FILE = "CRAWLHUB_COUNTERS_FILE"
+ENV_RUNNER_PID = "CRAWLHUB_RUNNER_PID"
 
 #: Desired states of a job: run, pause (hold still, lose nothing), exit (stop cleanly).
 RUN, PAUSE, EXIT = "run", "pause", "exit"

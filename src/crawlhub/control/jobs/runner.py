@@ -15,6 +15,12 @@ own process group, so signals reach its children too) with:
 Cancel writes ``exit`` to the control file (a job on the SDK ends by itself), sends
 SIGTERM to the group a moment later (at most 2 s), then SIGKILL after ``grace`` seconds. A ``timeout`` counts only running time, not paused time.
 Jobs that do not use the SDK can be paused with ``pause_signal`` (SIGSTOP / SIGCONT).
+
+A server killed with SIGKILL leaves its job processes behind, re-parented; the next
+server to open on the host stops them (:meth:`Runner.stop_orphans`: SIGTERM, SIGKILL after
+``grace``) and records their runs ``lost``, so no orphan runs on unsupervised, paused or
+not. A job process is known by its environment (its run code, and the pid of the server
+that started it, no longer its parent); Linux's ``/proc`` tells both.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from crawlhub.control import protocol
 from crawlhub.control.builders import Artifact
 from crawlhub.control.channel import ControlChannel, ControlFollower
 from crawlhub.control.jobs.model import JobSpec, RunRecord
-from crawlhub.control.jobs.store import HOST, JobStore
+from crawlhub.control.jobs.store import HOST, JobStore, pid_alive
 from crawlhub.control.logs.line import LogLine
 from crawlhub.errors import ConflictError
 
@@ -47,6 +53,9 @@ MAX_LINE = 64 * 1024
 #: Log lines buffered before a write to the log store (or every FLUSH_EVERY seconds).
 FLUSH_LINES = 500
 FLUSH_EVERY = 0.2
+#: After a job's process ended, how long its output is still read (its pipes may be
+#: held open by a process it started in a session of its own).
+READ_TAIL = 2.0
 
 
 LogSink = Callable[[list[LogLine]], Awaitable[None]]
@@ -151,6 +160,25 @@ class Runner:
         if tasks:
             await asyncio.wait(tasks, timeout=self.grace + 5)
 
+    async def stop_orphans(self, run_ids: list[str]) -> set[str]:
+        """Stop the job processes of ``run_ids`` that a killed server left running (each
+        one's group): SIGTERM (and SIGCONT, should a pause have stopped it), SIGKILL
+        after ``grace`` seconds. Returns the runs that had one."""
+        orphans = _orphans(set(run_ids))
+        if not orphans:
+            return set()
+        for pid, run_id in orphans.items():
+            log.warning("run %s: its server is gone but its process %d runs on; stopping it",
+                        run_id, pid)
+            _signal_group(pid, signal.SIGTERM)
+            _signal_group(pid, signal.SIGCONT)
+        deadline = time.monotonic() + self.grace
+        while _orphans(set(orphans.values())) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for pid in orphans:
+            _signal_group(pid, signal.SIGKILL)
+        return set(orphans.values())
+
     # -- one run ------------------------------------------------------------------------
     async def _run(self, live: _Live, artifact: Artifact | None) -> RunRecord:
         run, spec = live.run, live.spec
@@ -205,6 +233,7 @@ class Runner:
         env.update({protocol.ENV_JOB: spec.name, protocol.ENV_RUN: run.id,
                     protocol.ENV_CONTROL_FILE: str(control_file),
                     protocol.ENV_COUNTERS_FILE: str(counters_file),
+                    protocol.ENV_RUNNER_PID: str(os.getpid()),
                     "PYTHONUNBUFFERED": "1"})
         program = argv[0]
         if os.sep not in program and shutil.which(program, path=env.get("PATH")) is None:
@@ -225,11 +254,13 @@ class Runner:
                        asyncio.create_task(self._read(live, process.stderr, "stderr", lines))]
             helpers = [asyncio.create_task(self._flush_loop(live, lines)),
                        asyncio.create_task(self._beat_loop(live, counters_file))]
-            waiter = asyncio.create_task(process.wait())
+            waiter = asyncio.create_task(_exited(process))
             try:
                 await self._supervise(live, waiter, control_file)
                 code = await waiter
-                await asyncio.gather(*readers, return_exceptions=True)
+                # the rest of its output; a process it left behind in a session of its
+                # own may hold the pipes open, so the run ends READ_TAIL s later at most
+                await asyncio.wait(readers, timeout=READ_TAIL)
             finally:
                 for task in helpers:
                     task.cancel()
@@ -238,6 +269,9 @@ class Runner:
                     _signal_group(process.pid, signal.SIGKILL)
                 for task in readers:
                     task.cancel()
+                transport = getattr(process, "_transport", None)  # pipes still held open
+                if transport is not None:
+                    transport.close()
                 await self._flush(live, lines)
         counters = _counters(counters_file)
         if live.cancelled == "timeout":
@@ -480,3 +514,51 @@ def _counters(path: Path) -> dict[str, Any] | None:
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+
+
+async def _exited(process: asyncio.subprocess.Process) -> int:
+    """The exit code of ``process`` once it exited. Not ``process.wait()``: on Python 3.11
+    that also waits for its pipes to close, which a process it started in a session of
+    its own may keep open long after."""
+    while process.returncode is None:
+        await asyncio.sleep(0.02)
+    return process.returncode
+
+
+def _orphans(run_ids: set[str]) -> dict[int, str]:
+    """The live processes of this user that are job processes of ``run_ids`` whose
+    server is gone: pid -> run code. A job process is known by its environment (the
+    run's code and the pid of the server that started it) and by leading its own
+    process group (the runner starts each in a new session; the processes it starts
+    do not lead one, unless they make their own). Its server is gone when that pid
+    is no longer alive (should a new process have taken the pid, the orphan is missed,
+    never a live server's job stopped). Reads Linux's ``/proc``; elsewhere, none."""
+    found: dict[int, str] = {}
+    if not run_ids:
+        return found
+    try:
+        entries = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return found
+    wanted = {run_id.encode(): run_id for run_id in run_ids}
+    for pid in entries:
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{pid}/stat").read_bytes()
+        except OSError:  # gone, or another user's
+            continue
+        env = dict(item.split(b"=", 1) for item in environ if b"=" in item)
+        run_id = wanted.get(env.get(protocol.ENV_RUN.encode(), b""))
+        if run_id is None:
+            continue
+        try:  # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
+            group = int(stat.rsplit(b")", 1)[1].split()[2])
+            runner = int(env.get(protocol.ENV_RUNNER_PID.encode(), b""))
+        except (IndexError, ValueError):
+            continue
+        if group == pid and not pid_alive(runner):
+            found[pid] = run_id
+    return found
+

@@ -82,8 +82,9 @@ class JobService:
 
     async def open(self) -> None:
         await self.store.open()
-        # Runs this host started in a process that died (SIGKILL) cannot report again.
-        await self.store.lose_dead_runs(self.clock())
+        # Runs this host started in a server that died (SIGKILL) cannot report again;
+        # the job processes it left running are stopped.
+        await self.store.lose_dead_runs(self.clock(), stop_orphans=self.runner.stop_orphans)
 
     def start_scheduler(self) -> None:
         if self._cron_task is None:

@@ -15,7 +15,8 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from crawlhub.control.db import ControlDB, Tx
@@ -282,20 +283,29 @@ class JobStore:
             f" {self.runs} WHERE job IN ({marks}) AND status <> 'skipped' GROUP BY job)", *jobs)
         return live, {row[1]: _run(row) for row in rows}
 
-    async def lose_dead_runs(self, now: float, *, host: str = HOST) -> int:
+    async def lose_dead_runs(
+            self, now: float, *, host: str = HOST,
+            stop_orphans: Callable[[list[str]], Awaitable[set[str]]] | None = None) -> int:
         """Mark ``lost`` the live runs this host started in a process that is gone (a
-        server restarted after SIGKILL): the runs cannot report any more."""
+        server restarted after SIGKILL): the runs cannot report any more. The job
+        processes such a server left running are stopped first: ``stop_orphans(run
+        ids)`` stops them and names their runs."""
         rows = await self.db.fetch(
             f"SELECT id, pid FROM {self.runs} WHERE status IN ('queued', 'running')"
             " AND host = $1", host)
+        stopped = await stop_orphans([row[0] for row in rows]) if stop_orphans and rows else set()
         lost = 0
         for run_id, pid in rows:
-            if pid is not None and _alive(int(pid)):
+            if run_id in stopped:
+                why = ("its server ended without recording the end (killed?); the job"
+                       " process it left running was stopped when a server started again")
+            elif pid is not None and pid_alive(int(pid)):
                 continue
+            else:
+                why = "the process that ran it ended without recording the end (killed?)"
             lost += await self.db.execute(
                 f"UPDATE {self.runs} SET status = 'lost', finished_at = $2, error = $3"
-                " WHERE id = $1 AND status IN ('queued', 'running')", run_id, now,
-                "the process that ran it ended without recording the end (killed?)")
+                " WHERE id = $1 AND status IN ('queued', 'running')", run_id, now, why)
         return lost
 
     # -- timeline -----------------------------------------------------------------------
@@ -336,11 +346,16 @@ def _like_prefix(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (of any user) and has not ended: a zombie (ended,
+    not yet reaped by its parent) is dead."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    try:  # "pid (comm) state ...": Linux's /proc; elsewhere the signal's answer
+        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return not Path("/proc/self/stat").exists()  # with /proc: gone since the signal
