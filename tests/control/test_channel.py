@@ -266,3 +266,20 @@ async def test_the_control_plane_opens_the_channel(tmp_path: Path) -> None:
         assert await plane.channel.get("nightly") == "pause"
     finally:
         await plane.close()
+
+
+async def test_embedded_a_change_by_another_process_on_the_database_arrives_within_a_second(
+        tmp_path: Path) -> None:
+    config = CrawlhubConfig.model_validate({"data_dir": str(tmp_path)})
+    plane = await ControlPlane.open(config)
+    cli = await ControlPlane.open(config)  # 'crawlhub jobs pause' beside 'crawlhub serve'
+    try:
+        assert plane.channel.reread <= 1.0
+        watch = plane.channel.watch("nightly")
+        assert await next_state(watch) == "run"
+        await cli.channel.set("nightly", "pause")
+        assert await next_state(watch, timeout=5) == "pause"
+        await watch.aclose()  # type: ignore[attr-defined]
+    finally:
+        await cli.close()
+        await plane.close()

@@ -43,6 +43,9 @@ log = logging.getLogger("crawlhub.control.channel")
 #: Seconds between two reads of a watched job's stored state (the safety net under the
 #: announcements).
 REREAD = 2.0
+#: The same without a broker (embedded): the only way a change made by another process
+#: (``crawlhub jobs pause`` beside ``crawlhub serve``) arrives, so within a second.
+REREAD_EMBEDDED = 0.5
 #: Longest job name the channel takes (characters).
 MAX_JOB = 200
 #: Seconds between two attempts to subscribe again after the broker failed (doubling).
@@ -362,7 +365,8 @@ async def open_channel(config: CrawlhubConfig, db: ControlDB) -> ControlChannel:
     notifier: Notifier | None = None
     if url and not url.lower().startswith("memory://"):
         notifier = RedisNotifier(url, prefix=config.storage.redis_prefix)
-    channel = ControlChannel(db, notifier)
+    channel = ControlChannel(db, notifier,
+                             reread=REREAD if notifier is not None else REREAD_EMBEDDED)
     try:
         await channel.open()
     except BaseException:
