@@ -30,6 +30,7 @@ from crawlhub.control.db import ControlDB
 from crawlhub.control.secrets import SecretBox
 
 if TYPE_CHECKING:
+    from crawlhub.collect.service import CollectJobManager
     from crawlhub.config.schema import CrawlhubConfig
 
 log = logging.getLogger("crawlhub.control")
@@ -39,7 +40,7 @@ class ControlPlane:
     """The parts of the control plane; see the module docstring."""
 
     def __init__(self, config: CrawlhubConfig, *, db: ControlDB, secrets: SecretBox,
-                 collect: Any | None = None) -> None:
+                 collect: CollectJobManager | None = None) -> None:
         self.config = config
         #: the config's collection jobs (crawlhub.collect.service.CollectJobManager)
         self.collect = collect
@@ -50,7 +51,7 @@ class ControlPlane:
 
     @classmethod
     async def open(cls, config: CrawlhubConfig, *, prefix: str = "crawlhub_",
-                   collect: Any | None = None) -> ControlPlane:
+                   collect: CollectJobManager | None = None) -> ControlPlane:
         section = config.control
         Path(config.data_dir).mkdir(parents=True, exist_ok=True)
         secrets = SecretBox.from_config(config)

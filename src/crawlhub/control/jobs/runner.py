@@ -36,7 +36,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crawlhub.control import protocol
 from crawlhub.control.builders import Artifact
@@ -45,6 +45,9 @@ from crawlhub.control.jobs.model import JobSpec, RunRecord
 from crawlhub.control.jobs.store import HOST, JobStore, pid_alive
 from crawlhub.control.logs.line import LogLine
 from crawlhub.errors import ConflictError
+
+if TYPE_CHECKING:
+    from crawlhub.collect.service import CollectJobManager
 
 log = logging.getLogger("crawlhub.control.runner")
 
@@ -82,7 +85,7 @@ class Runner:
     def __init__(self, store: JobStore, *, channel: ControlChannel, runs_dir: str | Path,
                  grace: float = 10.0, beat: float = 5.0, log_sink: LogSink | None = None,
                  artifacts: ArtifactLookup | None = None, on_finish: FinishHook | None = None,
-                 collect: Any | None = None, clock: Callable[[], float] = time.time) -> None:
+                 collect: CollectJobManager | None = None, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.channel = channel
         # absolute: a job runs in its own directory, and its control and counters files

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
@@ -21,6 +21,9 @@ from crawlhub.control.jobs.model import LIVE, JobPatch, JobSpec, RunRecord, Task
 from crawlhub.control.jobs.runner import Runner
 from crawlhub.control.jobs.store import JobStore
 from crawlhub.errors import ConflictError
+
+if TYPE_CHECKING:
+    from crawlhub.collect.service import CollectJobManager
 
 #: Counter names read as a job's queue figures (crawlhub.sdk, crawl, collect, Scrapy).
 QUEUE_COUNTERS = {
@@ -68,7 +71,7 @@ class RunView(BaseModel):
 class JobService:
     """Create, change, run, pause, continue, cancel and restart jobs; read runs."""
 
-    def __init__(self, store: JobStore, runner: Runner, *, collect: Any | None = None,
+    def __init__(self, store: JobStore, runner: Runner, *, collect: CollectJobManager | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.runner = runner
