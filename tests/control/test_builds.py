@@ -19,10 +19,12 @@ import pytest
 from crawlhub.control import builders
 from crawlhub.control.builds import BuildService
 from crawlhub.control.db import ControlDB
+from crawlhub.control.jobs.store import pid_alive
 from crawlhub.control.projects import InvalidProject, NewProject, ProjectStore, ProjectUpdate
 from crawlhub.control.secrets import SecretBox
 from crawlhub.errors import ConflictError, NotFoundError
 from tests.control.gitremote import PACKAGED, Remote, git_http_server, make_remote
+from tests.helpers import wait_for
 
 PASSWORD = "s3cr3t-Pa55-word-xyz"
 SLEEP = [sys.executable, "-c", "import time; print('working', flush=True); time.sleep(30)"]
@@ -173,6 +175,29 @@ async def test_a_build_over_its_time_limit_fails_and_its_process_is_killed(
         assert build.status == "failed" and "time limit" in (build.error or "")
         await asyncio.sleep(1.5)
         assert not marker.exists()  # killed, with its process group
+    finally:
+        await service.close()
+
+
+async def test_a_step_is_over_when_its_process_exits_and_what_it_left_running_is_killed(
+        store: ProjectStore, control_db: ControlDB, remote: Remote, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(builders, "READ_TAIL", 0.3)
+    # the step starts a process that inherits its output and outlives it by far
+    child = "import time; print('child writing', flush=True); time.sleep(60)"
+    argv = [sys.executable, "-c", "import subprocess, sys;"
+            f" p = subprocess.Popen([sys.executable, '-c', {child!r}]);"
+            " print('started', p.pid, flush=True)"]
+    await add(store, remote.url, builder={"name": "command", "options": {"argv": argv}})
+    service = await BuildService.open(control_db, store, builds_dir=tmp_path / "b", timeout=30)
+    try:
+        build = await service.wait((await service.start("demo", version="1")).id, 20)
+        assert build.status == "succeeded", build.error
+        full = await service.get(build.id)
+        assert "child writing" in (full.log or "")  # its output until the step ended is kept
+        [pid] = [int(line.split()[-1]) for line in (full.log or "").splitlines()
+                 if line.startswith("started ")]
+        await wait_for(lambda: not pid_alive(pid), "the step's leftover process to be killed")
     finally:
         await service.close()
 
@@ -345,6 +370,7 @@ _CHILD = """
 import asyncio, sys
 from crawlhub.control.builds import BuildService
 from crawlhub.control.db import ControlDB
+from crawlhub.control.jobs.store import pid_alive
 from crawlhub.control.projects import ProjectStore
 from crawlhub.control.secrets import SecretBox
 

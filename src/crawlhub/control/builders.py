@@ -51,6 +51,8 @@ KINDS = ("dir", "venv", "wheel", "image")
 #: The longest line kept in a build log (characters); longer ones are cut.
 MAX_LINE = 4000
 #: Bytes read from a process before a line without a newline is cut into pieces.
+#: Seconds a build step's output is still read after its process exited.
+READ_TAIL = 2.0
 _MAX_PENDING = 1 << 20
 
 
@@ -180,7 +182,9 @@ async def run_process(argv: list[str], *, cwd: Path | None, env: Mapping[str, st
                       timeout: float, write: Callable[[str], None]) -> int:
     """Run ``argv`` (no shell) with stdin closed; every line of its stdout and stderr goes
     to ``write``; its exit code. Over ``timeout`` seconds, or cancelled, its whole process
-    group is killed (the time-out is a :class:`BuildFailed`)."""
+    group is killed (the time-out is a :class:`BuildFailed`). A step is over when its
+    process exits: what it left running in its group (holding the output open) is given
+    :data:`READ_TAIL` seconds to finish writing, then killed - a build leaves no daemon."""
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, cwd=cwd, env=dict(env), stdin=asyncio.subprocess.DEVNULL,
@@ -188,11 +192,16 @@ async def run_process(argv: list[str], *, cwd: Path | None, env: Mapping[str, st
             start_new_session=True)
     except OSError as exc:
         raise BuildFailed(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
+    assert proc.stdout is not None
+    pump = asyncio.create_task(_pump(proc.stdout, write))
     try:
         async with asyncio.timeout(max(0.01, timeout)):
-            assert proc.stdout is not None
-            await _pump(proc.stdout, write)
-            return await proc.wait()
+            code = await _exited(proc)
+            done, _ = await asyncio.wait({pump}, timeout=READ_TAIL)
+            if not done:  # something it started still holds the output open
+                _kill_group(proc.pid)
+                await pump
+            return code
     except TimeoutError:
         raise BuildFailed(f"{Path(argv[0]).name} ran over the build's time limit"
                           f" ({timeout:.0f} s left; control.build_timeout)") from None
@@ -200,7 +209,23 @@ async def run_process(argv: list[str], *, cwd: Path | None, env: Mapping[str, st
         if proc.returncode is None:
             _kill_group(proc.pid)
             with contextlib.suppress(Exception):
-                await asyncio.shield(proc.wait())
+                await asyncio.shield(_exited(proc))
+        if not pump.done():
+            _kill_group(proc.pid)
+            pump.cancel()
+            with contextlib.suppress(BaseException):
+                await pump
+        transport = getattr(proc, "_transport", None)
+        if transport is not None:
+            transport.close()
+
+
+async def _exited(proc: asyncio.subprocess.Process) -> int:
+    """``proc``'s exit code once it exited (Python 3.11's ``Process.wait`` also waits
+    for its pipes to close, which a process it started may hold open)."""
+    while proc.returncode is None:
+        await asyncio.sleep(0.05)
+    return proc.returncode
 
 
 async def _pump(stream: asyncio.StreamReader, write: Callable[[str], None]) -> None:
