@@ -30,6 +30,9 @@ def test_a_job_is_added_run_here_and_its_runs_listed(cli: Cli, tmp_path: Path) -
         "hello", "succeeded", "cli", 0)
     shown = json.loads(cli("runs", "show", run["id"], "--json", *where).stdout)
     assert shown["run"]["id"] == run["id"]
+    over = cli("runs", "cancel", run["id"], *where)
+    assert over.exit_code != 0 and "succeeded: there is nothing to cancel" in over.stderr
+    assert "no run 'nope'" in cli("runs", "cancel", "nope", *where).stderr
 
     assert cli("jobs", "pause", "hello", *where).exit_code == 0
     [job] = json.loads(cli("jobs", "list", "--json", *where).stdout)

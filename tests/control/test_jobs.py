@@ -367,6 +367,41 @@ async def test_a_live_servers_runs_are_no_orphans_to_another_on_the_host(
     os.kill(child, 9)
 
 
+async def test_a_run_is_cancelled_alone_here_or_from_another_process(
+        jobs: JobService, control_db: ControlDB, tmp_path: Path) -> None:
+    path = script(tmp_path, "sleeper.py", """
+        import time
+        print("up", flush=True)
+        time.sleep(60)
+    """)
+    await jobs.create(JobSpec(name="wide", command=[sys.executable, path], max_instances=3))
+    first, second, third = [await jobs.run("wide") for _ in range(3)]
+    sink = jobs.sink  # type: ignore[attr-defined]
+    await wait_for(lambda: sink.text().count("up") == 3, "three runs up")
+    # in this process: at once
+    ended = await jobs.cancel_run(first.id, wait=10)
+    assert ended.status == "cancelled"
+    # from another process on the same database (the CLI beside the server): its runner
+    # hears of it at its next poll
+    channel = ControlChannel(control_db)
+    await channel.open()
+    cli = JobService(JobStore(control_db), Runner(JobStore(control_db), channel=channel,
+                                                  runs_dir=tmp_path / "cli"))
+    asked = await cli.cancel_run(second.id)
+    assert asked.status == "running"
+    assert await finished(jobs, second.id) == "cancelled"
+    assert (await jobs.store.run(third.id)).status == "running"  # the others left alone
+    assert await jobs.channel.get("wide") == protocol.RUN
+    with pytest.raises(ConflictError, match="cancelled: there is nothing to cancel"):
+        await cli.cancel_run(first.id)
+    with pytest.raises(NotFoundError):
+        await cli.cancel_run("nope")
+    assert not await jobs.store.stop_asked(second.id)  # the request ended with its run
+    await channel.close()
+    await jobs.cancel("wide", wait=10)
+    assert await finished(jobs, third.id) == "cancelled"
+
+
 async def test_runs_page_newest_first_by_job_and_status(control_db: ControlDB) -> None:
     store = JobStore(control_db)
     await store.open()

@@ -137,6 +137,24 @@ async def test_restart_and_max_instances(api: tuple[httpx2.AsyncClient, Services
     assert (await client.get("/jobs/busy")).status_code == 404
 
 
+async def test_one_run_is_cancelled_through_the_api_and_the_others_go_on(
+        api: tuple[httpx2.AsyncClient, Services]) -> None:
+    client, _ = api
+    await client.post("/jobs/", json=counter_job("pair", 100000, max_instances=2))
+    first = (await client.post("/jobs/pair/run")).json()["run_id"]
+    second = (await client.post("/jobs/pair/run")).json()["run_id"]
+    resp = await client.post(f"/runs/{first}/cancel", params={"wait": 10})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["id"] == first and resp.json()["status"] == "cancelled"
+    assert (await client.get(f"/runs/{second}")).json()["run"]["status"] == "running"
+    again = await client.post(f"/runs/{first}/cancel")
+    assert again.status_code == 409 and "nothing to cancel" in again.json()["detail"]
+    assert (await client.post("/runs/nope/cancel")).status_code == 404
+    assert (await client.post(f"/runs/{second}/cancel", params={"wait": -1})).status_code == 422
+    await client.post("/jobs/pair/cancel", params={"wait": 10})
+    assert (await client.get(f"/runs/{second}")).json()["run"]["status"] == "cancelled"
+
+
 async def test_a_patch_that_makes_a_job_invalid_is_422(api: tuple[httpx2.AsyncClient, Services]
                                                        ) -> None:
     client, _ = api

@@ -174,6 +174,7 @@ async def test_a_run_shows_its_timeline_figures_and_folds_each_task_onto_its_log
     assert 'data-counter="success"' in page
     assert "data-tail" not in page  # finished: no live tail, no polling
     assert 'hx-trigger="refresh"' in page
+    assert "/cancel" not in page  # over: nothing to cancel
     log = (await client.get(f"/ui/run/{run}/log?task=parse")).text
     assert re.findall(r'class="msg">([^<]*)<', log) == [f"parse line {i}" for i in range(3)]
     whole = re.findall(r'class="msg">([^<]*)<', page)
@@ -182,6 +183,7 @@ async def test_a_run_shows_its_timeline_figures_and_folds_each_task_onto_its_log
     going = await a_run(svc, "news", status="running")
     page = (await client.get(f"/ui/run/{going}")).text
     assert 'hx-trigger="every 2s, refresh"' in page
+    assert f'hx-post="/runs/{going}/cancel"' in page  # this run alone, not its job
     assert re.search(rf'data-tail="/logs/tail\?run={going}&amp;after=\d+"', page)
     runs = (await client.get("/ui/runs?job=news")).text
     assert keys(runs, "runs") == [going, run]

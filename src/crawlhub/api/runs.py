@@ -8,7 +8,7 @@ import re
 from fastapi import APIRouter, Depends, Query
 
 from crawlhub.api.deps import ApiError
-from crawlhub.api.jobs import Cancelled, job_service
+from crawlhub.api.jobs import job_service
 from crawlhub.api.openapi import BACKEND, errors
 from crawlhub.control.jobs import JobService, RunRecord, RunView, TaskRecord
 from crawlhub.control.jobs.model import FINAL, LIVE
@@ -46,8 +46,12 @@ async def run_tasks(run_id: str, jobs: JobService = Depends(job_service)) -> lis
     return await jobs.store.run_tasks(run_id)
 
 
-@router.post("/{run_id}/cancel", responses=errors(404, *BACKEND))
-async def cancel_run(run_id: str, jobs: JobService = Depends(job_service)) -> Cancelled:
-    """Cancel the run's job (all of its runs: the control channel is per job)."""
-    run = await jobs.store.run(run_id)
-    return Cancelled(name=run.job, runs=await jobs.cancel(run.job))
+@router.post("/{run_id}/cancel", responses=errors(404, 409, *BACKEND))
+async def cancel_run(run_id: str, jobs: JobService = Depends(job_service),
+                     wait: float = Query(0, ge=0, le=300, description="seconds to wait for"
+                                         " the run to end")) -> RunRecord:
+    """Cancel this run on whichever host runs it, the job's other runs left alone
+    (``POST /jobs/{name}/cancel`` stops them all): SIGTERM, then SIGKILL after
+    ``control.grace`` seconds. 409 when the run is already over. The run as it is after
+    ``wait`` seconds."""
+    return await jobs.cancel_run(run_id, wait=wait or None)

@@ -65,3 +65,20 @@ def show_command(run_id: Annotated[str, typer.Argument(help="The run's id.")], a
         took = f"{t.finished_at - t.started_at:.2f}s" if t.finished_at else "running"
         out.print(f"  {escape(t.task):<30} {t.status:<10} {took}"
                   + (f"  {escape(t.detail)}" if t.detail else ""))
+
+
+@app.command("cancel")
+def cancel_command(run_id: Annotated[str, typer.Argument(help="The run's id.")],
+                   wait: Annotated[float, typer.Option(
+                       min=0, max=300, help="Seconds to wait for it to end.")] = 0,
+                   config: ConfigOpt = None, data_dir: DataDirOpt = None,
+                   sets: SetOpt = None) -> None:
+    """Cancel one run, the job's other runs left alone.
+
+    SIGTERM, then SIGKILL after the grace period; the server running it hears of it
+    within a second. 'crawlhub jobs cancel NAME' stops all of a job's runs."""
+    cfg = get_config(config, data_dir, sets)
+    r = _call(cfg, lambda jobs: jobs.cancel_run(run_id, wait=wait or None))
+    out.print(f"run {r.id} of job {escape(r.job)}: "
+              + (r.status if r.status not in ("queued", "running") else
+                 f"asked to stop (still {r.status})"))

@@ -153,6 +153,16 @@ class Runner:
                 asked.append(live.run.id)
         return asked
 
+    def stop_run(self, run_id: str, *, why: str = "cancelled") -> bool:
+        """Ask this process's run ``run_id`` to stop; False when it is not one of them
+        (or already asked)."""
+        live = self.live.get(run_id)
+        if live is None or live.cancelled is not None:
+            return False
+        live.cancelled = why
+        live.stop_requested.set()
+        return True
+
     async def close(self) -> None:
         """Stop every local run gracefully and wait for their records."""
         for live in list(self.live.values()):
@@ -443,6 +453,14 @@ class Runner:
         last_beat = 0.0
         while True:
             await asyncio.sleep(min(1.0, self.beat))
+            # another process asked this run (not its whole job) to stop
+            if live.cancelled is None:
+                try:
+                    if await self.store.stop_asked(live.run.id):
+                        self.stop_run(live.run.id)
+                except Exception as exc:
+                    log.warning("cannot read whether run %s was asked to stop: %s",
+                                live.run.id, exc)
             counters = _counters(counters_file)
             now = self.clock()
             if counters != last or now - last_beat >= self.beat:

@@ -228,6 +228,22 @@ class JobService:
                 await asyncio.sleep(0.1)
         return live
 
+    async def cancel_run(self, run_id: str, *, wait: float | None = None) -> RunRecord:
+        """Ask one run (on any host) to exit, the job's other runs left alone: SIGTERM,
+        SIGKILL after the grace period. A run of this process is asked at once, one of
+        another within a second (its runner polls). Waits up to ``wait`` seconds for it
+        to end; the run as it then is. A run already over is a ConflictError."""
+        run = await self.store.run(run_id)
+        if run.status not in LIVE:
+            raise ConflictError(f"run {run_id} is {run.status}: there is nothing to cancel")
+        if not self.runner.stop_run(run_id) and run_id not in self.runner.live:
+            await self.store.ask_stop(run_id, self.clock())
+        if wait:
+            deadline = self.clock() + wait
+            while self.clock() < deadline and (await self.store.run(run_id)).status in LIVE:
+                await asyncio.sleep(0.1)
+        return await self.store.run(run_id)
+
     async def restart(self, name: str) -> RunRecord:
         """Cancel the job's runs, wait for them to end, then start a new run."""
         spec, _ = await self.spec(name)

@@ -46,6 +46,7 @@ class JobStore:
         self.jobs = db.table("jobs")
         self.runs = db.table("runs")
         self.tasks = db.table("run_tasks")
+        self.stops = db.table("run_stops")
 
     async def open(self) -> None:
         j, r, t = self.jobs, self.runs, self.tasks
@@ -66,6 +67,9 @@ class JobStore:
             " status TEXT NOT NULL, started_at DOUBLE PRECISION NOT NULL,"
             " finished_at DOUBLE PRECISION, detail TEXT NOT NULL,"
             " PRIMARY KEY (run, task))",
+            # a run asked to stop by another process (its runner polls); gone at its end
+            f"CREATE TABLE IF NOT EXISTS {self.stops} (run TEXT PRIMARY KEY,"
+            " asked_at DOUBLE PRECISION NOT NULL)",
         ])
 
     # -- jobs ---------------------------------------------------------------------------
@@ -221,11 +225,22 @@ class JobStore:
             " error = $5, counters = COALESCE($6, counters), heartbeat_at = $3"
             " WHERE id = $1", run_id, status, now, exit_code, error,
             None if counters is None else json.dumps(counters))
+        await self.db.execute(f"DELETE FROM {self.stops} WHERE run = $1", run_id)
         # Tasks a run left open end with it.
         await self.db.execute(
             f"UPDATE {self.tasks} SET status = $2, finished_at = $3 WHERE run = $1 AND"
             " status = 'running'", run_id, "succeeded" if status == "succeeded" else "failed",
             now)
+
+    async def ask_stop(self, run_id: str, now: float) -> None:
+        """Ask the runner of ``run_id`` (in whichever process) to stop it."""
+        await self.db.execute(
+            f"INSERT INTO {self.stops} (run, asked_at) VALUES ($1, $2)"
+            " ON CONFLICT (run) DO NOTHING", run_id, now)
+
+    async def stop_asked(self, run_id: str) -> bool:
+        return await self.db.fetchone(
+            f"SELECT 1 FROM {self.stops} WHERE run = $1", run_id) is not None
 
     async def run(self, run_id: str) -> RunRecord:
         row = await self.db.fetchone(f"SELECT {_RUN_COLUMNS} FROM {self.runs} WHERE id = $1",
@@ -306,6 +321,7 @@ class JobStore:
             lost += await self.db.execute(
                 f"UPDATE {self.runs} SET status = 'lost', finished_at = $2, error = $3"
                 " WHERE id = $1 AND status IN ('queued', 'running')", run_id, now, why)
+            await self.db.execute(f"DELETE FROM {self.stops} WHERE run = $1", run_id)
         return lost
 
     # -- timeline -----------------------------------------------------------------------
