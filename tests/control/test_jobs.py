@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -21,6 +23,7 @@ from crawlhub.control.channel import ControlChannel
 from crawlhub.control.db import ControlDB
 from crawlhub.control.jobs import JobPatch, JobService, JobSpec, JobStore, Runner
 from crawlhub.control.jobs.cron import CronScheduler
+from crawlhub.control.jobs.model import LIVE
 from crawlhub.control.jobs.store import HOST
 from crawlhub.control.logs.line import LogLine
 from crawlhub.errors import ConflictError, NotFoundError
@@ -400,6 +403,43 @@ async def test_a_run_is_cancelled_alone_here_or_from_another_process(
     await channel.close()
     await jobs.cancel("wide", wait=10)
     assert await finished(jobs, third.id) == "cancelled"
+
+
+async def test_a_living_server_sweeps_up_the_runs_of_one_that_died(
+        jobs: JobService, control_db: ControlDB, tmp_path: Path) -> None:
+    """The sweep ``crawlhub serve`` makes every 30 s: a server on this host killed over
+    STALE_AFTER s ago leaves a job process (here paused with SIGSTOP) that is stopped and
+    its run lost; a run of another host that stopped beating is lost; runs that beat
+    lately, and this server's own, are left alone."""
+    store = jobs.store
+    path = script(tmp_path, "mine.py", "import time; time.sleep(60)")
+    spec = JobSpec(name="left", command=[sys.executable, path], max_instances=5)
+    await jobs.create(spec)
+    mine = await jobs.run("left")  # this server's own, going on
+    now = time.time()
+    dead = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
+    await dead.wait()  # the killed server's pid
+    lately = await store.claim_run(spec, trigger="api", now=now - 1)
+    await store.beat(lately.id, now - 1, pid=dead.pid)  # gone, but beat a second ago
+    orphaned = await store.claim_run(spec, trigger="api", now=now - 100)
+    env = {**os.environ, protocol.ENV_RUN: orphaned.id,
+           protocol.ENV_RUNNER_PID: str(dead.pid)}
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              env=env, start_new_session=True)
+    os.kill(orphan.pid, signal.SIGSTOP)
+    await store.beat(orphaned.id, now - 100, pid=orphan.pid)
+    elsewhere = await store.claim_run(spec, trigger="api", now=now - 100)
+    await control_db.execute(f"UPDATE {store.runs} SET host = 'another-host' WHERE id = $1",
+                             elsewhere.id)
+
+    assert await jobs.sweep() == 2
+    assert orphan.wait(timeout=10) is not None  # stopped, though paused
+    runs = {run.id: run for run in await store.list_runs(job="left")}
+    assert runs[orphaned.id].status == "lost" and "stopped" in (runs[orphaned.id].error or "")
+    assert runs[elsewhere.id].status == "lost" and "stopped reporting" in (
+        runs[elsewhere.id].error or "")
+    assert runs[lately.id].status == "running" and runs[mine.id].status in LIVE
+    assert (await jobs.cancel_run(mine.id, wait=10)).status == "cancelled"
 
 
 async def test_runs_page_newest_first_by_job_and_status(control_db: ControlDB) -> None:

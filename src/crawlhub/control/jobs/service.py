@@ -9,6 +9,7 @@ API returns and the web page renders.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -19,7 +20,7 @@ from crawlhub.control import protocol
 from crawlhub.control.jobs.cron import CronScheduler
 from crawlhub.control.jobs.model import LIVE, JobPatch, JobSpec, RunRecord, TaskRecord
 from crawlhub.control.jobs.runner import Runner
-from crawlhub.control.jobs.store import JobStore
+from crawlhub.control.jobs.store import STALE_AFTER, JobStore
 from crawlhub.errors import ConflictError
 
 if TYPE_CHECKING:
@@ -34,6 +35,10 @@ QUEUE_COUNTERS = {
     "failed": ("failed", "errors", "pages_failed", "requests_failed", "log_count/ERROR"),
     "retried": ("retried", "requests_retried", "retry/count"),
 }
+
+log = logging.getLogger("crawlhub.control.jobs")
+#: Seconds between two sweeps for the runs of servers that died (crawlhub serve).
+SWEEP_EVERY = 30.0
 
 
 class QueueInfo(BaseModel):
@@ -82,6 +87,7 @@ class JobService:
         self.cron = CronScheduler(store, self._cron_start, clock=clock)
         self._cron_task: asyncio.Task[None] | None = None
         self._cron_stop = asyncio.Event()
+        self._sweep_task: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
         await self.store.open()
@@ -90,12 +96,40 @@ class JobService:
         await self.store.lose_dead_runs(self.clock(), stop_orphans=self.runner.stop_orphans)
 
     def start_scheduler(self) -> None:
+        """Cron, and the sweep of runs whose server died (every :data:`SWEEP_EVERY` s)."""
         if self._cron_task is None:
             self._cron_stop.clear()
             self._cron_task = asyncio.create_task(self.cron.run(self._cron_stop),
                                                   name="crawlhub cron")
+        if self._sweep_task is None:
+            self._sweep_task = asyncio.create_task(self._sweep_loop(), name="crawlhub sweep")
+
+    async def sweep(self) -> int:
+        """Runs whose server died while this one lives: on this host, the job processes
+        a server killed over :data:`STALE_AFTER` s ago left running are stopped and their
+        runs marked lost; on any host, runs whose runner stopped beating that long ago
+        are marked lost. The runs marked."""
+        now = self.clock()
+        lost = await self.store.lose_dead_runs(now, stop_orphans=self.runner.stop_orphans,
+                                               quiet_for=STALE_AFTER,
+                                               skip=set(self.runner.live))
+        return lost + await self.store.lose_stale_runs(now)
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_EVERY)
+            try:
+                lost = await self.sweep()
+                if lost:
+                    log.warning("%d run(s) of a server that died marked lost", lost)
+            except Exception as exc:
+                log.warning("the sweep of dead servers' runs failed: %s", exc)
 
     async def close(self) -> None:
+        if self._sweep_task is not None:
+            self._sweep_task.cancel()
+            await asyncio.gather(self._sweep_task, return_exceptions=True)
+            self._sweep_task = None
         if self._cron_task is not None:
             self._cron_stop.set()
             self._cron_task.cancel()

@@ -15,7 +15,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -300,14 +300,22 @@ class JobStore:
 
     async def lose_dead_runs(
             self, now: float, *, host: str = HOST,
-            stop_orphans: Callable[[list[str]], Awaitable[set[str]]] | None = None) -> int:
+            stop_orphans: Callable[[list[str]], Awaitable[set[str]]] | None = None,
+            quiet_for: float = 0.0, skip: Collection[str] = ()) -> int:
         """Mark ``lost`` the live runs this host started in a process that is gone (a
         server restarted after SIGKILL): the runs cannot report any more. The job
         processes such a server left running are stopped first: ``stop_orphans(run
-        ids)`` stops them and names their runs."""
-        rows = await self.db.fetch(
-            f"SELECT id, pid FROM {self.runs} WHERE status IN ('queued', 'running')"
-            " AND host = $1", host)
+        ids)`` stops them and names their runs. ``quiet_for``: only runs whose runner
+        has not beaten for that many seconds (a live server's runs are left alone);
+        ``skip``: runs of the calling process."""
+        sql = (f"SELECT id, pid FROM {self.runs} WHERE status IN ('queued', 'running')"
+               " AND host = $1")
+        args: list[Any] = [host]
+        if quiet_for:
+            sql += " AND (heartbeat_at IS NULL OR heartbeat_at <= $2)"
+            args.append(now - quiet_for)
+        rows = await self.db.fetch(sql, *args)
+        rows = [row for row in rows if row[0] not in skip]
         stopped = await stop_orphans([row[0] for row in rows]) if stop_orphans and rows else set()
         lost = 0
         for run_id, pid in rows:
@@ -323,6 +331,14 @@ class JobStore:
                 " WHERE id = $1 AND status IN ('queued', 'running')", run_id, now, why)
             await self.db.execute(f"DELETE FROM {self.stops} WHERE run = $1", run_id)
         return lost
+
+    async def lose_stale_runs(self, now: float) -> int:
+        """Mark ``lost`` the live runs of any host whose runner has not beaten for
+        :data:`STALE_AFTER` seconds (its host or server died and did not come back)."""
+        return await self.db.execute(
+            f"UPDATE {self.runs} SET status = 'lost', finished_at = $1, error = $2"
+            " WHERE status IN ('queued', 'running') AND heartbeat_at < $3", now,
+            "its runner stopped reporting (host or process died)", now - STALE_AFTER)
 
     # -- timeline -----------------------------------------------------------------------
     async def task_event(self, run_id: str, task: str, status: str, ts: float,
