@@ -115,18 +115,26 @@ def _config(data_dir: Path) -> Any:
 
 async def _seed(app: Any) -> None:
     """Two agents (one with a hostile id, one dead) so the agents page has rows."""
-    from crawlhub.agents.registry import AgentInfo, Heartbeat
+    from crawlhub.agents.registry import AgentInfo
 
     agents = app.state.services.agents
     now = time.time()
     await agents.register(AgentInfo(agent_id=HOSTILE_AGENT, host="127.0.0.1", pid=4242,
                                     version="test", queues=["default"], started=now,
                                     concurrency=8))
-    await agents.heartbeat(HOSTILE_AGENT, Heartbeat(memory=50 * 2**20, cpu=12.5,
-                                                    downloaders=3, in_flight=2, qps=4.5,
-                                                    pages=120, errors=1))
+    await beat_hostile(app)
     await agents.register(AgentInfo(agent_id="agent-gone", host="127.0.0.1", pid=99,
                                     version="test", started=now - 300), at=now - 120)
+
+
+async def beat_hostile(app: Any) -> None:
+    """A heartbeat of the hostile agent: alive for the next seconds (the server lives the
+    whole session, longer than an agent stays alive without one)."""
+    from crawlhub.agents.registry import Heartbeat
+
+    await app.state.services.agents.heartbeat(
+        HOSTILE_AGENT, Heartbeat(memory=50 * 2**20, cpu=12.5, downloaders=3, in_flight=2,
+                                 qps=4.5, pages=120, errors=1))
 
 
 @pytest.fixture(scope="session")
