@@ -139,6 +139,7 @@ class DownloadCenter:
             await stop.wait()
         finally:
             await _end([*tasks, *self._tasks])
+            stop.set()  # a loop that missed its cancel ends at its next turn (CenterWorker.run)
 
     async def _forever(self, stop: asyncio.Event, what: str, step: Any) -> None:
         """Run ``step()`` until stopped, outliving broker outages (see ``retry_forever``)."""

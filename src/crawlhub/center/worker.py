@@ -211,6 +211,12 @@ class CenterWorker:
             from crawlhub.center.center import _end
 
             await _end(tasks)
+            # Cancelled (a crash as seen from outside) or stopped, no loop outlives this.
+            # On Redis a halted agent's beat loop was seen beating on with its cancel
+            # pending (Task.cancelling() == 1): something below swallowed the cancel, and
+            # the agent stayed alive to the center for ever (1 run in 4 of the dead-agent
+            # test). A loop that missed its cancel ends at its next turn.
+            stop.set()
             if self._tasks:
                 await asyncio.wait(self._tasks, timeout=5.0)
             with contextlib.suppress(Exception):
