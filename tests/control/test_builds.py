@@ -370,7 +370,6 @@ _CHILD = """
 import asyncio, sys
 from crawlhub.control.builds import BuildService
 from crawlhub.control.db import ControlDB
-from crawlhub.control.jobs.store import pid_alive
 from crawlhub.control.projects import ProjectStore
 from crawlhub.control.secrets import SecretBox
 

@@ -51,9 +51,10 @@ KINDS = ("dir", "venv", "wheel", "image")
 #: The longest line kept in a build log (characters); longer ones are cut.
 MAX_LINE = 4000
 #: Bytes read from a process before a line without a newline is cut into pieces.
-#: Seconds a build step's output is still read after its process exited.
-READ_TAIL = 2.0
 _MAX_PENDING = 1 << 20
+#: Seconds a process's output is still read after it exited (what it started may hold
+#: the pipes open): a build step's, and a job run's (crawlhub.control.jobs.runner).
+READ_TAIL = 2.0
 
 
 class BuildFailed(CrawlhubError):
@@ -196,7 +197,7 @@ async def run_process(argv: list[str], *, cwd: Path | None, env: Mapping[str, st
     pump = asyncio.create_task(_pump(proc.stdout, write))
     try:
         async with asyncio.timeout(max(0.01, timeout)):
-            code = await _exited(proc)
+            code = await exited(proc)
             done, _ = await asyncio.wait({pump}, timeout=READ_TAIL)
             if not done:  # something it started still holds the output open
                 _kill_group(proc.pid)
@@ -209,23 +210,28 @@ async def run_process(argv: list[str], *, cwd: Path | None, env: Mapping[str, st
         if proc.returncode is None:
             _kill_group(proc.pid)
             with contextlib.suppress(Exception):
-                await asyncio.shield(_exited(proc))
+                await asyncio.shield(exited(proc))
         if not pump.done():
             _kill_group(proc.pid)
             pump.cancel()
             with contextlib.suppress(BaseException):
                 await pump
-        transport = getattr(proc, "_transport", None)
-        if transport is not None:
-            transport.close()
+        close_pipes(proc)
 
 
-async def _exited(proc: asyncio.subprocess.Process) -> int:
-    """``proc``'s exit code once it exited (Python 3.11's ``Process.wait`` also waits
-    for its pipes to close, which a process it started may hold open)."""
+async def exited(proc: asyncio.subprocess.Process) -> int:
+    """``proc``'s exit code once it exited. Not ``proc.wait()``: on Python 3.11 that also
+    waits for its pipes to close, which a process it started may keep open long after."""
     while proc.returncode is None:
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.02)
     return proc.returncode
+
+
+def close_pipes(proc: asyncio.subprocess.Process) -> None:
+    """Close ``proc``'s pipes, even those a process it started still holds open."""
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        transport.close()
 
 
 async def _pump(stream: asyncio.StreamReader, write: Callable[[str], None]) -> None:

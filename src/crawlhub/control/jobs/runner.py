@@ -17,10 +17,11 @@ SIGTERM to the group a moment later (at most 2 s), then SIGKILL after ``grace`` 
 Jobs that do not use the SDK can be paused with ``pause_signal`` (SIGSTOP / SIGCONT).
 
 A server killed with SIGKILL leaves its job processes behind, re-parented; the next
-server to open on the host stops them (:meth:`Runner.stop_orphans`: SIGTERM, SIGKILL after
-``grace``) and records their runs ``lost``, so no orphan runs on unsupervised, paused or
-not. A job process is known by its environment (its run code, and the pid of the server
-that started it, no longer its parent); Linux's ``/proc`` tells both.
+server to open on the host, or the 30 s sweep of one still running there, stops them
+(:meth:`Runner.stop_orphans`: SIGTERM, SIGKILL after ``grace``) and records their runs
+``lost``, so no orphan runs on unsupervised, paused or not. A job process is known by its
+environment (its run code, and the pid of the server that started it, no longer its
+parent); Linux's ``/proc`` tells both.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crawlhub.control import protocol
-from crawlhub.control.builders import Artifact
+from crawlhub.control.builders import READ_TAIL, Artifact, close_pipes, exited
 from crawlhub.control.channel import ControlChannel, ControlFollower
 from crawlhub.control.jobs.model import JobSpec, RunRecord
 from crawlhub.control.jobs.store import HOST, JobStore, pid_alive
@@ -56,9 +57,6 @@ MAX_LINE = 64 * 1024
 #: Log lines buffered before a write to the log store (or every FLUSH_EVERY seconds).
 FLUSH_LINES = 500
 FLUSH_EVERY = 0.2
-#: After a job's process ended, how long its output is still read (its pipes may be
-#: held open by a process it started in a session of its own).
-READ_TAIL = 2.0
 
 
 LogSink = Callable[[list[LogLine]], Awaitable[None]]
@@ -145,13 +143,8 @@ class Runner:
     def stop_local(self, job: str, *, why: str = "cancelled") -> list[str]:
         """Ask this process's runs of ``job`` to stop (SIGTERM now, SIGKILL after the
         grace period); the ids asked."""
-        asked = []
-        for live in list(self.live.values()):
-            if live.spec.name == job and live.cancelled is None:
-                live.cancelled = why
-                live.stop_requested.set()
-                asked.append(live.run.id)
-        return asked
+        return [run_id for run_id, live in list(self.live.items())
+                if live.spec.name == job and self.stop_run(run_id, why=why)]
 
     def stop_run(self, run_id: str, *, why: str = "cancelled") -> bool:
         """Ask this process's run ``run_id`` to stop; False when it is not one of them
@@ -165,10 +158,8 @@ class Runner:
 
     async def close(self) -> None:
         """Stop every local run gracefully and wait for their records."""
-        for live in list(self.live.values()):
-            if live.cancelled is None:
-                live.cancelled = "cancelled"
-                live.stop_requested.set()
+        for run_id in list(self.live):
+            self.stop_run(run_id)
         tasks = [live.task for live in self.live.values() if live.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=self.grace + 5)
@@ -186,7 +177,7 @@ class Runner:
             _signal_group(pid, signal.SIGTERM)
             _signal_group(pid, signal.SIGCONT)
         deadline = time.monotonic() + self.grace
-        while _orphans(set(orphans.values())) and time.monotonic() < deadline:
+        while any(pid_alive(pid) for pid in orphans) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         for pid in orphans:
             _signal_group(pid, signal.SIGKILL)
@@ -267,7 +258,7 @@ class Runner:
                        asyncio.create_task(self._read(live, process.stderr, "stderr", lines))]
             helpers = [asyncio.create_task(self._flush_loop(live, lines)),
                        asyncio.create_task(self._beat_loop(live, counters_file))]
-            waiter = asyncio.create_task(_exited(process))
+            waiter = asyncio.create_task(exited(process))
             try:
                 await self._supervise(live, waiter, control_file)
                 code = await waiter
@@ -282,9 +273,7 @@ class Runner:
                     _signal_group(process.pid, signal.SIGKILL)
                 for task in readers:
                     task.cancel()
-                transport = getattr(process, "_transport", None)  # pipes still held open
-                if transport is not None:
-                    transport.close()
+                close_pipes(process)  # a process it left behind may still hold them
                 await self._flush(live, lines)
         counters = _counters(counters_file)
         if live.cancelled == "timeout":
@@ -535,17 +524,6 @@ def _counters(path: Path) -> dict[str, Any] | None:
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-
-
-
-
-async def _exited(process: asyncio.subprocess.Process) -> int:
-    """The exit code of ``process`` once it exited. Not ``process.wait()``: on Python 3.11
-    that also waits for its pipes to close, which a process it started in a session of
-    its own may keep open long after."""
-    while process.returncode is None:
-        await asyncio.sleep(0.02)
-    return process.returncode
 
 
 def _orphans(run_ids: set[str]) -> dict[int, str]:

@@ -270,7 +270,9 @@ class JobService:
         run = await self.store.run(run_id)
         if run.status not in LIVE:
             raise ConflictError(f"run {run_id} is {run.status}: there is nothing to cancel")
-        if not self.runner.stop_run(run_id) and run_id not in self.runner.live:
+        if run_id in self.runner.live:
+            self.runner.stop_run(run_id)
+        else:
             await self.store.ask_stop(run_id, self.clock())
         if wait:
             deadline = self.clock() + wait

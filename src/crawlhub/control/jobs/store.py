@@ -321,7 +321,7 @@ class JobStore:
         for run_id, pid in rows:
             if run_id in stopped:
                 why = ("its server ended without recording the end (killed?); the job"
-                       " process it left running was stopped when a server started again")
+                       " process it left running was stopped by a server on the host")
             elif pid is not None and pid_alive(int(pid)):
                 continue
             else:
