@@ -16,6 +16,9 @@ projects|builds`` read the same stores.
       runs_dir: "{data_dir}/runs"            # per-run working files (control file, counters)
       scheduler: true                        # this process fires cron ticks and runs jobs
       grace: 10                              # seconds between the graceful signal and kill
+      allowed_env: []                        # loader / startup-hook variables (LD_*,
+                                             # PYTHONSTARTUP, NODE_OPTIONS, ...) a job's
+                                             # env may set all the same (docs/jobs.md)
       log_max_age: 7d                        # log retention by age
       log_max_lines: 5000000                 # ... and by size
       smtp_url: null                         # alert emails: smtp://user:pass@host:587
@@ -35,6 +38,8 @@ projects|builds`` read the same stores.
 """
 
 from __future__ import annotations
+
+import re
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
@@ -57,6 +62,7 @@ class ControlSection(BaseModel):
     runs_dir: str = "{data_dir}/runs"
     scheduler: bool = True
     grace: Duration = Field(default=10.0, gt=0)
+    allowed_env: list[str] = Field(default_factory=list, max_length=100)
     log_max_age: Duration = Field(default=7 * 86400.0, gt=0)
     log_max_lines: int = Field(default=5_000_000, ge=1000)
     # -- alerts (crawlhub.control.alerts) --
@@ -79,6 +85,15 @@ class ControlSection(BaseModel):
         from crawlhub.control.hooks import TagPattern
 
         TagPattern(value)  # a pattern git can never match is an error here, with why
+        return value
+
+    @field_validator("allowed_env")
+    @classmethod
+    def _env_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", name):
+                raise ValueError(f"{name[:80]!r} is not an environment variable name"
+                                 " (letters, digits and '_'); list names such as LD_AUDIT")
         return value
 
     @field_validator("url", "logs_url")
