@@ -28,6 +28,11 @@ projects|builds`` read the same stores.
       alert_interval: 10m                    # the same alert is not re-sent within this
       alert_timeout: 10                      # seconds per webhook / SMTP attempt
       alert_poll: 15                         # seconds between agent / queue checks
+      alert_allowed_hosts: []                # webhook hosts taken ([]: any; else only
+                                             # these: hooks.slack.com, *.example.com)
+      alert_denied_networks: [169.254.0.0/16, fe80::/10, fd00:ec2::254/128,
+                              100.100.100.200/32]  # never reached (link-local, cloud
+                                             # metadata); loopback and LANs are allowed
       queue_stall_after: 10m                 # a queue with Left > 0 and no Success for
                                              # this long is stalled
       builder: venv                          # new projects' builder: venv, wheel, docker,
@@ -72,6 +77,10 @@ class ControlSection(BaseModel):
     alert_interval: Duration = Field(default=600.0, ge=0)
     alert_timeout: Duration = Field(default=10.0, gt=0)
     alert_poll: Duration = Field(default=15.0, gt=0)
+    alert_allowed_hosts: list[str] = Field(default_factory=list, max_length=1000)
+    alert_denied_networks: list[str] = Field(
+        default_factory=lambda: ["169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128",
+                                 "100.100.100.200/32"], max_length=1000)
     queue_stall_after: Duration = Field(default=600.0, gt=0)
     # -- builds (crawlhub.control.builds) --
     builder: str = "venv"
@@ -94,6 +103,19 @@ class ControlSection(BaseModel):
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", name):
                 raise ValueError(f"{name[:80]!r} is not an environment variable name"
                                  " (letters, digits and '_'); list names such as LD_AUDIT")
+        return value
+
+    @field_validator("alert_denied_networks")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        import ipaddress
+
+        for item in value:
+            try:
+                ipaddress.ip_network(item.strip(), strict=False)
+            except ValueError:
+                raise ValueError(f"{item[:80]!r} is not an IP network: write one like"
+                                 " 169.254.0.0/16, fe80::/10 or 10.1.2.3") from None
         return value
 
     @field_validator("url", "logs_url")
