@@ -126,7 +126,7 @@ class JobSpec(BaseModel):
     kind: Kind = "subprocess"
     #: the project whose build artifact the job runs in (None: the server's directory)
     project: str | None = None
-    #: the artifact's version; "latest" is the newest successful build
+    #: the artifact's version; "latest" is the successful build of the highest version
     version: str | None = None
     #: argv: the program and its arguments (for ``crawl``: the arguments of crawlhub crawl)
     command: list[str] = Field(default_factory=list, max_length=1000)
