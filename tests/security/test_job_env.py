@@ -17,7 +17,9 @@ import pytest
 
 from crawlhub.api import create_app
 from crawlhub.config.schema import CrawlhubConfig
-from crawlhub.control.jobs import JobSpec
+from crawlhub.control.channel import ControlChannel
+from crawlhub.control.db import ControlDB
+from crawlhub.control.jobs import JobService, JobSpec, JobStore, Runner
 from crawlhub.service import Services
 from tests.helpers import wait_for
 
@@ -102,6 +104,30 @@ async def test_a_stored_job_with_a_loader_variable_does_not_run(
         r = await client.post(path)
         assert r.status_code == 422 and "'LD_AUDIT'" in r.json()["detail"], r.text
     assert (await client.get("/runs/", params={"job": "old"})).json() == []
+
+
+async def test_a_cron_tick_of_such_a_stored_job_is_skipped_saying_why(tmp_path: Path) -> None:
+    db = await ControlDB.open(f"sqlite:///{tmp_path}/control.db")
+    channel = ControlChannel(db)
+    await channel.open()
+    now = [1_700_000_000.0]
+    runner = Runner(JobStore(db), channel=channel, runs_dir=tmp_path / "runs", grace=1.0)
+    jobs = JobService(runner.store, runner, clock=lambda: now[0])
+    await jobs.open()
+    try:
+        spec = JobSpec(name="nightly", command=ECHO, cron="*/5 * * * *",
+                       env={"PYTHONSTARTUP": "/tmp/x.py"})
+        await jobs.store.create(spec, now[0])  # as an older server stored it
+        now[0] = 1_700_000_100.5  # the first tick is due
+        assert await jobs.cron.tick() == ["nightly"]
+        runs = await jobs.store.list_runs(job="nightly")
+        assert [r.status for r in runs] == ["skipped"]
+        assert "'PYTHONSTARTUP' is refused" in (runs[0].error or "")
+        assert "control.allowed_env" in (runs[0].error or "")
+    finally:
+        await jobs.close()
+        await channel.close()
+        await db.close()
 
 
 async def test_the_config_can_allow_a_variable_and_the_job_gets_it(

@@ -4,6 +4,7 @@ body under a new delivery id) builds once; an old release tag replayed never mov
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import uuid
@@ -62,6 +63,18 @@ async def test_a_redelivered_push_builds_once_and_is_answered_duplicate(
         assert delivery in again.json()["ignored"]
     assert await api.build_rows() == 1
     await api.finished(first.json()["build"])
+
+
+async def test_copies_of_a_delivery_arriving_together_build_once(api: App) -> None:
+    assert (await api.add()).status_code == 201
+    body = tag_push()
+    headers = signed("github", body, str(uuid.uuid4()))
+    answers = await asyncio.gather(*(api.client.post("/hooks/demo", content=body,
+                                                     headers=headers) for _ in range(5)))
+    assert sorted(r.status_code for r in answers) == [200, 200, 200, 200, 202]
+    assert sorted(r.json()["status"] for r in answers) == ["building"] + ["duplicate"] * 4
+    assert await api.build_rows() == 1
+    await api.finished(next(r.json()["build"] for r in answers if r.status_code == 202))
 
 
 async def test_the_same_signed_body_under_a_new_delivery_id_is_a_duplicate_too(
