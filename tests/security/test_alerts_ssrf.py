@@ -82,6 +82,25 @@ async def test_the_test_button_answers_the_status_and_time_never_the_body(
     assert internal.hits == 3
 
 
+async def test_deliveries_recorded_with_a_body_by_an_older_server_answer_the_status_only(
+        make_api: MakeApi) -> None:
+    api = await make_api()
+    assert api.svc.control is not None
+    alerts = api.svc.control.alerts
+    db = alerts.db
+    for n, (answer, error) in enumerate([(f"HTTP 200 {INTERNAL}", ""),
+                                         ("", f"the webhook answered HTTP 500 {INTERNAL}")]):
+        await db.execute(
+            f"INSERT INTO {db.table('alert_deliveries')} (id, route, event, job, run, about,"
+            " subject, status, attempts, answer, error, ts) VALUES ($1, 'probe', 'test',"
+            " NULL, NULL, 'route:probe', 'test', 'sent', 1, $2, $3, $4)",
+            f"old-{n}", answer, error, 1_700_000_000.0 + n)
+    r = await api.client.get("/alerts/deliveries")
+    assert r.status_code == 200 and INTERNAL[:12] not in r.text, r.text
+    assert [(d["answer"], d["error"]) for d in r.json()] == [
+        ("", "the webhook answered HTTP 500"), ("HTTP 200", "")]
+
+
 # ------------------------------------------------------------------------ when stored
 @pytest.mark.parametrize("url", [
     "http://169.254.169.254/latest/meta-data/iam/security-credentials/",

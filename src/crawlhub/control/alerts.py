@@ -950,8 +950,9 @@ class AlertService:
             f"SELECT {_DELIVERY_COLUMNS} FROM {self._deliveries_table} {clause}"
             f" ORDER BY id DESC LIMIT ${len(args)}", *args)
         return [Delivery(id=r[0], route=r[1], event=r[2], job=r[3], run=r[4], about=r[5],
-                         subject=r[6], status=r[7], attempts=int(r[8]), answer=r[9],
-                         error=r[10], ts=float(r[11])) for r in rows]
+                         subject=r[6], status=r[7], attempts=int(r[8]),
+                         answer=_status_only(r[9]), error=_status_only(r[10]),
+                         ts=float(r[11])) for r in rows]
 
     async def _record(self, route: str, event: AlertEvent, subject: str, status: str,
                       result: DeliveryResult | None, ts: float) -> None:
@@ -1430,6 +1431,16 @@ def _policy_resolver() -> type:
             await self.inner.close()
 
     return PolicyResolver
+
+
+#: A webhook answer as older versions recorded it: the status, then the target's body.
+_WITH_BODY = re.compile(r"^((?:the webhook answered )?HTTP \d{3}) .*$", re.DOTALL)
+
+
+def _status_only(text: str) -> str:
+    """``text`` without the target's body that rows recorded before the answer was the
+    status alone still hold (they must not be a way to read it now)."""
+    return _WITH_BODY.sub(r"\1", text or "")
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
