@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import json
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -87,14 +88,15 @@ def tag_push(tag: str = "release/demo/1.0", commit: str = "a" * 40, **extra: Any
 
 def github(body: bytes, secret: str = SECRET, event: str = "push") -> dict[str, str]:
     sig = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return {"X-GitHub-Event": event, "X-GitHub-Delivery": "72d3162e-cc78-11e3-81ab",
+    return {"X-GitHub-Event": event, "X-GitHub-Delivery": str(uuid.uuid4()),
             "X-Hub-Signature-256": f"sha256={sig}", "Content-Type": "application/json",
             "User-Agent": "GitHub-Hookshot/044aadd"}
 
 
 def gitea(body: bytes, secret: str = SECRET, event: str = "push") -> dict[str, str]:
     sig = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return {"X-Gitea-Event": event, "X-Gitea-Delivery": "1", "X-Gitea-Signature": sig,
+    return {"X-Gitea-Event": event, "X-Gitea-Delivery": str(uuid.uuid4()),
+            "X-Gitea-Signature": sig,
             "X-Gogs-Event": event, "X-GitHub-Event": event, "X-Hub-Signature-256":
             f"sha256={sig}", "Content-Type": "application/json"}
 
@@ -297,6 +299,7 @@ async def test_a_hook_while_that_version_builds_is_a_conflict(api: App) -> None:
     body = tag_push()
     first = await api.client.post("/hooks/demo", content=body, headers=github(body))
     assert first.status_code == 202 and first.json()["build"]
+    body = tag_push(pusher={"name": "another push of the tag"})  # the same body: duplicate
     again = await api.client.post("/hooks/demo", content=body, headers=github(body))
     assert again.status_code == 409 and "one build per project" in again.json()["detail"]
     r = await api.client.delete("/projects/demo")
@@ -341,7 +344,8 @@ async def test_builds_are_started_listed_and_read_through_the_api(api: App) -> N
     assert [b["id"] for b in older["builds"]] == [first["id"]]
     assert (await api.client.get("/builds/?status=failed")).json()["builds"] == []
     latest = (await api.client.get("/projects/demo/artifact")).json()
-    assert latest["version"] == "dev" and latest["build"] == second["id"]
+    # the highest version, not the last build: the release, not the branch build 'dev'
+    assert latest["version"] == "1.0" and latest["build"] == first["id"]
     assert (await api.client.get("/projects/demo/artifact?version=9")).status_code == 404
 
 

@@ -30,7 +30,7 @@ def test_a_route_is_added_listed_tested_and_removed(cli: Cli, tmp_path: Path) ->
         assert route["jobs"] == ["shop-*"] and TOKEN not in json.dumps(route)
 
         tested = cli("alerts", "test", "shop-slack", *where)
-        assert tested.exit_code == 0 and tested.stdout.startswith("sent: HTTP 200 ok")
+        assert tested.exit_code == 0 and tested.stdout.startswith("sent: HTTP 200")
         [hit] = receiver.hits
         assert hit.body["crawlhub"]["event"] == "test"
 

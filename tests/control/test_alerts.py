@@ -121,7 +121,7 @@ async def test_a_webhook_route_receives_slack_compatible_json(
     [delivery] = await alerts.deliveries()
     assert (delivery.route, delivery.event, delivery.job, delivery.run, delivery.status,
             delivery.attempts, delivery.answer) == (
-        "shop-slack", "run_failed", "shop-eu", "r-1", "sent", 1, "HTTP 200 ok")
+        "shop-slack", "run_failed", "shop-eu", "r-1", "sent", 1, "HTTP 200")
 
 
 async def test_an_email_route_sends_the_alert_over_smtp_with_login(
@@ -325,7 +325,7 @@ async def test_an_error_status_fails_the_delivery_with_the_answer(
 
     result = await alerts.test("hook")
 
-    assert not result.ok and result.error == "the webhook answered HTTP 404 no_service"
+    assert not result.ok and result.error == "the webhook answered HTTP 404"
 
 
 async def test_redirects_are_followed_on_the_same_host_only(
@@ -371,7 +371,7 @@ async def test_the_test_button_sends_now_even_to_a_muted_route_and_records_it(
 
     result = await alerts.test("hook")
 
-    assert result.ok and result.answer == "HTTP 200 ok" and result.error == ""
+    assert result.ok and result.answer == "HTTP 200" and result.error == ""
     [hit] = receiver.hits
     assert hit.body["crawlhub"]["event"] == "test"
     assert hit.body["text"].startswith("*test alert of route hook*")

@@ -4,7 +4,10 @@ record of what was sent.
 A webhook URL is write-only: it is stored encrypted and answered as ``target``
 (``https://hooks.slack.com/***``), never in full. ``POST /alerts/{name}/test`` answers
 200 whether or not the target took the message: ``ok`` says which, ``error`` why not (a
-button shows it as it is); 404 only when there is no such route.
+button shows it as it is); 404 only when there is no such route. The answer holds the
+target's HTTP status and the time taken, never its body: a route must not be a way to
+read internal URLs. Which hosts a route may name is the server's policy
+(``control.alert_allowed_hosts``, ``control.alert_denied_networks``).
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ class AlertTestAnswer(BaseModel):
 
     ok: bool = Field(description="the target took it (HTTP 2xx, SMTP 250)")
     route: str
-    answer: str = Field(description="the target's answer, e.g. 'HTTP 200 ok' or '250 OK'")
+    answer: str = Field(description="the target's answer: its HTTP status ('HTTP 200'; never"
+                        " its body) or the SMTP server's reply ('250 OK')")
     error: str = Field(description="why it failed (empty when ok)")
     attempts: int
     elapsed: float = Field(description="seconds the attempt took")
@@ -93,8 +97,13 @@ async def create_route(body: RouteSpec, alerts: AlertService = Depends(alert_ser
                        ) -> AlertRouteOut:
     """A webhook (``{"name", "kind": "webhook", "url": "https://hooks.slack.com/..."}``)
     or email route (``{"name", "kind": "email", "to": ["ops@example.com"]}``), with the
-    ``events`` it wants (default: all) and the ``jobs`` / ``queues`` it is for."""
-    return AlertRouteOut.of(await alerts.create(body))
+    ``events`` it wants (default: all) and the ``jobs`` / ``queues`` it is for. 422 when
+    the webhook's host is not in ``control.alert_allowed_hosts`` (when set) or is, or
+    resolves to, an address in ``control.alert_denied_networks``."""
+    try:
+        return AlertRouteOut.of(await alerts.create(body))
+    except AlertError as exc:
+        raise ApiError(422, str(exc)) from None
 
 
 @router.get("/deliveries", summary="Alerts sent, newest first",

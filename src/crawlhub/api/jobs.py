@@ -6,11 +6,15 @@ collection jobs are listed as kind ``collect``; their older endpoints (``/start`
 ``/stop``, ``/log`` and the status body of ``GET /jobs/{name}``) answer as before.
 
 Errors are the app's one mapping: unknown job 404, a clash with the job's state (at
-``max_instances``, disabled, defined in the config) 409, a database away 503.
+``max_instances``, disabled, defined in the config) 409, a database away 503. An ``env``
+that sets a loader or startup-hook variable (``LD_*``, ``PYTHONSTARTUP``, ...) not in
+``control.allowed_env`` is 422 on create, change, run and restart.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query
@@ -20,6 +24,7 @@ from crawlhub.api.deps import ApiError, control_plane, services
 from crawlhub.api.openapi import BACKEND, BODY, errors
 from crawlhub.collect.service import CollectJobManager
 from crawlhub.control.jobs import JobPatch, JobService, JobSpec, JobView, QueueInfo, RunRecord
+from crawlhub.control.jobs.model import JobEnvError
 from crawlhub.errors import NotFoundError
 from crawlhub.service import Services
 
@@ -33,6 +38,15 @@ def job_service(svc: Services = Depends(services)) -> JobService:
 
 def collect_jobs(svc: Services = Depends(services)) -> CollectJobManager | None:
     return svc.jobs
+
+
+@contextmanager
+def _env_checked() -> Iterator[None]:
+    """A job env the server refuses is the client's to fix: 422, naming the variable."""
+    try:
+        yield
+    except JobEnvError as exc:
+        raise ApiError(422, str(exc)) from None
 
 
 class JobRow(BaseModel):
@@ -130,7 +144,8 @@ async def list_jobs(jobs: JobService | None = Depends(optional_job_service),
 async def create_job(spec: JobSpec, jobs: JobService = Depends(job_service)) -> JobRow:
     """Create a job: ``{"name": "news", "command": ["python", "news.py"], "cron": "*/10 *
     * * *"}``; 409 when the name is taken."""
-    return row(await jobs.create(spec))
+    with _env_checked():
+        return row(await jobs.create(spec))
 
 
 @router.get("/{name}", responses=errors(404, *BACKEND))
@@ -157,7 +172,8 @@ async def update_job(name: str, patch: JobPatch,
     """Change some fields of a job (not its name or kind); 422 when the changed job
     would not be valid (the body names the field)."""
     try:
-        return row(await jobs.update(name, patch))
+        with _env_checked():
+            return row(await jobs.update(name, patch))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
@@ -170,10 +186,11 @@ async def delete_job(name: str, jobs: JobService = Depends(job_service)) -> None
     await jobs.delete(name)
 
 
-@router.post("/{name}/run", status_code=202, responses=errors(404, 409, *BACKEND))
+@router.post("/{name}/run", status_code=202, responses=errors(404, 409, 422, *BACKEND))
 async def run_job(name: str, jobs: JobService = Depends(job_service)) -> RunStarted:
     """Start a run now; 409 at ``max_instances`` (the answer names the runs going)."""
-    run = await jobs.run(name)
+    with _env_checked():
+        run = await jobs.run(name)
     return RunStarted(name=name, run_id=run.id, run=run)
 
 
@@ -199,10 +216,11 @@ async def cancel_job(name: str, jobs: JobService = Depends(job_service),
     return Cancelled(name=name, runs=await jobs.cancel(name, wait=wait or None))
 
 
-@router.post("/{name}/restart", status_code=202, responses=errors(404, 409, *BACKEND))
+@router.post("/{name}/restart", status_code=202, responses=errors(404, 409, 422, *BACKEND))
 async def restart_job(name: str, jobs: JobService = Depends(job_service)) -> RunStarted:
     """Cancel the job's runs, wait for them to end, start a new run."""
-    run = await jobs.restart(name)
+    with _env_checked():
+        run = await jobs.restart(name)
     return RunStarted(name=name, run_id=run.id, run=run)
 
 

@@ -11,6 +11,7 @@ caller learns nothing about which projects exist; the server log says which it w
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from typing import Any
@@ -23,7 +24,15 @@ from pydantic import BaseModel, Field, model_validator
 from crawlhub.api.deps import ApiError, ServicesDep, control_plane
 from crawlhub.api.openapi import BACKEND, BODY, ErrorBody, errors
 from crawlhub.control.builds import LATEST, STATUSES, Build, BuildService
-from crawlhub.control.hooks import HookError, HookRejected, parse, verify
+from crawlhub.control.hooks import (
+    DELIVERY_KEEP,
+    HookError,
+    HookRejected,
+    Push,
+    delivery_keys,
+    parse,
+    verify,
+)
 from crawlhub.control.projects import (
     InvalidProject,
     NewProject,
@@ -96,8 +105,10 @@ class ArtifactOut(BaseModel):
 
 class HookAnswer(BaseModel):
     """What a verified webhook did: started ``build`` for ``version``, or ``ignored``
-    it (and why)."""
+    it (and why), or saw it before (``duplicate``)."""
 
+    status: str = Field(default="ignored", description="building, ignored or duplicate (the same"
+                        " delivery, or the same signed body, within a day: nothing runs)")
     forge: str
     event: str
     build: int | None = None
@@ -220,12 +231,13 @@ async def get_build_log(build_id: int = Path(ge=1, le=2**62),
 # ---------------------------------------------------------------------------- hooks
 _HOOK_ANSWERS: dict[int | str, dict[str, Any]] = {
     200: {"model": HookAnswer, "description": "A verified event that is not a push (ping,"
-          " ...): acknowledged, nothing runs"},
+          " ...), or a delivery seen within a day (status duplicate): acknowledged,"
+          " nothing runs"},
     401: {"model": ErrorBody, "description": "Not signed by the project's forge: no or a"
           " wrong signature or token, no webhook secret set, or no such project (the same"
           " answer for each); nothing runs"},
-    400: {"model": ErrorBody, "description": "Signed, but the payload is not a push event"
-          " crawlhub can read"},
+    400: {"model": ErrorBody, "description": "Signed, but the payload is not a JSON object"
+          " (or nests too deep), or not a push event crawlhub can read"},
     409: {"model": ErrorBody, "description": "A build of that version is under way"},
     413: {"model": ErrorBody, "description": f"The body is over {HOOK_MAX_BYTES} bytes"},
     **errors(408, 422, *BACKEND),
@@ -247,7 +259,10 @@ async def hook(request: Request, project: str = Path(max_length=200),
     the secret), compared in constant time; anything else is 401 and nothing runs. A tag
     push whose tag matches the project's pattern (``release/{name}/{version}`` by default,
     ``{name}`` the project's release name) starts a build: 202 with ``build`` and
-    ``version``. Branch pushes, deleted tags and other tags: 202 with ``ignored``."""
+    ``version``. Branch pushes, deleted tags and other tags: 202 with ``ignored``. The
+    body must be a JSON object (400). A delivery seen within a day (its delivery id, or
+    the same body) is 200 ``{"status": "duplicate"}`` and runs nothing; one that failed
+    (409, 5xx) is forgotten, so the forge's retry runs."""
     body = await _read_body(request)
     try:
         secret = await store.webhook_secret(project)
@@ -272,6 +287,26 @@ async def hook(request: Request, project: str = Path(max_length=200),
     except HookError as exc:
         raise ApiError(400, str(exc)) from None
     event = _event(request)
+    keys = delivery_keys(forge, request.headers, body)
+    claim = await store.deliveries.claim(project, keys)
+    if claim is None:
+        log.info("webhook for %s (%s): delivery %s seen before; nothing runs", project,
+                 forge, keys[0][:120])
+        return JSONResponse(HookAnswer(
+            status="duplicate", forge=forge, event=event, tag=push.tag if push else None,
+            ignored=f"delivery {keys[0][:120]} was handled within the last"
+                    f" {DELIVERY_KEEP / 3600:g} h; nothing runs").model_dump(),
+            status_code=200)
+    try:
+        return await _act(project, forge, event, push, store, builds)
+    except BaseException:  # not handled: the forge's retry of it must be handled
+        await asyncio.shield(store.deliveries.release(project, keys, claim))
+        raise
+
+
+async def _act(project: str, forge: str, event: str, push: Push | None,
+               store: ProjectStore, builds: BuildService) -> Any:
+    """What a verified, first-seen delivery does."""
     if push is None:
         return JSONResponse(HookAnswer(forge=forge, event=event, ignored=f"{event or 'this'}"
                                        " event is not a push; nothing to build").model_dump(),
@@ -294,7 +329,7 @@ async def hook(request: Request, project: str = Path(max_length=200),
         answer.ignored = str(exc)
         return answer
     log.info("webhook for %s (%s): tag %s, build %d", project, forge, push.tag, build.id)
-    answer.build, answer.version = build.id, version
+    answer.status, answer.build, answer.version = "building", build.id, version
     return answer
 
 

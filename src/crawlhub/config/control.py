@@ -16,6 +16,9 @@ projects|builds`` read the same stores.
       runs_dir: "{data_dir}/runs"            # per-run working files (control file, counters)
       scheduler: true                        # this process fires cron ticks and runs jobs
       grace: 10                              # seconds between the graceful signal and kill
+      allowed_env: []                        # loader / startup-hook variables (LD_*,
+                                             # PYTHONSTARTUP, NODE_OPTIONS, ...) a job's
+                                             # env may set all the same (docs/jobs.md)
       log_max_age: 7d                        # log retention by age
       log_max_lines: 5000000                 # ... and by size
       smtp_url: null                         # alert emails: smtp://user:pass@host:587
@@ -25,6 +28,11 @@ projects|builds`` read the same stores.
       alert_interval: 10m                    # the same alert is not re-sent within this
       alert_timeout: 10                      # seconds per webhook / SMTP attempt
       alert_poll: 15                         # seconds between agent / queue checks
+      alert_allowed_hosts: []                # webhook hosts taken ([]: any; else only
+                                             # these: hooks.slack.com, *.example.com)
+      alert_denied_networks: [169.254.0.0/16, fe80::/10, fd00:ec2::254/128,
+                              100.100.100.200/32]  # never reached (link-local, cloud
+                                             # metadata); loopback and LANs are allowed
       queue_stall_after: 10m                 # a queue with Left > 0 and no Success for
                                              # this long is stalled
       builder: venv                          # new projects' builder: venv, wheel, docker,
@@ -35,6 +43,8 @@ projects|builds`` read the same stores.
 """
 
 from __future__ import annotations
+
+import re
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
@@ -57,6 +67,7 @@ class ControlSection(BaseModel):
     runs_dir: str = "{data_dir}/runs"
     scheduler: bool = True
     grace: Duration = Field(default=10.0, gt=0)
+    allowed_env: list[str] = Field(default_factory=list, max_length=100)
     log_max_age: Duration = Field(default=7 * 86400.0, gt=0)
     log_max_lines: int = Field(default=5_000_000, ge=1000)
     # -- alerts (crawlhub.control.alerts) --
@@ -66,6 +77,10 @@ class ControlSection(BaseModel):
     alert_interval: Duration = Field(default=600.0, ge=0)
     alert_timeout: Duration = Field(default=10.0, gt=0)
     alert_poll: Duration = Field(default=15.0, gt=0)
+    alert_allowed_hosts: list[str] = Field(default_factory=list, max_length=1000)
+    alert_denied_networks: list[str] = Field(
+        default_factory=lambda: ["169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128",
+                                 "100.100.100.200/32"], max_length=1000)
     queue_stall_after: Duration = Field(default=600.0, gt=0)
     # -- builds (crawlhub.control.builds) --
     builder: str = "venv"
@@ -79,6 +94,28 @@ class ControlSection(BaseModel):
         from crawlhub.control.hooks import TagPattern
 
         TagPattern(value)  # a pattern git can never match is an error here, with why
+        return value
+
+    @field_validator("allowed_env")
+    @classmethod
+    def _env_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", name):
+                raise ValueError(f"{name[:80]!r} is not an environment variable name"
+                                 " (letters, digits and '_'); list names such as LD_AUDIT")
+        return value
+
+    @field_validator("alert_denied_networks")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        import ipaddress
+
+        for item in value:
+            try:
+                ipaddress.ip_network(item.strip(), strict=False)
+            except ValueError:
+                raise ValueError(f"{item[:80]!r} is not an IP network: write one like"
+                                 " 169.254.0.0/16, fe80::/10 or 10.1.2.3") from None
         return value
 
     @field_validator("url", "logs_url")

@@ -43,6 +43,17 @@ event kind about the same job, agent or queue is sent to a route at most once pe
 watching the same agents send one alert, not two. A delivery that failed gives its claim
 back, so the next occurrence is tried again.
 
+Targets: a webhook URL names a host the *server* connects to, so a route is a way for an
+API client to make the server send requests. :class:`TargetPolicy` decides which hosts
+it may reach: ``control.alert_allowed_hosts`` (when set, the only hosts taken) and
+``control.alert_denied_networks`` (link-local and cloud metadata addresses by default;
+loopback and private networks are allowed). It is checked when a route is stored (the
+host and what it resolves to then) and again at every delivery (an IP literal before
+connecting, a name by the resolver the connection itself uses, so a DNS answer that
+changed meanwhile is caught). The answer of a send is only ``HTTP <status>`` and its
+time: the target's body is never read back, so a route cannot be used to read internal
+URLs.
+
 Secrets: a webhook URL (Slack's embeds its token) is stored encrypted and shown as
 ``scheme://host/***``; the SMTP password lives in ``control.smtp_url``. Neither is ever
 logged, returned or put in an error message.
@@ -54,7 +65,10 @@ import asyncio
 import contextlib
 import dataclasses
 import email.policy
+import errno
 import fnmatch
+import functools
+import ipaddress
 import itertools
 import json
 import logging
@@ -196,6 +210,108 @@ def mask_url(url: str) -> str:
 
 def _unique(values: list[Any] | None) -> list[Any] | None:
     return None if values is None else list(dict.fromkeys(values))
+
+
+# -- where a webhook may go -----------------------------------------------------------
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+#: What no webhook reaches unless ``control.alert_denied_networks`` is set otherwise:
+#: link-local (IPv4 and IPv6; the metadata service of AWS, GCP, Azure and OpenStack
+#: answers at 169.254.169.254), AWS's IPv6 metadata address and Alibaba Cloud's.
+DEFAULT_DENIED_NETWORKS = ("169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128",
+                           "100.100.100.200/32")
+
+
+def parse_networks(values: Iterable[str], key: str = "control.alert_denied_networks"
+                   ) -> tuple[IPNetwork, ...]:
+    """``values`` as networks (an address alone is a /32 or /128); :class:`ConfigError`
+    naming the bad one."""
+    networks = []
+    for value in values:
+        try:
+            networks.append(ipaddress.ip_network(str(value).strip(), strict=False))
+        except ValueError:
+            raise ConfigError(f"{str(value)[:80]!r} is not an IP network: write one like"
+                              " 169.254.0.0/16, fe80::/10 or 10.1.2.3", key=key) from None
+    return tuple(networks)
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``host`` as an IP address (an IPv4-mapped IPv6 one as its IPv4), or None."""
+    try:
+        address = ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+@dataclass(frozen=True, slots=True)
+class TargetPolicy:
+    """Which hosts a webhook may reach. ``allowed_hosts``: when not empty, a URL's host
+    must be one of them (``hooks.slack.com``, ``*.example.com`` for any name below it,
+    or an IP address); ``denied_networks``: no address the host is or resolves to may
+    lie in one (checked for allowed hosts too)."""
+
+    allowed_hosts: tuple[str, ...] = ()
+    denied_networks: tuple[IPNetwork, ...] = parse_networks(DEFAULT_DENIED_NETWORKS)
+
+    @classmethod
+    def of(cls, allowed_hosts: Iterable[str] = (),
+           denied_networks: Iterable[str] = DEFAULT_DENIED_NETWORKS) -> TargetPolicy:
+        return cls(tuple(h.strip().lower().rstrip(".") for h in allowed_hosts if h.strip()),
+                   parse_networks(denied_networks))
+
+    def host_problem(self, host: str) -> str | None:
+        """Why a URL naming ``host`` may not be posted to (None: it may, as far as the
+        name tells; the addresses it resolves to are checked on their own)."""
+        name = host.lower().strip("[]").rstrip(".")
+        if self.allowed_hosts and not any(self._allows(entry, name)
+                                          for entry in self.allowed_hosts):
+            return (f"the webhook host {name[:100]} is not in control.alert_allowed_hosts;"
+                    " use a listed host, or ask the operator to list it")
+        address = _address(name)
+        return None if address is None else self.address_problem(address, name)
+
+    def address_problem(self, address: Any, host: str) -> str | None:
+        """Why ``address`` (what ``host`` is or resolves to) may not be connected to."""
+        if not isinstance(address, ipaddress.IPv4Address | ipaddress.IPv6Address):
+            address = _address(str(address))
+            if address is None:
+                return f"the webhook host {host[:100]} resolves to something not an address"
+        for network in self.denied_networks:
+            if address.version == network.version and address in network:
+                return (f"the webhook host {host[:100]} is in a denied network ({network};"
+                        " link-local and cloud metadata addresses by default,"
+                        " control.alert_denied_networks)")
+        return None
+
+    @staticmethod
+    def _allows(entry: str, name: str) -> bool:
+        if entry.startswith("*."):
+            return name.endswith(entry[1:]) and len(name) > len(entry) - 1
+        entry_address, address = _address(entry), _address(name)
+        if entry_address is not None and address is not None:
+            return entry_address == address
+        return entry == name
+
+    async def check(self, url: str, timeout: float) -> None:
+        """:class:`AlertError` when the policy refuses ``url``'s host or an address it
+        resolves to now. A name that does not resolve is let through: delivery checks
+        again."""
+        host = urlsplit(url).hostname or ""
+        problem = self.host_problem(host)
+        if problem is None and _address(host) is None:
+            try:
+                async with asyncio.timeout(timeout):
+                    infos = await asyncio.get_running_loop().getaddrinfo(
+                        host, None, type=socket.SOCK_STREAM)
+            except (OSError, TimeoutError):
+                infos = []
+            problem = next((p for p in (self.address_problem(info[4][0], host)
+                                        for info in infos) if p), None)
+        if problem is not None:
+            raise AlertError(problem)
 
 
 RouteName = Annotated[str, AfterValidator(check_name)]
@@ -531,6 +647,9 @@ class AlertSettings:
     queue_size: int = 1000
     concurrency: int = 8
     max_deliveries: int = 10_000
+    #: which hosts a webhook may reach (``control.alert_allowed_hosts``,
+    #: ``control.alert_denied_networks``)
+    targets: TargetPolicy = TargetPolicy()
 
     @classmethod
     def from_section(cls, section: ControlSection) -> AlertSettings:
@@ -542,7 +661,9 @@ class AlertSettings:
                                          starttls=section.smtp_starttls)
         return cls(interval=float(section.alert_interval), timeout=float(section.alert_timeout),
                    stall_after=float(section.queue_stall_after),
-                   poll=float(section.alert_poll), smtp=smtp)
+                   poll=float(section.alert_poll), smtp=smtp,
+                   targets=TargetPolicy.of(section.alert_allowed_hosts,
+                                           section.alert_denied_networks))
 
 
 # -- what is sent ---------------------------------------------------------------------
@@ -721,7 +842,9 @@ class AlertService:
 
     # -- routes -------------------------------------------------------------------------
     async def create(self, spec: RouteSpec) -> AlertRoute:
-        """Store a new route; :class:`ConflictError` if the name is taken."""
+        """Store a new route; :class:`ConflictError` if the name is taken,
+        :class:`AlertError` if its webhook host is one the policy refuses."""
+        await self._check_target(spec)
         now = self.clock()
         row = self._row(spec, created=now)
         found = await self.db.fetchone(
@@ -764,6 +887,8 @@ class AlertService:
                 continue
             merged[key] = value if value is not None or key == "url" else []
         spec = make_spec(merged)
+        if "url" in changes:
+            await self._check_target(spec)
         row = self._row(spec, created=route.created)
         changed = await self.db.execute(
             f"UPDATE {self._routes_table} SET kind = $2, url = $3, target = $4,"
@@ -781,6 +906,11 @@ class AlertService:
             raise NotFoundError(f"no alert route {name!r}")
         await self.db.execute(f"DELETE FROM {self._claims_table} WHERE route = $1", name)
         log.info("alert route %r removed", name)
+
+    async def _check_target(self, spec: RouteSpec) -> None:
+        if spec.url is not None:
+            await self.settings.targets.check(spec.url.get_secret_value(),
+                                              self.settings.timeout)
 
     def _row(self, spec: RouteSpec, *, created: float) -> tuple[Any, ...]:
         url = spec.url.get_secret_value() if spec.url is not None else None
@@ -820,8 +950,9 @@ class AlertService:
             f"SELECT {_DELIVERY_COLUMNS} FROM {self._deliveries_table} {clause}"
             f" ORDER BY id DESC LIMIT ${len(args)}", *args)
         return [Delivery(id=r[0], route=r[1], event=r[2], job=r[3], run=r[4], about=r[5],
-                         subject=r[6], status=r[7], attempts=int(r[8]), answer=r[9],
-                         error=r[10], ts=float(r[11])) for r in rows]
+                         subject=r[6], status=r[7], attempts=int(r[8]),
+                         answer=_status_only(r[9]), error=_status_only(r[10]),
+                         ts=float(r[11])) for r in rows]
 
     async def _record(self, route: str, event: AlertEvent, subject: str, status: str,
                       result: DeliveryResult | None, ts: float) -> None:
@@ -1012,13 +1143,18 @@ class AlertService:
         try:
             async with asyncio.timeout(timeout):
                 for _ in range(MAX_REDIRECTS + 1):
+                    # a literal address never reaches the resolver: check it here
+                    refused = self.settings.targets.host_problem(urlsplit(url).hostname or "")
+                    if refused is not None:
+                        return False, "", refused
                     async with session.post(
                             url, data=body, allow_redirects=False,
                             headers={"Content-Type": "application/json; charset=utf-8",
                                      "User-Agent": f"crawlhub/{__version__} (alerts)"}
                     ) as response:
+                        # The status alone: the body is never read back, or a route
+                        # would let an API client read what an internal URL answers.
                         status = response.status
-                        snippet = (await response.content.read(512)).decode("utf-8", "replace")
                         if status in (301, 302, 303, 307, 308):
                             location = response.headers.get("Location", "")
                             target = urljoin(url, location)
@@ -1028,8 +1164,7 @@ class AlertService:
                                     " followed; use the URL it points to")
                             url = target
                             continue
-                        answer = f"HTTP {status}" + (f" {_one_line(snippet, 200)}"
-                                                     if snippet.strip() else "")
+                        answer = f"HTTP {status}"
                         if 200 <= status < 300:
                             return True, answer, ""
                         return False, answer, f"the webhook answered {answer}"
@@ -1037,6 +1172,8 @@ class AlertService:
         except TimeoutError:
             return False, "", f"no answer within {timeout:g} s (control.alert_timeout)"
         except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, TargetRefused):
+                return False, "", str(exc.os_error.strerror)
             reason = exc.os_error.strerror or type(exc.os_error).__name__
             return False, "", f"cannot connect to {route.target}: {reason}"
         except aiohttp.ClientError as exc:
@@ -1046,7 +1183,10 @@ class AlertService:
         import aiohttp
 
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
+            # every name is resolved through the policy, at the moment of connecting
+            connector = aiohttp.TCPConnector(resolver=_policy_resolver()(self.settings.targets))
+            self._session = aiohttp.ClientSession(connector=connector,
+                                                  cookie_jar=aiohttp.DummyCookieJar())
         return self._session
 
     # -- email --------------------------------------------------------------------------
@@ -1259,6 +1399,50 @@ def _count(row: Any, name: str) -> int | None:
 
 
 # -- helpers --------------------------------------------------------------------------
+class TargetRefused(OSError):
+    """A webhook host that resolves to an address the :class:`TargetPolicy` denies."""
+
+
+@functools.cache
+def _policy_resolver() -> type:
+    """The resolver class (made on first use: aiohttp is imported only when sending)."""
+    import aiohttp
+    from aiohttp.abc import AbstractResolver, ResolveResult
+
+    class PolicyResolver(AbstractResolver):
+        """aiohttp's resolver, refusing every answer that holds a denied address: the
+        addresses checked are the ones connected to (no gap for DNS to change in)."""
+
+        def __init__(self, policy: TargetPolicy) -> None:
+            self.policy = policy
+            self.inner = aiohttp.DefaultResolver()
+
+        async def resolve(self, host: str, port: int = 0,
+                          family: socket.AddressFamily = socket.AF_INET
+                          ) -> list[ResolveResult]:
+            found = await self.inner.resolve(host, port, family)
+            for result in found:
+                problem = self.policy.address_problem(result["host"], host)
+                if problem is not None:
+                    raise TargetRefused(errno.EACCES, problem)
+            return found
+
+        async def close(self) -> None:
+            await self.inner.close()
+
+    return PolicyResolver
+
+
+#: A webhook answer as older versions recorded it: the status, then the target's body.
+_WITH_BODY = re.compile(r"^((?:the webhook answered )?HTTP \d{3}) .*$", re.DOTALL)
+
+
+def _status_only(text: str) -> str:
+    """``text`` without the target's body that rows recorded before the answer was the
+    status alone still hold (they must not be a way to read it now)."""
+    return _WITH_BODY.sub(r"\1", text or "")
+
+
 def _origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
     return (parts.scheme.lower(), (parts.hostname or "").lower(),

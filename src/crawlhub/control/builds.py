@@ -50,6 +50,7 @@ from crawlhub.control.projects import (
     check_ref,
 )
 from crawlhub.control.secrets import SecretBox
+from crawlhub.control.versions import highest
 from crawlhub.errors import ConflictError, CrawlhubError, NotFoundError
 
 if TYPE_CHECKING:
@@ -389,13 +390,21 @@ class BuildService:
 
     async def artifact(self, project: str, version: str = LATEST) -> Artifact:
         """The artifact of ``project``'s newest successful build of ``version``
-        (``latest``: of any version); ``NotFoundError`` when there is none."""
+        (``latest``: of the highest version, :mod:`crawlhub.control.versions`);
+        ``NotFoundError`` when there is none."""
         check_found(project)
-        args = (project,) if version == LATEST else (project, version)
+        args: tuple[Any, ...]
+        if version == LATEST:
+            # by version, not by build: a replayed old release tag must not become latest
+            ids = await self.db.fetch(f"SELECT id, version FROM {self.table}"
+                                      " WHERE project = $1 AND status = 'succeeded'", project)
+            best = highest((int(i), str(v)) for i, v in ids)
+            where, args = "id = $1", (best if best is not None else 0,)
+        else:
+            where, args = "project = $1 AND version = $2", (project, version)
         row = await self.db.fetchone(
             f"SELECT id, version, commit_sha, artifact FROM {self.table}"
-            f" WHERE project = $1{' AND version = $2' if len(args) > 1 else ''}"
-            " AND status = 'succeeded' ORDER BY id DESC LIMIT 1", *args)
+            f" WHERE {where} AND status = 'succeeded' ORDER BY id DESC LIMIT 1", *args)
         if row is None:
             await self.projects.get(project)  # no such project: say that instead
             which = "any version" if version == LATEST else f"version {version!r}"

@@ -18,6 +18,12 @@ wrong signature is a :class:`HookRejected` (the API answers 401 and runs nothing
 can ever send such a tag. The default pattern is ``release/{name}/{version}``; a pattern
 is checked when it is configured, with :func:`ref_format_problems` (git's rules), so one
 that could never match is an error at once rather than a hook that never fires.
+
+**Replays.** A verified request is remembered for :data:`DELIVERY_KEEP` (a day) in the
+control database (:class:`DeliveryLog`), under its forge's delivery id
+(``X-GitHub-Delivery``, ``X-Gitea-Delivery``, GitLab's ``Idempotency-Key`` or
+``X-Gitlab-Event-UUID``) and under the SHA-256 of its body: the id is not signed, so a
+captured body sent again under a new id is the same delivery. A repeat builds nothing.
 """
 
 from __future__ import annotations
@@ -26,11 +32,16 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from crawlhub import jsoncodec
 from crawlhub.errors import CrawlhubError
+
+if TYPE_CHECKING:
+    from crawlhub.control.db import ControlDB
 
 DEFAULT_TAG_PATTERN = "release/{name}/{version}"
 FORGES = ("github", "gitlab", "gitea")
@@ -38,6 +49,13 @@ FORGES = ("github", "gitlab", "gitea")
 _FIELDS = {"name": r"[^/]+", "version": r"[^/]+", "release": r"[^/]+"}
 #: Characters git forbids anywhere in a ref name (besides control characters).
 _FORBIDDEN = set(" ~^:?*[\\")
+#: Seconds a delivery is remembered: a repeat within them builds nothing.
+DELIVERY_KEEP = 86400.0
+#: Each forge's delivery id headers, most specific first (GitLab's Idempotency-Key stays
+#: the same across its retries; Gitea sends GitHub's header too).
+DELIVERY_HEADERS = {"github": ("X-GitHub-Delivery",),
+                    "gitea": ("X-Gitea-Delivery", "X-Gogs-Delivery", "X-GitHub-Delivery"),
+                    "gitlab": ("Idempotency-Key", "X-Gitlab-Event-UUID")}
 
 
 class HookRejected(CrawlhubError):
@@ -133,17 +151,12 @@ def parse(forge: str, headers: Mapping[str, str], body: bytes) -> Push | None:
     issues, ...): they are acknowledged and ignored."""
     event = (_header(headers, "X-Gitea-Event") or _header(headers, "X-Gogs-Event")
              or _header(headers, "X-Gitlab-Event") or _header(headers, "X-GitHub-Event") or "")
+    payload = load(forge, event, body)  # every event: a signed request is a JSON object
     if forge == "gitlab":
         if event not in ("Push Hook", "Tag Push Hook"):
             return None
     elif event != "push":
         return None
-    try:
-        payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise HookError(f"the {forge} {event!r} payload is not JSON: {exc}") from None
-    if not isinstance(payload, dict):
-        raise HookError(f"the {forge} {event!r} payload is not a JSON object")
     ref = payload.get("ref")
     if not isinstance(ref, str) or not ref.startswith("refs/"):
         raise HookError(f"the {forge} {event!r} payload has no 'ref' of the form refs/...")
@@ -159,6 +172,84 @@ def parse(forge: str, headers: Mapping[str, str], body: bytes) -> Push | None:
     deleted = bool(payload.get("deleted")) or commit in ("", zeros)
     return Push(forge=forge, event=event, ref=ref, commit="" if deleted else commit,
                 repository=repo, deleted=deleted)
+
+
+def load(forge: str, event: str, body: bytes) -> dict[str, Any]:
+    """The JSON object of a verified request; :class:`HookError` (400) when it is not
+    one, or nests deeper than :data:`crawlhub.jsoncodec.MAX_DEPTH`."""
+    what = f"the {forge} {event[:100]!r} payload"
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HookError(f"{what} is not JSON: {exc}") from None
+    except RecursionError:  # the C decoder gives up near 1000 levels
+        raise HookError(str(jsoncodec.TooDeepError(what))) from None
+    if not isinstance(payload, dict):
+        raise HookError(f"{what} is not a JSON object")
+    if jsoncodec.too_deep(payload):
+        raise HookError(str(jsoncodec.TooDeepError(what)))
+    return payload
+
+
+def delivery_keys(forge: str, headers: Mapping[str, str], body: bytes) -> list[str]:
+    """What a delivery is remembered by: its forge's delivery id (when it sent one) and
+    the SHA-256 of its body."""
+    keys = []
+    for name in DELIVERY_HEADERS.get(forge, ()):
+        value = _header(headers, name)
+        if value and value.strip():
+            keys.append(f"{forge}:{value.strip()[:200]}")
+            break
+    keys.append("sha256:" + hashlib.sha256(body).hexdigest())
+    return keys
+
+
+class DeliveryLog:
+    """Webhook deliveries seen within ``keep`` seconds, per project, in the control
+    database (table ``hook_deliveries``): :meth:`claim` is one upsert per key, so two
+    copies of a delivery arriving together build once. Older rows are pruned as new
+    ones come."""
+
+    def __init__(self, db: ControlDB, *, keep: float = DELIVERY_KEEP,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.db = db
+        self.keep = keep
+        self.clock = clock
+        self.table = db.table("hook_deliveries")
+
+    async def create_schema(self) -> None:
+        t = self.table
+        await self.db.schema([
+            f"CREATE TABLE IF NOT EXISTS {t} (project TEXT NOT NULL, key TEXT NOT NULL,"
+            " seen DOUBLE PRECISION NOT NULL, PRIMARY KEY (project, key))",
+            f"CREATE INDEX IF NOT EXISTS {t}_seen ON {t} (seen)"])
+
+    async def claim(self, project: str, keys: Sequence[str]) -> float | None:
+        """The time ``project``'s delivery known by ``keys`` was claimed at, or None when
+        one of its keys was seen within ``keep`` seconds (a duplicate)."""
+        now = float(self.clock())
+        cutoff = now - self.keep
+        await self.db.execute(f"DELETE FROM {self.table} WHERE seen < $1", cutoff)
+        fresh = True
+        for key in keys:
+            row = await self.db.fetchone(
+                f"INSERT INTO {self.table} (project, key, seen) VALUES ($1, $2, $3)"
+                " ON CONFLICT (project, key) DO UPDATE SET seen = excluded.seen"
+                f" WHERE {self.table}.seen <= $4 RETURNING seen",
+                project, key, now, cutoff)
+            fresh = fresh and row is not None
+        return now if fresh else None
+
+    async def release(self, project: str, keys: Sequence[str], claim: float) -> None:
+        """Forget a claim whose delivery failed, so the forge's retry is handled."""
+        for key in keys:
+            await self.db.execute(
+                f"DELETE FROM {self.table} WHERE project = $1 AND key = $2 AND seen = $3",
+                project, key, claim)
+
+    async def count(self) -> int:
+        row = await self.db.fetchone(f"SELECT COUNT(*) FROM {self.table}")
+        return int(row[0]) if row else 0
 
 
 def _first_str(obj: Any, *names: str) -> str:

@@ -94,7 +94,8 @@ class ControlPlane:
                         grace=section.grace, log_sink=self.logs.write,
                         artifacts=self.builds.artifact,
                         on_finish=self.alerts.run_finished, collect=self.collect)
-        self.jobs = JobService(runner.store, runner, collect=self.collect)
+        self.jobs = JobService(runner.store, runner, collect=self.collect,
+                               allowed_env=section.allowed_env)
         await self.jobs.open()
         self._closers.append(self.jobs.close)
 

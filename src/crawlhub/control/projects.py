@@ -32,7 +32,12 @@ from pydantic import (
 
 from crawlhub.control import builders
 from crawlhub.control.db import ControlDB
-from crawlhub.control.hooks import DEFAULT_TAG_PATTERN, TagPattern, ref_format_problems
+from crawlhub.control.hooks import (
+    DEFAULT_TAG_PATTERN,
+    DeliveryLog,
+    TagPattern,
+    ref_format_problems,
+)
 from crawlhub.control.secrets import Secret, SecretBox
 from crawlhub.errors import ConflictError, CrawlhubError, NotFoundError
 from crawlhub.storage.redact import redact_url
@@ -307,6 +312,8 @@ class ProjectStore:
         self.db = db
         self.secrets = secrets
         self.table = db.table("projects")
+        #: webhook deliveries seen within a day (a repeat builds nothing)
+        self.deliveries = DeliveryLog(db)
         self.default_pattern = check_tag_pattern(tag_pattern).pattern
         builders.check_options(builder, {})
         self.default_builder = builder
@@ -324,6 +331,7 @@ class ProjectStore:
             " webhook_secret TEXT, default_branch TEXT NOT NULL, tag_pattern TEXT,"
             " release_name TEXT, builder TEXT NOT NULL,"
             " created DOUBLE PRECISION NOT NULL, updated DOUBLE PRECISION NOT NULL)"])
+        await self.deliveries.create_schema()
 
     def _by_name(self) -> str:
         # byte order on both backends: a page cursor means the same thing everywhere

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from crawlhub.errors import CrawlhubError
 
 KINDS = ("subprocess", "crawl", "collect")
 Kind = Literal["subprocess", "crawl", "collect"]
@@ -33,10 +36,70 @@ FINAL = ("succeeded", "failed", "cancelled", "timeout", "lost", "skipped")
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-#: Environment names a job may not set: the runner's own protocol and the loader's.
+#: Environment names a job may not set: the runner's own protocol.
 RESERVED_ENV = ("CRAWLHUB_JOB", "CRAWLHUB_RUN", "CRAWLHUB_CONTROL_FILE",
-                "CRAWLHUB_COUNTERS_FILE", "CRAWLHUB_RUNNER_PID", "LD_PRELOAD",
-                "LD_LIBRARY_PATH")
+                "CRAWLHUB_COUNTERS_FILE", "CRAWLHUB_RUNNER_PID")
+#: Prefixes of the dynamic loader's variables (glibc ld.so, macOS dyld): every one of
+#: them (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH, LD_DEBUG_OUTPUT, ...) is refused.
+LOADER_ENV_PREFIXES = ("LD_", "DYLD_")
+#: Variables that make a program load or run code its command does not name (startup
+#: hooks, interpreter options), with what reads them. Refused unless the server's
+#: ``control.allowed_env`` lists them (:func:`check_env`). PYTHONPATH, NODE_PATH and
+#: PERL5LIB are not here: they only say where imports are found, jobs need them, and
+#: whoever sets a job's env sets its command too.
+HOOK_ENV = {
+    "GCONV_PATH": "glibc's iconv loads modules from it",
+    "GLIBC_TUNABLES": "glibc's loader reads it",
+    "PYTHONSTARTUP": "Python runs the file it names",
+    "PYTHONINSPECT": "Python turns interactive after the script",
+    "PYTHONBREAKPOINT": "Python imports and calls what it names",
+    "PYTHONHOME": "Python takes its standard library from it",
+    "PYTHONUSERBASE": "Python imports usercustomize from it",
+    "PYTHONEXECUTABLE": "Python takes it for its own path",
+    "PERL5OPT": "Perl reads it as command-line options (-M loads modules)",
+    "PERL5DB": "Perl runs it as the debugger",
+    "RUBYOPT": "Ruby reads it as command-line options (-r loads files)",
+    "NODE_OPTIONS": "Node reads it as command-line options (--require loads files)",
+    "JAVA_TOOL_OPTIONS": "the JVM reads it as options (-javaagent loads code)",
+    "_JAVA_OPTIONS": "the JVM reads it as options (-javaagent loads code)",
+    "JDK_JAVA_OPTIONS": "the java launcher reads it as options",
+    "BASH_ENV": "bash runs the file it names before a script",
+    "ENV": "sh runs the file it names",
+    "SHELLOPTS": "bash takes shell options from it",
+    "BASHOPTS": "bash takes shell options from it",
+    "PS4": "bash expands it, commands included, when tracing",
+    "PROMPT_COMMAND": "bash runs it",
+}
+
+
+class JobEnvError(CrawlhubError, ValueError):
+    """A job's ``env`` sets a variable that loads code into its processes (422)."""
+
+
+def refused_env(name: str, allowed: Iterable[str] = ()) -> str | None:
+    """Why ``name`` may not be in a job's env (None: it may), given the names the
+    config allows (``control.allowed_env``)."""
+    upper = name.upper()
+    if upper in {a.upper() for a in allowed}:
+        return None
+    if upper.startswith(LOADER_ENV_PREFIXES):
+        return "the dynamic loader reads it and would load code into every process of the job"
+    why = HOOK_ENV.get(upper)
+    return f"{why}, code the job's command does not name" if why else None
+
+
+def check_env(env: Mapping[str, str], allowed: Iterable[str] = (), *,
+              job: str = "the job") -> None:
+    """:class:`JobEnvError` naming the first variable of ``env`` that loads code (see
+    :data:`LOADER_ENV_PREFIXES`, :data:`HOOK_ENV`) and is not in ``allowed``."""
+    allowed = list(allowed)
+    for name in env:
+        why = refused_env(name, allowed)
+        if why is not None:
+            raise JobEnvError(
+                f"env of {job}: {name!r} is refused: {why}. Remove it from the job's env;"
+                f" if this server must pass it, its operator lists it in the config:"
+                f" control.allowed_env: [{name}]")
 
 
 def check_name(name: str, what: str = "job") -> str:
@@ -63,7 +126,7 @@ class JobSpec(BaseModel):
     kind: Kind = "subprocess"
     #: the project whose build artifact the job runs in (None: the server's directory)
     project: str | None = None
-    #: the artifact's version; "latest" is the newest successful build
+    #: the artifact's version; "latest" is the successful build of the highest version
     version: str | None = None
     #: argv: the program and its arguments (for ``crawl``: the arguments of crawlhub crawl)
     command: list[str] = Field(default_factory=list, max_length=1000)

@@ -11,14 +11,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from crawlhub.control import protocol
 from crawlhub.control.jobs.cron import CronScheduler
-from crawlhub.control.jobs.model import LIVE, JobPatch, JobSpec, RunRecord, TaskRecord
+from crawlhub.control.jobs.model import (
+    LIVE,
+    JobPatch,
+    JobSpec,
+    RunRecord,
+    TaskRecord,
+    check_env,
+)
 from crawlhub.control.jobs.runner import Runner
 from crawlhub.control.jobs.store import STALE_AFTER, JobStore
 from crawlhub.errors import ConflictError
@@ -77,8 +84,12 @@ class JobService:
     """Create, change, run, pause, continue, cancel and restart jobs; read runs."""
 
     def __init__(self, store: JobStore, runner: Runner, *, collect: CollectJobManager | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 allowed_env: Iterable[str] = ()) -> None:
         self.store = store
+        #: loader and startup-hook variables a job's env may set all the same
+        #: (``control.allowed_env``; :func:`crawlhub.control.jobs.model.check_env`)
+        self.allowed_env = tuple(allowed_env)
         self.runner = runner
         self.channel = runner.channel
         #: the collection-job manager (CollectJobManager) of the config's ``jobs:``, or None
@@ -166,6 +177,7 @@ class JobService:
         if not spec.argv() and spec.kind == "subprocess":
             raise ConflictError(f"job {spec.name!r} has no command: give 'command' as a"
                                 " list like [\"python\", \"spider.py\"]")
+        check_env(spec.env, self.allowed_env, job=f"job {spec.name!r}")
         await self.store.create(spec, self.clock())
         return await self.get(spec.name)
 
@@ -174,7 +186,9 @@ class JobService:
         if source == "config":
             raise ConflictError(f"job {name!r} comes from the config's 'jobs:'; change it"
                                 " there")
-        await self.store.replace(patch.apply(spec), self.clock())
+        changed = patch.apply(spec)
+        check_env(changed.env, self.allowed_env, job=f"job {name!r}")
+        await self.store.replace(changed, self.clock())
         return await self.get(name)
 
     async def delete(self, name: str) -> None:
@@ -230,9 +244,12 @@ class JobService:
         spec, _ = await self.spec(name)
         if not spec.enabled:
             raise ConflictError(f"job {name!r} is disabled; PATCH it with enabled: true")
+        # again here: a job stored before the check, or before the config allowed less
+        check_env(spec.env, self.allowed_env, job=f"job {name!r}")
         return await self.runner.start(spec, trigger=trigger)
 
     async def _cron_start(self, spec: JobSpec, tick: float) -> RunRecord:
+        check_env(spec.env, self.allowed_env, job=f"job {spec.name!r}")  # a skipped tick
         return await self.runner.start(spec, trigger="cron", scheduled_for=tick)
 
     async def pause(self, name: str) -> JobView:
@@ -283,6 +300,7 @@ class JobService:
     async def restart(self, name: str) -> RunRecord:
         """Cancel the job's runs, wait for them to end, then start a new run."""
         spec, _ = await self.spec(name)
+        check_env(spec.env, self.allowed_env, job=f"job {name!r}")  # before stopping it
         await self.cancel(name, wait=self.runner.grace + 5)
         if await self.store.live_runs(name):
             raise ConflictError(f"job {name!r}'s runs did not end within the grace period;"

@@ -1,7 +1,7 @@
 /* The control plane's pages (projects, jobs, runs, logs, alerts), beside crawlhub.js:
  * - data-answer="<selector>": a button whose JSON answer says {ok, answer, error} (an
  *   alert route's test, POST /alerts/{name}/test, answers 200 either way) writes it into
- *   the <output> it names: "ok - HTTP 200 ok" or "failed - <why>";
+ *   the <output> it names: "ok - HTTP 200" or "failed - <why>";
  * - data-drop-empty on a form posted as JSON (hx-ext="crawlhub-json"): empty fields are
  *   left out, so the API sees "not given" rather than "" (a build: a tag, or a version).
  * Text only (textContent): an answer may quote what a target sent back.
