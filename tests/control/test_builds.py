@@ -27,7 +27,8 @@ from tests.control.gitremote import PACKAGED, Remote, git_http_server, make_remo
 from tests.helpers import wait_for
 
 PASSWORD = "s3cr3t-Pa55-word-xyz"
-SLEEP = [sys.executable, "-c", "import time; print('working', flush=True); time.sleep(30)"]
+SLEEP = [sys.executable, "-c", "import os, time; print('working', os.getpid(), flush=True);"
+         " time.sleep(30)"]
 
 
 @pytest.fixture
@@ -352,11 +353,19 @@ async def test_a_build_whose_process_was_killed_is_marked_failed_at_the_next_ope
     finally:
         if child.poll() is None:
             child.kill()
+    half_made = tmp_path / "builds" / "demo" / f"1-{build_id}"
+    assert half_made.is_dir()
+    [step] = [int(line.split()[1]) for line in
+              (await BuildService(control_db, store, builds_dir=tmp_path).log_text(build_id))
+              .splitlines() if line.startswith("working ")]
+    assert pid_alive(step)  # the build's step runs on after its server was killed
     builds = await BuildService.open(control_db, store, builds_dir=tmp_path / "builds")
     try:
         build = await builds.get(build_id)
         assert build.status == "failed" and "interrupted" in (build.error or "")
         assert "working" in (build.log or "")  # the log written while it ran is kept
+        assert not pid_alive(step)  # the step it left was killed
+        assert not half_made.exists()  # and its directory removed
         # the version can be built again at once
         again = await builds.start("demo", version="1")
         assert again.id != build_id
@@ -379,7 +388,7 @@ async def main():
     store = await ProjectStore.open(db, SecretBox([key]))
     service = await BuildService.open(db, store, builds_dir=builds_dir, flush_every=0.05)
     build = await service.start("demo", version="1")
-    while "working" not in await service.log_text(build.id):
+    while "\\nworking " not in await service.log_text(build.id):  # the step's own line
         await asyncio.sleep(0.05)
     print(build.id, flush=True)
     await asyncio.sleep(60)

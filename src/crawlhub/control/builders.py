@@ -55,6 +55,11 @@ _MAX_PENDING = 1 << 20
 #: Seconds a process's output is still read after it exited (what it started may hold
 #: the pipes open): a build step's, and a job run's (crawlhub.control.jobs.runner).
 READ_TAIL = 2.0
+#: Variables that mark every process of a build (git included): the build's id and the
+#: server process that started it (``host:pid``). A server killed mid-build leaves its
+#: steps running; the next one finds them by these (:func:`stop_leftovers`).
+ENV_BUILD = "CRAWLHUB_BUILD"
+ENV_BUILD_OWNER = "CRAWLHUB_BUILD_OWNER"
 
 
 class BuildFailed(CrawlhubError):
@@ -256,6 +261,60 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def build_marks(build: int, owner: str) -> dict[str, str]:
+    """The variables marking build ``build``'s processes, run by ``owner`` (``host:pid``)."""
+    return {ENV_BUILD: str(build), ENV_BUILD_OWNER: owner}
+
+
+def leftover_processes(build: int, owner: str) -> dict[int, int]:
+    """The live processes of this user that a step of build ``build`` of ``owner`` left
+    running: pid -> its process group. Known by their environment (:func:`build_marks`,
+    inherited by what a step starts: pip, its build backend, setup.py). Never this
+    process or its group. Reads Linux's ``/proc``; elsewhere, none."""
+    found: dict[int, int] = {}
+    try:
+        entries = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return found
+    marks = {f"{k}={v}".encode() for k, v in build_marks(build, owner).items()}
+    own_group = os.getpgrp()
+    for pid in entries:
+        if pid == os.getpid():
+            continue
+        try:
+            environ = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
+            stat = Path(f"/proc/{pid}/stat").read_bytes()
+        except OSError:  # gone, or another user's
+            continue
+        if not marks <= environ:
+            continue
+        try:  # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
+            state, _ppid, group = stat.rsplit(b")", 1)[1].split()[:3]
+        except ValueError:
+            continue
+        if state != b"Z" and int(group) != own_group:
+            found[pid] = int(group)
+    return found
+
+
+async def stop_leftovers(build: int, owner: str, *, timeout: float = 10.0) -> list[int]:
+    """SIGKILL what build ``build`` of ``owner`` (a server that is gone) left running -
+    each process's whole group - and wait until it is gone; the pids stopped. A build
+    step has no state worth a graceful stop: the build has failed already."""
+    leftovers = await asyncio.to_thread(leftover_processes, build, owner)
+    for pid, group in leftovers.items():
+        _kill_group(group)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while leftovers and time.monotonic() < deadline:
+        alive = await asyncio.to_thread(leftover_processes, build, owner)
+        if not alive.keys() & leftovers.keys():
+            break
+        await asyncio.sleep(0.05)
+    return sorted(leftovers)
+
+
 def scrubbed_environ(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment a build's processes get: this process's, without crawlhub's own
     settings (``CRAWLHUB_*``: the secret key, tokens) and without variables whose names
@@ -370,6 +429,7 @@ async def clone(ctx: BuildContext, url: str, ref: str, *, username: str | None =
            and k not in ("GIT_ASKPASS", "SSH_ASKPASS", "SSH_ASKPASS_REQUIRE")}
     env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_ALLOW_PROTOCOL": _ALLOWED_PROTOCOLS,
                 "GIT_TRACE_REDACT": "1", "GCM_INTERACTIVE": "never", "LC_ALL": "C"})
+    env.update({k: ctx.env[k] for k in (ENV_BUILD, ENV_BUILD_OWNER) if k in ctx.env})
     helper_dir: str | None = None
     if username or password:
         helper_dir = tempfile.mkdtemp(prefix="crawlhub-askpass-")  # mode 0700
