@@ -77,6 +77,40 @@ async def test_a_release_tag_is_cloned_and_built_into_a_venv_a_job_can_run(
     assert sdk.stdout.strip() == artifact.path  # the venv, seeing crawlhub.sdk
 
 
+@pytest.mark.parametrize("control_db", ["sqlite"], indirect=True)  # about the venv only
+async def test_a_venv_imports_crawlhubs_scrapy_integration_and_needs_no_download_for_it(
+        store: ProjectStore, service: BuildService, tmp_path: Path) -> None:
+    # a Scrapy project as `scrapy startproject` leaves it, asking for Scrapy
+    remote = make_remote(tmp_path / "git", {
+        "requirements.txt": "scrapy\n",
+        "scrapy.cfg": "[settings]\ndefault = shop.settings\n",
+        "shop/__init__.py": "",
+        "shop/settings.py": "BOT_NAME = 'shop'\nSPIDER_MODULES = ['shop.spiders']\n"
+                            "EXTENSIONS = {'crawlhub.contrib.scrapy.extension.CrawlhubControl':"
+                            " 500}\n",
+        "shop/spiders/__init__.py": ""})
+    await add(store, remote.url)
+    build = await service.wait((await service.start("demo", tag="release/demo/1.0")).id, 60)
+    assert build.status == "succeeded", build.log
+    assert "Requirement already satisfied: scrapy" in (build.log or "")  # nothing fetched
+    artifact = await service.artifact("demo")
+    assert artifact.python is not None
+    imported = subprocess.run(
+        [artifact.python, "-c", "import sys, xxhash, crawlhub.contrib.scrapy.extension as e;"
+         " print(sys.prefix, e.CrawlhubControl.__name__)"],
+        capture_output=True, text=True, timeout=60)
+    assert imported.stdout.split() == [artifact.path, "CrawlhubControl"], imported.stderr
+    # `scrapy` on the job's PATH is the venv's, running in the clone with the extension
+    listed = subprocess.run(["scrapy", "list"], cwd=artifact.workdir,
+                            env=artifact.environ(), capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    shown = subprocess.run(["scrapy", "settings", "--get", "BOT_NAME"], cwd=artifact.workdir,
+                           env=artifact.environ(), capture_output=True, text=True, timeout=60)
+    assert shown.stdout.strip() == "shop", shown.stderr
+    assert Path(artifact.bin_dir or "", "scrapy").read_text().startswith(
+        f"#!{artifact.python}")
+
+
 async def test_a_branch_builds_with_the_version_given(
         store: ProjectStore, service: BuildService, remote: Remote) -> None:
     await add(store, remote.url)
