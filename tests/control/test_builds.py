@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -407,6 +408,32 @@ async def test_a_build_whose_process_was_killed_is_marked_failed_at_the_next_ope
         await builds.close()
     with pytest.raises(ProcessLookupError):
         os.killpg(child.pid, 0)
+
+
+async def test_a_build_left_by_an_earlier_process_with_this_pid_is_interrupted_at_open(
+        store: ProjectStore, control_db: ControlDB, remote: Remote, tmp_path: Path) -> None:
+    # a container's server is pid 1 at every start: the row of the build the killed one
+    # was running names this very process, touched a moment ago
+    await add(store, remote.url)
+    builds = await BuildService.open(control_db, store, builds_dir=tmp_path / "builds")
+    try:
+        first = await builds.wait((await builds.start("demo", version="1")).id, 20)
+        half_made = tmp_path / "builds" / "demo" / f"1-{first.id}"
+        assert half_made.is_dir()
+        await control_db.execute(
+            f"UPDATE {builds.table} SET status = 'running', finished = NULL, beat = $1,"
+            " owner = $2 WHERE id = $3", time.time(), builders.host_owner(), first.id)
+    finally:
+        await builds.close()
+    again = await BuildService.open(control_db, store, builds_dir=tmp_path / "builds")
+    try:
+        build = await again.get(first.id)
+        assert build.status == "failed" and "interrupted" in (build.error or "")
+        assert not half_made.exists()
+        assert (await again.wait((await again.start("demo", version="1")).id, 20)).status \
+            == "succeeded"  # and the version builds again at once
+    finally:
+        await again.close()
 
 
 _CHILD = """

@@ -45,6 +45,7 @@ from crawlhub.control.builders import (
     stop_leftovers,
 )
 from crawlhub.control.db import ControlDB, Tx
+from crawlhub.control.jobs.store import pid_alive
 from crawlhub.control.projects import (
     InvalidProject,
     Project,
@@ -102,6 +103,11 @@ def check_version(version: str) -> str:
                              f" {LATEST!r}")
     return version
 
+
+#: The builds running in this process, by database table and id. A row naming this
+#: process (``host:pid``) whose build is not here was left by an earlier process that had
+#: the same pid: a container's server is pid 1 at every start.
+_RUNNING: set[tuple[str, int]] = set()
 
 _COLUMNS = ("id, project, tag, ref, version, commit_sha, status, builder, trigger,"
             " artifact, error, created, started, finished")
@@ -202,7 +208,13 @@ class BuildService:
         task = asyncio.create_task(self._run(build_id, proj, ref, version, watch),
                                    name=f"build {build_id} {project} {version}")
         self._tasks[build_id] = task
-        task.add_done_callback(lambda _t: self._tasks.pop(build_id, None))
+        _RUNNING.add(self._key(build_id))
+
+        def forget(_task: asyncio.Task[None]) -> None:
+            self._tasks.pop(build_id, None)
+            _RUNNING.discard(self._key(build_id))
+
+        task.add_done_callback(forget)
         log.info("build %d of %s %s queued (%s, %s)", build_id, project, version, ref, trigger)
         return await self.get(build_id, with_log=False)
 
@@ -214,7 +226,7 @@ class BuildService:
             " WHERE project = $1 AND version = $2 AND status IN ('queued', 'running')",
             proj.name, version)
         for build_id, status, owner, beat in rows:
-            if self._abandoned(owner, beat, now):
+            if self._abandoned(int(build_id), owner, beat, now):
                 await self._interrupt(tx, build_id, owner, now)
                 abandoned.append((int(build_id), owner))
                 continue
@@ -308,23 +320,22 @@ class BuildService:
             json.dumps(artifact) if artifact else None, out.text(), time.time(), build_id)
 
     # -- crashes -----------------------------------------------------------------------
-    def _abandoned(self, owner: str | None, beat: float | None, now: float) -> bool:
-        """Whether an active build's process is gone: a dead pid on this host, or no
-        touch for ``stale_after`` seconds (another host)."""
+    def _key(self, build_id: int) -> tuple[str, int]:
+        return (f"{self.db.url}#{self.table}", int(build_id))
+
+    def _abandoned(self, build_id: int, owner: str | None, beat: float | None,
+                   now: float) -> bool:
+        """Whether an active build's process is gone: a dead pid on this host (or this
+        pid, when this process does not run the build: an earlier one had the pid), or
+        no touch for ``stale_after`` seconds (another host)."""
         if beat is None or now - float(beat) > self.stale_after:
             return True
         host, _, pid = (owner or "").rpartition(":")
         if host != socket.gethostname() or not pid.isdigit():
             return False
         if int(pid) == os.getpid():
-            return False  # ours (or another service of this process): alive
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
+            return self._key(build_id) not in _RUNNING
+        return not pid_alive(int(pid))
 
     async def _interrupt(self, tx: Tx | ControlDB, build_id: int, owner: str | None,
                          now: float) -> None:
@@ -341,7 +352,7 @@ class BuildService:
         server ran on this host; they would run on unsupervised, writing into its
         directory) are killed, then its half-made directory is removed."""
         host, _, pid = (owner or "").rpartition(":")
-        if owner and host == socket.gethostname() and pid.isdigit() and int(pid) != os.getpid():
+        if owner and host == socket.gethostname() and pid.isdigit():
             stopped = await stop_leftovers(build_id, owner)
             if stopped:
                 log.warning("build %d: its server %s is gone but its processes %s ran on;"
@@ -363,7 +374,7 @@ class BuildService:
         now = time.time()
         done = 0
         for build_id, project, version, owner, beat in rows:
-            if int(build_id) not in self._tasks and self._abandoned(owner, beat, now):
+            if self._abandoned(int(build_id), owner, beat, now):
                 await self._interrupt(self.db, int(build_id), owner, now)
                 await self._clear(int(build_id), project, version, owner)
                 done += 1
@@ -454,7 +465,7 @@ class BuildService:
                 f"SELECT id, status, version, owner, beat FROM {self.table}"
                 " WHERE project = $1 AND status IN ('queued', 'running')", name)
             for build_id, status, version, owner, beat in rows:
-                if not self._abandoned(owner, beat, now) or int(build_id) in self._tasks:
+                if not self._abandoned(int(build_id), owner, beat, now):
                     raise ConflictError(f"build {build_id} of {name} is {status}; remove the"
                                         " project once it finished")
                 abandoned.append((int(build_id), version, owner))
