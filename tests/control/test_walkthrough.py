@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -48,9 +49,16 @@ def test_the_control_walkthrough_runs_as_written(tmp_path: Path) -> None:
     crawlhub = command[0] if len(command) == 1 else f"{sys.executable} -m crawlhub"
     env = {**os.environ, "PYTHON": sys.executable, "CRAWLHUB": crawlhub,
            "TMPDIR": str(tmp_path)}
-    done = subprocess.run(["bash", str(SCRIPT)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=400)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    assert "== the walkthrough passed" in done.stdout
-    assert "run r" in done.stdout and ": cancelled" in done.stdout
+    proc = subprocess.Popen(["bash", str(SCRIPT)], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=240)
+    finally:  # a hung step: its server goes too
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, out[-4000:] + err[-4000:]
+    assert "== the walkthrough passed" in out
+    assert "run r" in out and ": cancelled" in out
     assert list(tmp_path.iterdir()) == []  # it cleaned up after itself
