@@ -348,15 +348,17 @@ class BuildService:
 
     async def _clear(self, build_id: int, project: str, version: str,
                      owner: str | None) -> None:
-        """What an interrupted build left: the processes its steps left running (when its
-        server ran on this host; they would run on unsupervised, writing into its
-        directory) are killed, then its half-made directory is removed."""
+        """What an interrupted build of this host left: the processes its steps left
+        running (they would run on unsupervised, writing into its directory) are killed,
+        then its half-made directory is removed. A build of another host is only
+        known to be silent: its directory, were it on a shared disk, is left to that host."""
         host, _, pid = (owner or "").rpartition(":")
-        if owner and host == socket.gethostname() and pid.isdigit():
-            stopped = await stop_leftovers(build_id, owner)
-            if stopped:
-                log.warning("build %d: its server %s is gone but its processes %s ran on;"
-                            " killed them", build_id, owner, stopped)
+        if host != socket.gethostname() or not pid.isdigit():
+            return
+        stopped = await stop_leftovers(build_id, owner or "")
+        if stopped:
+            log.warning("build %d: its server %s is gone but its processes %s ran on;"
+                        " killed them", build_id, owner, stopped)
         root = self._root(project, version, build_id)
         if root.exists():
             await asyncio.to_thread(shutil.rmtree, root, True)
