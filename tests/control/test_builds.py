@@ -102,9 +102,6 @@ async def test_a_venv_imports_crawlhubs_scrapy_integration_and_needs_no_download
         capture_output=True, text=True, timeout=60)
     assert imported.stdout.split() == [artifact.path, "CrawlhubControl"], imported.stderr
     # `scrapy` on the job's PATH is the venv's, running in the clone with the extension
-    listed = subprocess.run(["scrapy", "list"], cwd=artifact.workdir,
-                            env=artifact.environ(), capture_output=True, text=True, timeout=60)
-    assert listed.returncode == 0, listed.stderr
     shown = subprocess.run(["scrapy", "settings", "--get", "BOT_NAME"], cwd=artifact.workdir,
                            env=artifact.environ(), capture_output=True, text=True, timeout=60)
     assert shown.stdout.strip() == "shop", shown.stderr
