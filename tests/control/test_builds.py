@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,8 @@ from tests.control.gitremote import PACKAGED, Remote, git_http_server, make_remo
 from tests.helpers import wait_for
 
 PASSWORD = "s3cr3t-Pa55-word-xyz"
-SLEEP = [sys.executable, "-c", "import time; print('working', flush=True); time.sleep(30)"]
+SLEEP = [sys.executable, "-c", "import os, time; print('working', os.getpid(), flush=True);"
+         " time.sleep(30)"]
 
 
 @pytest.fixture
@@ -74,6 +76,37 @@ async def test_a_release_tag_is_cloned_and_built_into_a_venv_a_job_can_run(
     sdk = subprocess.run([str(artifact.python), "-c", "import crawlhub.sdk, sys;"
                           " print(sys.prefix)"], capture_output=True, text=True, timeout=20)
     assert sdk.stdout.strip() == artifact.path  # the venv, seeing crawlhub.sdk
+
+
+@pytest.mark.parametrize("control_db", ["sqlite"], indirect=True)  # about the venv only
+async def test_a_venv_imports_crawlhubs_scrapy_integration_and_needs_no_download_for_it(
+        store: ProjectStore, service: BuildService, tmp_path: Path) -> None:
+    # a Scrapy project as `scrapy startproject` leaves it, asking for Scrapy
+    remote = make_remote(tmp_path / "git", {
+        "requirements.txt": "scrapy\n",
+        "scrapy.cfg": "[settings]\ndefault = shop.settings\n",
+        "shop/__init__.py": "",
+        "shop/settings.py": "BOT_NAME = 'shop'\nSPIDER_MODULES = ['shop.spiders']\n"
+                            "EXTENSIONS = {'crawlhub.contrib.scrapy.extension.CrawlhubControl':"
+                            " 500}\n",
+        "shop/spiders/__init__.py": ""})
+    await add(store, remote.url)
+    build = await service.wait((await service.start("demo", tag="release/demo/1.0")).id, 60)
+    assert build.status == "succeeded", build.log
+    assert "Requirement already satisfied: scrapy" in (build.log or "")  # nothing fetched
+    artifact = await service.artifact("demo")
+    assert artifact.python is not None
+    imported = subprocess.run(
+        [artifact.python, "-c", "import sys, xxhash, crawlhub.contrib.scrapy.extension as e;"
+         " print(sys.prefix, e.CrawlhubControl.__name__)"],
+        capture_output=True, text=True, timeout=60)
+    assert imported.stdout.split() == [artifact.path, "CrawlhubControl"], imported.stderr
+    # `scrapy` on the job's PATH is the venv's, running in the clone with the extension
+    shown = subprocess.run(["scrapy", "settings", "--get", "BOT_NAME"], cwd=artifact.workdir,
+                           env=artifact.environ(), capture_output=True, text=True, timeout=60)
+    assert shown.stdout.strip() == "shop", shown.stderr
+    assert Path(artifact.bin_dir or "", "scrapy").read_text().startswith(
+        f"#!{artifact.python}")
 
 
 async def test_a_branch_builds_with_the_version_given(
@@ -352,11 +385,19 @@ async def test_a_build_whose_process_was_killed_is_marked_failed_at_the_next_ope
     finally:
         if child.poll() is None:
             child.kill()
+    half_made = tmp_path / "builds" / "demo" / f"1-{build_id}"
+    assert half_made.is_dir()
+    [step] = [int(line.split()[1]) for line in
+              (await BuildService(control_db, store, builds_dir=tmp_path).log_text(build_id))
+              .splitlines() if line.startswith("working ")]
+    assert pid_alive(step)  # the build's step runs on after its server was killed
     builds = await BuildService.open(control_db, store, builds_dir=tmp_path / "builds")
     try:
         build = await builds.get(build_id)
         assert build.status == "failed" and "interrupted" in (build.error or "")
         assert "working" in (build.log or "")  # the log written while it ran is kept
+        assert not pid_alive(step)  # the step it left was killed
+        assert not half_made.exists()  # and its directory removed
         # the version can be built again at once
         again = await builds.start("demo", version="1")
         assert again.id != build_id
@@ -364,6 +405,32 @@ async def test_a_build_whose_process_was_killed_is_marked_failed_at_the_next_ope
         await builds.close()
     with pytest.raises(ProcessLookupError):
         os.killpg(child.pid, 0)
+
+
+async def test_a_build_left_by_an_earlier_process_with_this_pid_is_interrupted_at_open(
+        store: ProjectStore, control_db: ControlDB, remote: Remote, tmp_path: Path) -> None:
+    # a container's server is pid 1 at every start: the row of the build the killed one
+    # was running names this very process, touched a moment ago
+    await add(store, remote.url)
+    builds = await BuildService.open(control_db, store, builds_dir=tmp_path / "builds")
+    try:
+        first = await builds.wait((await builds.start("demo", version="1")).id, 20)
+        half_made = tmp_path / "builds" / "demo" / f"1-{first.id}"
+        assert half_made.is_dir()
+        await control_db.execute(
+            f"UPDATE {builds.table} SET status = 'running', finished = NULL, beat = $1,"
+            " owner = $2 WHERE id = $3", time.time(), builders.host_owner(), first.id)
+    finally:
+        await builds.close()
+    again = await BuildService.open(control_db, store, builds_dir=tmp_path / "builds")
+    try:
+        build = await again.get(first.id)
+        assert build.status == "failed" and "interrupted" in (build.error or "")
+        assert not half_made.exists()
+        assert (await again.wait((await again.start("demo", version="1")).id, 20)).status \
+            == "succeeded"  # and the version builds again at once
+    finally:
+        await again.close()
 
 
 _CHILD = """
@@ -379,7 +446,7 @@ async def main():
     store = await ProjectStore.open(db, SecretBox([key]))
     service = await BuildService.open(db, store, builds_dir=builds_dir, flush_every=0.05)
     build = await service.start("demo", version="1")
-    while "working" not in await service.log_text(build.id):
+    while "\\nworking " not in await service.log_text(build.id):  # the step's own line
         await asyncio.sleep(0.05)
     print(build.id, flush=True)
     await asyncio.sleep(60)

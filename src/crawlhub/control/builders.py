@@ -26,6 +26,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
+import importlib.metadata
 import os
 import re
 import shutil
@@ -55,6 +57,11 @@ _MAX_PENDING = 1 << 20
 #: Seconds a process's output is still read after it exited (what it started may hold
 #: the pipes open): a build step's, and a job run's (crawlhub.control.jobs.runner).
 READ_TAIL = 2.0
+#: Variables that mark every process of a build (git included): the build's id and the
+#: server process that started it (``host:pid``). A server killed mid-build leaves its
+#: steps running; the next one finds them by these (:func:`stop_leftovers`).
+ENV_BUILD = "CRAWLHUB_BUILD"
+ENV_BUILD_OWNER = "CRAWLHUB_BUILD_OWNER"
 
 
 class BuildFailed(CrawlhubError):
@@ -256,6 +263,60 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def build_marks(build: int, owner: str) -> dict[str, str]:
+    """The variables marking build ``build``'s processes, run by ``owner`` (``host:pid``)."""
+    return {ENV_BUILD: str(build), ENV_BUILD_OWNER: owner}
+
+
+def leftover_processes(build: int, owner: str) -> dict[int, int]:
+    """The live processes of this user that a step of build ``build`` of ``owner`` left
+    running: pid -> its process group. Known by their environment (:func:`build_marks`,
+    inherited by what a step starts: pip, its build backend, setup.py). Never this
+    process or its group. Reads Linux's ``/proc``; elsewhere, none."""
+    found: dict[int, int] = {}
+    try:
+        entries = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return found
+    marks = {f"{k}={v}".encode() for k, v in build_marks(build, owner).items()}
+    own_group = os.getpgrp()
+    for pid in entries:
+        if pid == os.getpid():
+            continue
+        try:
+            environ = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
+            stat = Path(f"/proc/{pid}/stat").read_bytes()
+        except OSError:  # gone, or another user's
+            continue
+        if not marks <= environ:
+            continue
+        try:  # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
+            state, _ppid, group = stat.rsplit(b")", 1)[1].split()[:3]
+        except ValueError:
+            continue
+        if state != b"Z" and int(group) != own_group:
+            found[pid] = int(group)
+    return found
+
+
+async def stop_leftovers(build: int, owner: str, *, timeout: float = 10.0) -> list[int]:
+    """SIGKILL what build ``build`` of ``owner`` (a server that is gone) left running -
+    each process's whole group - and wait until it is gone; the pids stopped. A build
+    step has no state worth a graceful stop: the build has failed already."""
+    leftovers = await asyncio.to_thread(leftover_processes, build, owner)
+    for pid, group in leftovers.items():
+        _kill_group(group)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while leftovers and time.monotonic() < deadline:
+        alive = await asyncio.to_thread(leftover_processes, build, owner)
+        if not alive.keys() & leftovers.keys():
+            break
+        await asyncio.sleep(0.05)
+    return sorted(leftovers)
+
+
 def scrubbed_environ(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment a build's processes get: this process's, without crawlhub's own
     settings (``CRAWLHUB_*``: the secret key, tokens) and without variables whose names
@@ -370,6 +431,7 @@ async def clone(ctx: BuildContext, url: str, ref: str, *, username: str | None =
            and k not in ("GIT_ASKPASS", "SSH_ASKPASS", "SSH_ASKPASS_REQUIRE")}
     env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_ALLOW_PROTOCOL": _ALLOWED_PROTOCOLS,
                 "GIT_TRACE_REDACT": "1", "GCM_INTERACTIVE": "never", "LC_ALL": "C"})
+    env.update({k: ctx.env[k] for k in (ENV_BUILD, ENV_BUILD_OWNER) if k in ctx.env})
     helper_dir: str | None = None
     if username or password:
         helper_dir = tempfile.mkdtemp(prefix="crawlhub-askpass-")  # mode 0700
@@ -456,8 +518,10 @@ class VenvBuilder:
             " setup.py, else requirements.txt when present, else nothing")
         pip_args: list[str] = Field(default_factory=list, max_length=50,
                                     description="extra arguments of pip install")
-        sdk: bool = Field(True, description="make crawlhub.sdk importable in the venv (a"
-                          " .pth naming a directory that holds only the crawlhub package)")
+        sdk: bool = Field(True, description="make crawlhub importable in the venv, with"
+                          " its dependencies and Scrapy as the server has them (a .pth"
+                          " naming a directory of links to them, after the venv's own"
+                          " packages)")
 
     def __init__(self, options: Options) -> None:
         self.options = options
@@ -487,28 +551,127 @@ class VenvBuilder:
             argv.append("--system-site-packages")
         await ctx.run([*argv, str(venv)], what="python -m venv")
         python = venv / "bin" / "python"
+        if opts.sdk:  # before the install: what it provides needs no download
+            await asyncio.to_thread(sdk_closure)  # read once per process, off the loop
+            _link_sdk(ctx, venv)
         if install == "project":
             await ctx.run([*_pip(python, host_pip), "install", *opts.pip_args, "."],
                           what="pip install .")
         elif install == "requirements":
             await ctx.run([*_pip(python, host_pip), "install", *opts.pip_args, "-r",
                            "requirements.txt"], what="pip install -r requirements.txt")
-        if opts.sdk:
-            _link_sdk(ctx.root / "sdk", venv)
         return venv
 
 
-def _link_sdk(where: Path, venv: Path) -> None:
-    """Let the venv import crawlhub (for ``crawlhub.sdk``) without seeing anything else
-    of this interpreter: ``where/crawlhub`` links to this crawlhub package, and a .pth in
-    the venv names ``where`` (after site-packages: a crawlhub the project installed wins)."""
+#: Packages crawlhub integrates with (``crawlhub.contrib``): a venv gets them, and their
+#: commands, from the server when the server has them, as it gets crawlhub's own
+#: dependencies - a Scrapy project's job imports what ``CrawlhubControl`` needs.
+INTEGRATIONS = ("scrapy",)
+#: crawlhub's extras a venv does not get (tools for its own tests).
+_DEV_EXTRAS = frozenset({"dev"})
+_REQ_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[([^\]]*)\])?")
+_EXTRA_RE = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
+_SCRIPT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_OBJECT_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@functools.cache
+def sdk_closure() -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    """What a venv's ``sdk/`` links, read once from this interpreter's installed
+    distributions: ((top-level name, its path), ...) of crawlhub's requirements (of its
+    extras too, but dev), of :data:`INTEGRATIONS`, and of everything they require,
+    recursively, as far as installed; and ((command, "module:object"), ...), the
+    console scripts of the integrations. crawlhub's own package is linked apart."""
+    links: dict[str, str] = {}
+    scripts: dict[str, str] = {}
+    seen: set[tuple[str, frozenset[str]]] = set()
+    todo: list[tuple[str, frozenset[str], bool]] = [("crawlhub", frozenset(), True)]
+    todo += [(name, frozenset(), False) for name in INTEGRATIONS]
+    while todo:
+        name, extras, own = todo.pop()
+        if (_canonical(name), extras) in seen:
+            continue
+        seen.add((_canonical(name), extras))
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue  # not installed here: the project installs it, or goes without
+        for line in dist.requires or ():
+            req, _, marker = line.partition(";")
+            m = _REQ_RE.match(req)
+            if m is None:
+                continue
+            wanted = _EXTRA_RE.search(marker)
+            if wanted and not (wanted.group(1) in extras
+                               or (own and wanted.group(1) not in _DEV_EXTRAS)):
+                continue
+            more = frozenset(e.strip() for e in (m.group(2) or "").split(",") if e.strip())
+            todo.append((m.group(1), more, False))
+        for file in dist.files or ():
+            top = Path(str(file)).parts[0] if str(file) else ""
+            if (not top or top in ("..", "__pycache__") or top.endswith(".pth")
+                    or top.startswith("__editable__") or (own and top == "crawlhub")):
+                continue
+            links.setdefault(top, str(dist.locate_file(top)))
+        if _canonical(name) in INTEGRATIONS:
+            for ep in dist.entry_points.select(group="console_scripts"):
+                if _SCRIPT_RE.match(ep.name) and _OBJECT_RE.match(ep.value):
+                    scripts.setdefault(ep.name, ep.value)
+    return tuple(sorted(links.items())), tuple(sorted(scripts.items()))
+
+
+_WRAPPER = """#!{python}
+# crawlhub: {name} as the server has it (linked in {sdk}); an install of the project's own
+# replaces this file
+import sys
+from {module} import {head}
+sys.exit({call}())
+"""
+
+
+def _link_sdk(ctx: BuildContext, venv: Path) -> None:
+    """Let the venv import crawlhub, its dependencies and :data:`INTEGRATIONS` as this
+    interpreter has them, and nothing else of it: ``root/sdk`` holds links to them (and
+    to their ``.dist-info``, so pip counts them installed and downloads none of them), a
+    .pth in the venv names it after site-packages (what the project installs itself
+    wins), and ``venv/bin`` gets the integrations' commands (``scrapy``). Compiled
+    packages only fit the same Python: a venv of another version gets crawlhub alone."""
     import crawlhub
 
+    where = ctx.root / "sdk"
     where.mkdir(parents=True, exist_ok=True)
     link = where / "crawlhub"
     if not link.exists():
         link.symlink_to(Path(crawlhub.__file__).resolve().parent, target_is_directory=True)
-    for site in venv.glob("lib/python*/site-packages"):
+    sites = list(venv.glob("lib/python*/site-packages"))
+    same = [site for site in sites
+            if site.parent.name == f"python{sys.version_info[0]}.{sys.version_info[1]}"]
+    if sites and not same:
+        ctx.say(f"sdk: the venv's Python is not crawlhub's ({sys.version.split()[0]}):"
+                " only crawlhub is linked; the project installs what it needs")
+    else:
+        links, scripts = sdk_closure()
+        for top, target in links:
+            entry = where / top
+            if not entry.exists() and not entry.is_symlink():
+                entry.symlink_to(target, target_is_directory=Path(target).is_dir())
+        python = venv / "bin" / "python"
+        for name, value in scripts:
+            script = venv / "bin" / name
+            if script.exists():
+                continue
+            module, _, obj = value.partition(":")
+            script.write_text(_WRAPPER.format(python=python, name=name, sdk=where,
+                                              module=module, head=obj.split(".")[0],
+                                              call=obj))
+            script.chmod(0o755)
+        ctx.say(f"sdk: crawlhub and what it needs ({len(links)} entries) linked from the"
+                " server's environment into sdk/; the venv's own packages come first")
+    for site in sites:
         (site / "crawlhub-sdk.pth").write_text(f"{where}\n")
 
 

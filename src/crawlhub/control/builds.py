@@ -10,7 +10,8 @@ One build per project and version at a time (a second is a ``ConflictError``); a
 names the process running it (``host:pid``) and is touched while it runs, so a build left
 ``running`` by a process that died (SIGKILL, a crash, a reboot) is marked failed
 ("interrupted") the next time a :class:`BuildService` opens, or as soon as another build of
-the same version is asked for.
+the same version is asked for; what its steps left running on this host (``pip``, a
+``setup.py``, found by their environment) is killed and its half-made directory removed.
 """
 
 from __future__ import annotations
@@ -36,12 +37,15 @@ from crawlhub.control.builders import (
     BuildFailed,
     BuildLog,
     Redactor,
+    build_marks,
     clone,
     host_owner,
     make_builder,
     scrubbed_environ,
+    stop_leftovers,
 )
 from crawlhub.control.db import ControlDB, Tx
+from crawlhub.control.jobs.store import pid_alive
 from crawlhub.control.projects import (
     InvalidProject,
     Project,
@@ -100,6 +104,11 @@ def check_version(version: str) -> str:
                              f" {LATEST!r}")
     return version
 
+
+#: The builds running in this process, by database table and id. A row naming this
+#: process (``host:pid``) whose build is not here was left by an earlier process that had
+#: the same pid: a container's server is pid 1 at every start.
+_RUNNING: set[tuple[str, int]] = set()
 
 _COLUMNS = ("id, project, tag, ref, version, commit_sha, status, builder, trigger,"
             " artifact, error, created, started, finished")
@@ -191,25 +200,36 @@ class BuildService:
                                      " tag gives its own)")
         check_version(version)
         now = time.time()
+        abandoned: list[tuple[int, str | None]] = []
         build_id = await self.db.transaction(
-            lambda tx: self._insert(tx, proj, tag, ref, version, trigger, now),
+            lambda tx: self._insert(tx, proj, tag, ref, version, trigger, now, abandoned),
             lock=f"build:{project}")
+        for old_id, owner in abandoned:
+            await self._clear(old_id, project, version, owner)
         task = asyncio.create_task(self._run(build_id, proj, ref, version, watch),
                                    name=f"build {build_id} {project} {version}")
         self._tasks[build_id] = task
-        task.add_done_callback(lambda _t: self._tasks.pop(build_id, None))
+        _RUNNING.add(self._key(build_id))
+
+        def forget(_task: asyncio.Task[None]) -> None:
+            self._tasks.pop(build_id, None)
+            _RUNNING.discard(self._key(build_id))
+
+        task.add_done_callback(forget)
         log.info("build %d of %s %s queued (%s, %s)", build_id, project, version, ref, trigger)
         return await self.get(build_id, with_log=False)
 
     async def _insert(self, tx: Tx, proj: Project, tag: str | None, ref: str, version: str,
-                      trigger: str, now: float) -> int:
+                      trigger: str, now: float, abandoned: list[tuple[int, str | None]]
+                      ) -> int:
         rows = await tx.fetch(
             f"SELECT id, status, owner, beat FROM {self.table}"
             " WHERE project = $1 AND version = $2 AND status IN ('queued', 'running')",
             proj.name, version)
         for build_id, status, owner, beat in rows:
-            if self._abandoned(owner, beat, now):
+            if self._abandoned(int(build_id), owner, beat, now):
                 await self._interrupt(tx, build_id, owner, now)
+                abandoned.append((int(build_id), owner))
                 continue
             raise ConflictError(f"build {build_id} of {proj.name} {version} is {status}: one"
                                 " build per project and version at a time; wait for it")
@@ -227,7 +247,7 @@ class BuildService:
         out = BuildLog(self.log_lines, redactor, watch)
         status, error, commit, artifact = "failed", "", "", None
         flusher: asyncio.Task[None] | None = None
-        root = self.builds_dir / proj.name / f"{version}-{build_id}"
+        root = self._root(proj.name, version, build_id)
         try:
             creds = await self.projects.credentials(proj.name)
             secret = await self.projects.webhook_secret(proj.name)
@@ -244,7 +264,7 @@ class BuildService:
                     options=dict(proj.builder.options), log=out,
                     deadline=time.monotonic() + self.timeout,
                     env={**scrubbed_environ(), "CRAWLHUB_PROJECT": proj.name,
-                         "CRAWLHUB_VERSION": version, "CRAWLHUB_BUILD": str(build_id)})
+                         "CRAWLHUB_VERSION": version, **build_marks(build_id, self.owner)})
                 if root.exists():  # a fresh directory, always
                     await asyncio.to_thread(shutil.rmtree, root, True)
                 ctx.say(f"build {build_id}: {proj.name} {version} from {ref} with the"
@@ -301,23 +321,22 @@ class BuildService:
             json.dumps(artifact) if artifact else None, out.text(), time.time(), build_id)
 
     # -- crashes -----------------------------------------------------------------------
-    def _abandoned(self, owner: str | None, beat: float | None, now: float) -> bool:
-        """Whether an active build's process is gone: a dead pid on this host, or no
-        touch for ``stale_after`` seconds (another host)."""
+    def _key(self, build_id: int) -> tuple[str, int]:
+        return (f"{self.db.url}#{self.table}", int(build_id))
+
+    def _abandoned(self, build_id: int, owner: str | None, beat: float | None,
+                   now: float) -> bool:
+        """Whether an active build's process is gone: a dead pid on this host (or this
+        pid, when this process does not run the build: an earlier one had the pid), or
+        no touch for ``stale_after`` seconds (another host)."""
         if beat is None or now - float(beat) > self.stale_after:
             return True
         host, _, pid = (owner or "").rpartition(":")
         if host != socket.gethostname() or not pid.isdigit():
             return False
         if int(pid) == os.getpid():
-            return False  # ours (or another service of this process): alive
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
+            return self._key(build_id) not in _RUNNING
+        return not pid_alive(int(pid))
 
     async def _interrupt(self, tx: Tx | ControlDB, build_id: int, owner: str | None,
                          now: float) -> None:
@@ -328,15 +347,39 @@ class BuildService:
             " finished; build it again", now, build_id)
         log.warning("build %d was left unfinished by %s: marked failed", build_id, owner)
 
+    async def _clear(self, build_id: int, project: str, version: str,
+                     owner: str | None) -> None:
+        """What an interrupted build of this host left: the processes its steps left
+        running (they would run on unsupervised, writing into its directory) are killed,
+        then its half-made directory is removed. A build of another host is only
+        known to be silent: its directory, were it on a shared disk, is left to that host."""
+        host, _, pid = (owner or "").rpartition(":")
+        if host != socket.gethostname() or not pid.isdigit():
+            return
+        stopped = await stop_leftovers(build_id, owner or "")
+        if stopped:
+            log.warning("build %d: its server %s is gone but its processes %s ran on;"
+                        " killed them", build_id, owner, stopped)
+        root = self._root(project, version, build_id)
+        if root.exists():
+            await asyncio.to_thread(shutil.rmtree, root, True)
+            log.warning("build %d: removed its half-made directory %s", build_id, root)
+
+    def _root(self, project: str, version: str, build_id: int) -> Path:
+        return self.builds_dir / project / f"{version}-{build_id}"
+
     async def recover(self) -> int:
-        """Mark failed every build whose process is gone; how many."""
+        """Mark failed every build whose process is gone, stop what it left running and
+        remove its directory; how many."""
         rows = await self.db.fetch(
-            f"SELECT id, owner, beat FROM {self.table} WHERE status IN ('queued', 'running')")
+            f"SELECT id, project, version, owner, beat FROM {self.table}"
+            " WHERE status IN ('queued', 'running')")
         now = time.time()
         done = 0
-        for build_id, owner, beat in rows:
-            if int(build_id) not in self._tasks and self._abandoned(owner, beat, now):
+        for build_id, project, version, owner, beat in rows:
+            if self._abandoned(int(build_id), owner, beat, now):
                 await self._interrupt(self.db, int(build_id), owner, now)
+                await self._clear(int(build_id), project, version, owner)
                 done += 1
         return done
 
@@ -425,20 +468,25 @@ class BuildService:
         check_found(name)
         projects_table = self.projects.table
 
+        abandoned: list[tuple[int, str, str | None]] = []
+
         async def steps(tx: Tx) -> int:
             now = time.time()
             rows = await tx.fetch(
-                f"SELECT id, status, owner, beat FROM {self.table}"
+                f"SELECT id, status, version, owner, beat FROM {self.table}"
                 " WHERE project = $1 AND status IN ('queued', 'running')", name)
-            for build_id, status, owner, beat in rows:
-                if not self._abandoned(owner, beat, now) or int(build_id) in self._tasks:
+            for build_id, status, version, owner, beat in rows:
+                if not self._abandoned(int(build_id), owner, beat, now):
                     raise ConflictError(f"build {build_id} of {name} is {status}; remove the"
                                         " project once it finished")
+                abandoned.append((int(build_id), version, owner))
             await tx.execute(f"DELETE FROM {self.table} WHERE project = $1", name)
             return await tx.execute(f"DELETE FROM {projects_table} WHERE name = $1", name)
 
         if not await self.db.transaction(steps, lock=f"build:{name}"):
             raise NotFoundError(f"no project named {name!r}")
+        for build_id, version, owner in abandoned:
+            await self._clear(build_id, name, version, owner)
         await asyncio.to_thread(shutil.rmtree, self.builds_dir / name, True)
 
     async def close(self) -> None:
