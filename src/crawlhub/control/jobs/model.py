@@ -78,8 +78,14 @@ class JobSpec(BaseModel):
     timeout: float | None = Field(default=None, gt=0)
     #: runs at once; a cron tick or run request over it is skipped / refused
     max_instances: int = Field(default=1, ge=1, le=1000)
-    #: pause a job that does not use crawlhub.sdk by stopping its processes (SIGSTOP)
+    #: pause by stopping the job's processes (SIGSTOP) at once, not after a second
+    #: without the job's acknowledgement (crawlhub.sdk acknowledges)
     pause_signal: bool = False
+    #: false: the job is never paused (``POST /jobs/{name}/pause`` answers 409)
+    pausable: bool = True
+    #: seconds between SIGTERM and SIGKILL on cancel; None: ``control.grace`` (180 s for
+    #: a Scrapy command, which closes gracefully on SIGTERM)
+    grace: float | None = Field(default=None, gt=0, le=86_400)
     enabled: bool = True
 
     @field_validator("name")
@@ -166,6 +172,8 @@ class JobPatch(BaseModel):
     timeout: float | None = None
     max_instances: int | None = None
     pause_signal: bool | None = None
+    pausable: bool | None = None
+    grace: float | None = None
     enabled: bool | None = None
 
     def apply(self, spec: JobSpec) -> JobSpec:
@@ -193,6 +201,12 @@ class RunRecord(BaseModel):
     error: str | None = None
     counters: dict[str, Any] = Field(default_factory=dict)
     version: str | None = None
+    #: lines of the run's output the log store never got (a bound dropped them while the
+    #: store was away); 0 when every line was stored
+    log_dropped: int = 0
+    #: while the run is paused, how the pause took effect: ``cooperative`` (the job
+    #: acknowledged it) or ``signal`` (its processes were stopped); None while it runs
+    paused: str | None = None
 
     @property
     def duration(self) -> float | None:
