@@ -87,8 +87,16 @@ async def test_pause_continue_and_cancel_through_the_api(
 
     await wait_for(lambda: success(), timeout=10)
     paused = await client.post("/jobs/long/pause")
-    assert paused.status_code == 200 and paused.json()["state"] == "paused"
-    await asyncio.sleep(2.5)  # the pause has taken effect and a heartbeat has passed
+    # "pausing" until the run holds still (the job acknowledges), then "paused"
+    assert paused.status_code == 200 and paused.json()["state"] in ("pausing", "paused")
+
+    async def held_still() -> bool:
+        job = (await client.get("/jobs/long")).json()
+        run = (await client.get(f"/runs/{run_id}")).json()["run"]
+        return job["state"] == "paused" and run["paused"] == "cooperative"
+
+    await wait_for(held_still, "the pause to take effect")
+    await asyncio.sleep(1.5)  # a heartbeat has passed
     held = await success()
     await asyncio.sleep(1.5)
     assert await success() == held
@@ -101,6 +109,18 @@ async def test_pause_continue_and_cancel_through_the_api(
     cancelled = await client.post("/jobs/long/cancel", params={"wait": 10})
     assert cancelled.json()["runs"] == [run_id]
     assert (await client.get(f"/runs/{run_id}")).json()["run"]["status"] == "cancelled"
+
+
+async def test_a_job_that_opts_out_of_pause_is_409_and_shown_not_pausable(
+        api: tuple[httpx2.AsyncClient, Services]) -> None:
+    client, _ = api
+    made = await client.post("/jobs/", json=counter_job("steady", 3, pausable=False))
+    assert made.status_code == 201 and made.json()["pausable"] is False
+    refused = await client.post("/jobs/steady/pause")
+    assert refused.status_code == 409 and "not pausable" in refused.json()["detail"]
+    assert (await client.get("/jobs/steady")).json()["desired"] == "run"
+    page = await client.get("/ui/job/steady")
+    assert "not pausable" in page.text
 
 
 async def test_bad_requests_say_what_is_wrong(api: tuple[httpx2.AsyncClient, Services]) -> None:
