@@ -627,3 +627,26 @@ async def test_a_crawl_job_with_a_delay_holds_still_by_itself_on_pause(
                        timeout=30)
         await jobs.cancel("site")
         assert await finished(jobs, run.id, timeout=30) == "cancelled"
+
+
+async def test_a_runs_table_of_an_older_release_gains_the_new_columns(
+        control_db: ControlDB) -> None:
+    runs = control_db.table("runs")
+    # the runs table as the release before log_dropped / paused made it, with a run
+    await control_db.schema([
+        f"CREATE TABLE {runs} (id TEXT PRIMARY KEY, job TEXT NOT NULL,"
+        " kind TEXT NOT NULL, status TEXT NOT NULL, trigger_ TEXT NOT NULL,"
+        " host TEXT NOT NULL, pid BIGINT, scheduled_for DOUBLE PRECISION,"
+        " started_at DOUBLE PRECISION NOT NULL, finished_at DOUBLE PRECISION,"
+        " heartbeat_at DOUBLE PRECISION, exit_code BIGINT, error TEXT,"
+        " counters TEXT NOT NULL, version TEXT)"])
+    await control_db.execute(
+        f"INSERT INTO {runs} (id, job, kind, status, trigger_, host, started_at, counters)"
+        " VALUES ('r-old', 'old', 'subprocess', 'succeeded', 'api', 'h', 1.0, '{}')")
+    store = JobStore(control_db)
+    await store.open()
+    await store.open()  # twice: the columns are there now
+    old = await store.run("r-old")
+    assert old.log_dropped == 0 and old.paused is None
+    await store.set_paused("r-old", "signal")
+    assert (await store.run("r-old")).paused == "signal"

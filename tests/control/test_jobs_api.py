@@ -123,6 +123,29 @@ async def test_a_job_that_opts_out_of_pause_is_409_and_shown_not_pausable(
     assert "not pausable" in page.text
 
 
+async def test_log_lines_dropped_show_on_the_run_its_page_and_metrics(
+        api: tuple[httpx2.AsyncClient, Services]) -> None:
+    client, svc = api
+    await client.post("/jobs/", json=counter_job("short", 3))
+    run_id = (await client.post("/jobs/short/run")).json()["run_id"]
+
+    async def ended() -> bool:
+        return (await client.get(f"/runs/{run_id}")).json()["run"]["status"] == "succeeded"
+
+    await wait_for(ended, timeout=20)
+    run = (await client.get(f"/runs/{run_id}")).json()["run"]
+    assert run["log_dropped"] == 0  # every line stored, and said so
+    assert svc.control is not None
+    # as a runner records a run whose lines a bound dropped while the store was away
+    await svc.control.jobs.store.beat(run_id, run["finished_at"], log_dropped=1234)
+    assert (await client.get(f"/runs/{run_id}")).json()["run"]["log_dropped"] == 1234
+    page = (await client.get(f"/ui/run/{run_id}")).text
+    assert "Log lines dropped" in page and "1,234" in page
+    metrics = (await client.get("/metrics")).text
+    assert "crawlhub_log_lines_dropped_total 0" in metrics
+    assert "crawlhub_log_lines_sent_total" in metrics
+
+
 async def test_bad_requests_say_what_is_wrong(api: tuple[httpx2.AsyncClient, Services]) -> None:
     client, _ = api
     resp = await client.post("/jobs/", json={"name": "x", "command": ["true"],
