@@ -505,7 +505,11 @@ async def test_a_job_that_does_not_acknowledge_a_pause_is_stopped_until_continue
     assert view.paused == [run.id]
     await jobs.resume("ticks")
     await wait_for(lambda: out.stat().st_size > held, "the job to go on", timeout=10)
-    assert (await jobs.store.run(run.id)).paused is None
+
+    async def running_again() -> bool:
+        return (await jobs.store.run(run.id)).paused is None
+
+    await wait_for(running_again, "the run's row to say it runs again")
     await jobs.cancel("ticks")
     assert await finished(jobs, run.id) == "cancelled"
     assert any("did not acknowledge" in line for line in jobs.sink.text())  # type: ignore[attr-defined]

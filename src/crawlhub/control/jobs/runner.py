@@ -99,6 +99,8 @@ class _Live:
     #: how the pause took effect: "cooperative", "signal"; None while not (yet) paused
     paused_how: str | None = None
     pausing: asyncio.Task[None] | None = None
+    #: stores ``paused_how`` in the run's row, the latest value last
+    pause_writer: asyncio.Task[None] | None = None
     ack_file: Path | None = None
     #: lines of this run the runner could not hand to the log sink
     lost_lines: int = 0
@@ -243,8 +245,10 @@ class Runner:
                                             source="control", job=spec.name, run=run.id,
                                             host=HOST)])
         finally:
-            if live.pausing is not None:
-                live.pausing.cancel()
+            for task in (live.pausing, live.pause_writer):
+                if task is not None:  # its finish below says the run is not paused
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
             now = self.clock()
             with contextlib.suppress(Exception):
                 await self.store.finish(run.id, status=status, now=now, exit_code=exit_code,
@@ -517,7 +521,7 @@ class Runner:
                 self._hold(live)
             elif live.spec.kind == "collect":  # in this process, on the same control
                 live.paused_how = "cooperative"
-                self._record_pause(live, live.paused_how)
+                self._record_pause(live)
             note = "pause asked"
         elif state != protocol.PAUSE and live.paused_since is not None:
             live.paused_total += self.clock() - live.paused_since
@@ -529,7 +533,7 @@ class Runner:
                 _signal_group(process.pid, signal.SIGCONT)
             if live.paused_how is not None:
                 live.paused_how = None
-                self._record_pause(live, None)
+                self._record_pause(live)
             note = "continued"
         if state == protocol.EXIT and live.cancelled is None:
             live.cancelled = "cancelled"
@@ -555,7 +559,7 @@ class Runner:
             if _acknowledged(live.ack_file, asked):
                 live.pausing = None
                 live.paused_how = "cooperative"
-                self._record_pause(live, live.paused_how)
+                self._record_pause(live)
                 await self._log(live, "paused: the job acknowledged the pause and holds still")
                 return
             await asyncio.sleep(0.05)
@@ -571,23 +575,29 @@ class Runner:
             return
         _signal_group(live.process.pid, signal.SIGSTOP)
         live.paused_how = "signal"
-        self._record_pause(live, live.paused_how)
+        self._record_pause(live)
         task = asyncio.create_task(self._log(live, why))
         _background.add(task)
         task.add_done_callback(_background.discard)
 
-    def _record_pause(self, live: _Live, how: str | None) -> None:
-        """Store how the run's pause took effect (in the background: called from sync
-        code; a failure is logged, the next change stores it again)."""
-        async def store() -> None:
+    def _record_pause(self, live: _Live) -> None:
+        """Store how the run's pause took effect (``live.paused_how``) in the background
+        (called from sync code): one writer per run, which writes again while the value
+        changed meanwhile, so the row ends with the latest; a failure is logged, the next
+        change stores it again."""
+        if live.pause_writer is None or live.pause_writer.done():
+            live.pause_writer = asyncio.create_task(self._write_pause(live))
+
+    async def _write_pause(self, live: _Live) -> None:
+        written: tuple[str | None] | None = None
+        while written != (live.paused_how,):
+            how = live.paused_how
             try:
                 await self.store.set_paused(live.run.id, how)
             except Exception as exc:
                 log.warning("the pause state of run %s not stored: %s", live.run.id, exc)
-
-        task = asyncio.create_task(store())
-        _background.add(task)
-        task.add_done_callback(_background.discard)
+                return
+            written = (how,)
 
     async def _beat_loop(self, live: _Live, counters_file: Path) -> None:
         last: dict[str, Any] | None = None
