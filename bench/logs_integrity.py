@@ -4,7 +4,9 @@ embedded config: SQLite log store, direct transport), and the lines the user the
 in the log store (``GET /logs?run=`` pages through the same store) counted per run.
 
 Run: /work/venv/bin/python bench/logs_integrity.py [--lines 200000] [--runs 5]
-     [--keep DIR]
+     [--keep DIR] [--channel redis://127.0.0.1:6379/0]
+``--channel``: the distributed path instead (lines through a Redis stream, stored by the
+server's collector; a fresh key prefix, its stream deleted afterwards).
 Claim (issue 18, item 5): every line is stored; none is dropped (``log_dropped`` 0).
 Before the fix a run of 200,000 lines stored 103,500 here (179,066 in the issue).
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import sys
 import tempfile
@@ -50,12 +53,17 @@ async def stored_lines(plane: ControlPlane, run_id: str, n: int) -> tuple[int, i
         after = page.next
 
 
-async def main(lines: int, runs: int, keep: str | None) -> None:
+async def main(lines: int, runs: int, keep: str | None, channel: str | None) -> None:
     data = keep or tempfile.mkdtemp(prefix="crawlhub-logs-integrity-")
-    plane = await ControlPlane.open(default_config(data))
+    config = default_config(data)
+    if channel:
+        config.control.channel = channel
+        config.storage.redis_prefix = f"bench-logs-{os.getpid()}:"
+    plane = await ControlPlane.open(config)
     await plane.start()
+    path = f"distributed: Redis stream {channel} + collector" if channel else "embedded"
     table = Table(title=f"{lines:,} numbered lines printed as fast as possible, {runs} runs"
-                  " (embedded: SQLite log store)")
+                  f" ({path}, SQLite log store)")
     for column in ("run", "status", "printed", "stored", "distinct", "missing",
                    "log_dropped", "seconds", "lines/s"):
         table.add_column(column, justify="right")
@@ -68,11 +76,18 @@ async def main(lines: int, runs: int, keep: str | None) -> None:
             record = await plane.jobs.runner.wait(run.id)
             took = time.perf_counter() - started  # the run ends once its lines are sent
             await plane.logs.flush(120)  # (so a run that ended early is counted fairly)
+            if channel:  # sent to the stream: wait until the collector stored them
+                collector = plane.logs.collector
+                assert collector is not None
+                while len(await collector.client.xrange(collector.key, count=1)):
+                    await asyncio.sleep(0.1)
             stored, distinct = await stored_lines(plane, run.id, lines)
             table.add_row(str(k + 1), record.status, f"{lines:,}", f"{stored:,}",
                           f"{distinct:,}", f"{lines - distinct:,}",
                           f"{record.log_dropped:,}", f"{took:.1f}", f"{lines / took:,.0f}")
     finally:
+        if channel and plane.logs.collector is not None:
+            await plane.logs.collector.client.delete(plane.logs.collector.key)
         await plane.close()
         if keep is None:
             shutil.rmtree(data, ignore_errors=True)
@@ -85,5 +100,6 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--keep", default=None, help="data dir to keep (default: a temporary"
                         " one, removed)")
+    parser.add_argument("--channel", default=None, help="a Redis URL: the distributed path")
     args = parser.parse_args()
-    asyncio.run(main(args.lines, args.runs, args.keep))
+    asyncio.run(main(args.lines, args.runs, args.keep, args.channel))
