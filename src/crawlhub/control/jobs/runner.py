@@ -691,6 +691,11 @@ def _acknowledged(path: Path | None, asked: float) -> bool:
     """Whether the job's ack file answers the pause asked at ``asked``."""
     if path is None:
         return False
+    try:
+        if path.stat().st_size > 4096:  # no acknowledgement is that long: not read
+            return False
+    except OSError:
+        return False
     data = protocol.read_json(path)
     return (isinstance(data, dict) and data.get("state") == protocol.PAUSE
             and data.get("changed_at") == asked)
