@@ -105,6 +105,7 @@ class _Live:
     #: lines of this run the runner could not hand to the log sink
     lost_lines: int = 0
     lines_read: int = 0
+    emitting: asyncio.Lock = field(default_factory=asyncio.Lock)
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -446,11 +447,14 @@ class Runner:
             await self._flush(live, lines)
 
     async def _flush(self, live: _Live, lines: list[LogLine]) -> None:
-        if not lines:
-            return
-        batch = lines[:]
-        del lines[:len(batch)]
-        await self._emit(live, batch)
+        # one batch at a time, in order (the lock is FIFO): both readers and the flush
+        # loop flush, and a batch may wait for room in the log buffer
+        async with live.emitting:
+            if not lines:
+                return
+            batch = lines[:]
+            del lines[:len(batch)]
+            await self._emit(live, batch)
 
     async def _emit(self, live: _Live, batch: list[LogLine]) -> None:
         """Hand lines to the log sink; it waits while the store is behind (so the job's
