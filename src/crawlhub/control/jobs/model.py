@@ -35,7 +35,8 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 #: Environment names a job may not set: the runner's own protocol and the loader's.
 RESERVED_ENV = ("CRAWLHUB_JOB", "CRAWLHUB_RUN", "CRAWLHUB_CONTROL_FILE",
-                "CRAWLHUB_COUNTERS_FILE", "CRAWLHUB_RUNNER_PID", "LD_PRELOAD",
+                "CRAWLHUB_COUNTERS_FILE", "CRAWLHUB_RUNNER_PID", "CRAWLHUB_ACK_FILE",
+                "LD_PRELOAD",
                 "LD_LIBRARY_PATH")
 
 
