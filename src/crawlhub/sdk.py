@@ -14,7 +14,10 @@ imported; without a runner (no ``CRAWLHUB_*`` environment) a job runs as always.
 
 The runner rewrites the control file when the job's desired state changes; this module
 reads it at most every :data:`CHECK_EVERY` seconds (one ``stat``, a read only when the
-file changed). Counters go to the counters file at most every :data:`FLUSH_EVERY`
+file changed). A job waiting out a pause in :meth:`Control.wait_while_paused` (or
+:meth:`Control.until_running`) acknowledges it (the ack file); a job that holds still
+another way calls :meth:`Control.acknowledge` itself. A pause not acknowledged within a
+second is enforced by the runner: it stops the job's processes (SIGSTOP) until continued. Counters go to the counters file at most every :data:`FLUSH_EVERY`
 seconds, so counting every item costs a dict update. The file formats and the stdout
 messages are in :mod:`crawlhub.control.protocol`.
 """
@@ -34,6 +37,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from crawlhub.control.protocol import (
+    ENV_ACK_FILE,
     ENV_CONTROL_FILE,
     ENV_COUNTERS_FILE,
     ENV_JOB,
@@ -89,18 +93,45 @@ class Control:
     """
 
     def __init__(self, source: Callable[[], str | None] | None = None, *,
-                 check_every: float = CHECK_EVERY) -> None:
+                 check_every: float = CHECK_EVERY, ack_file: str | Path | None = None
+                 ) -> None:
         self._source = source
         self.check_every = check_every
         self._state = RUN
         self._checked = -1e18
+        #: where :meth:`acknowledge` writes (None: nobody asks for acknowledgements)
+        self.ack_file = Path(ack_file) if ack_file else None
+        self._acked: tuple[str, float] | None = None
 
     @classmethod
-    def from_file(cls, path: str | Path, *, check_every: float = CHECK_EVERY) -> Control:
+    def from_file(cls, path: str | Path, *, check_every: float = CHECK_EVERY,
+                  ack_file: str | Path | None = None) -> Control:
         """The state in a control file ``{"state": ..., "changed_at": ...}``. Each look is
         one ``stat``; the file is read only when its inode, size or mtime changed. A
-        missing or unreadable file keeps the last state known (at first: run)."""
-        return cls(_FileSource(Path(path)), check_every=check_every)
+        missing or unreadable file keeps the last state known (at first: run).
+        ``ack_file``: where a pause is acknowledged; by default the runner's
+        (``$CRAWLHUB_ACK_FILE``) when ``path`` is the runner's control file."""
+        if ack_file is None and str(path) == os.environ.get(ENV_CONTROL_FILE):
+            ack_file = os.environ.get(ENV_ACK_FILE) or None
+        return cls(_FileSource(Path(path)), check_every=check_every, ack_file=ack_file)
+
+    def acknowledge(self) -> None:
+        """Tell the runner the job holds still in the state it reads now (a pause: it
+        will not stop the job's processes). Call it once no new work is started and what
+        was in flight is done; ``wait_while_paused`` calls it. Cheap to call again: each
+        state change is written once. Without an ack file (no runner) nothing happens."""
+        state = self.state
+        if self.ack_file is None or state != PAUSE:
+            return
+        changed_at = getattr(self._source, "changed_at", 0.0)
+        if self._acked == (state, changed_at):
+            return
+        try:
+            write_json_atomic(self.ack_file, {"state": state, "changed_at": changed_at,
+                                              "at": time.time()})
+            self._acked = (state, changed_at)
+        except OSError:
+            pass  # the runner stops the process instead: paused all the same
 
     @classmethod
     def from_callable(cls, get_state: Callable[[], str | None], *,
@@ -158,6 +189,7 @@ class Control:
         state = self.state
         if state != PAUSE:
             return state != EXIT
+        self.acknowledge()
         if deadline is not None and time.monotonic() >= deadline:
             return True
         return None
@@ -183,6 +215,8 @@ class _FileSource:
         self.path = path
         self._seen: tuple[int, int, int] | None = None
         self._state: str | None = None
+        #: the ``changed_at`` of the state read (what an acknowledgement answers)
+        self.changed_at = 0.0
 
     def __call__(self) -> str | None:
         try:
@@ -195,6 +229,8 @@ class _FileSource:
             if isinstance(data, dict) and data.get("state") in STATES:
                 self._seen = mark
                 self._state = str(data["state"])
+                changed = data.get("changed_at")
+                self.changed_at = float(changed) if isinstance(changed, int | float) else 0.0
         return self._state
 
 

@@ -52,3 +52,16 @@ def test_a_failing_run_and_bad_input_exit_non_zero(cli: Cli, tmp_path: Path) -> 
     assert bad.exit_code != 0 and "cron" in bad.stderr
     missing = cli("jobs", "run", "nope", *where)
     assert missing.exit_code != 0 and "no job named 'nope'" in missing.stderr
+
+
+def test_a_job_that_opts_out_of_pause_is_refused_by_the_cli(cli: Cli, tmp_path: Path) -> None:
+    where = ["--data-dir", str(tmp_path / "data")]
+    added = cli("jobs", "add", "steady", "--not-pausable", "--grace", "60", *where, "--",
+                sys.executable, "-c", "print(1)")
+    assert added.exit_code == 0, added.stderr
+    [job] = json.loads(cli("jobs", "list", "--json", *where).stdout)
+    assert job["spec"]["pausable"] is False and job["spec"]["grace"] == 60
+    refused = cli("jobs", "pause", "steady", *where)
+    assert refused.exit_code != 0 and "not pausable" in refused.stderr
+    assert cli("jobs", "set", "steady", "--pausable", *where).exit_code == 0
+    assert cli("jobs", "pause", "steady", *where).exit_code == 0

@@ -474,3 +474,183 @@ async def test_cancel_lets_a_job_on_the_sdk_end_by_itself(jobs: JobService,
     text = jobs.sink.text()  # type: ignore[attr-defined]
     assert any(line.startswith("exit requested at") for line in text)
     assert record.counters["success"] > 0
+
+
+def process_state(pid: int) -> str:
+    """The state letter of ``/proc/<pid>/stat`` (T: stopped by a signal)."""
+    return open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[0].decode()
+
+
+async def test_a_job_that_does_not_acknowledge_a_pause_is_stopped_until_continued(
+        jobs: JobService, tmp_path: Path) -> None:
+    out = tmp_path / "ticks.txt"
+    path = script(tmp_path, "ticks.py", f"""
+        import time
+        with open({str(out)!r}, "a") as f:
+            while True:
+                f.write("x"); f.flush(); time.sleep(0.02)
+    """)
+    # a plain subprocess job: no crawlhub.sdk, no pause_signal
+    await jobs.create(JobSpec(name="ticks", command=[sys.executable, path]))
+    run = await jobs.run("ticks")
+    await wait_for(lambda: out.exists() and out.stat().st_size > 5, timeout=10)
+    await jobs.pause("ticks")
+    record = await wait_for(lambda: _paused_run(jobs, run.id), "the pause to take effect")
+    assert record.paused == "signal"
+    pid = record.pid
+    assert pid is not None and process_state(pid) == "T"
+    held = out.stat().st_size
+    assert process_state(pid) == "T" and out.stat().st_size == held  # it writes nothing
+    view = await jobs.get("ticks")
+    assert view.paused == [run.id]
+    await jobs.resume("ticks")
+    await wait_for(lambda: out.stat().st_size > held, "the job to go on", timeout=10)
+
+    async def running_again() -> bool:
+        return (await jobs.store.run(run.id)).paused is None
+
+    await wait_for(running_again, "the run's row to say it runs again")
+    await jobs.cancel("ticks")
+    assert await finished(jobs, run.id) == "cancelled"
+    assert any("did not acknowledge" in line for line in jobs.sink.text())  # type: ignore[attr-defined]
+
+
+async def _paused_run(jobs: JobService, run_id: str) -> object:
+    record = await jobs.store.run(run_id)
+    return record if record.paused else None
+
+
+async def test_a_job_on_the_sdk_acknowledges_a_pause_and_is_not_stopped(
+        jobs: JobService, tmp_path: Path) -> None:
+    await jobs.create(counter(tmp_path, 100000))
+    run = await jobs.run("count")
+    counters = tmp_path / "runs" / run.id / "counters.json"
+    await wait_for(lambda: (protocol.read_json(counters) or {}).get("counters"), timeout=10)
+    await jobs.pause("count")
+    record = await wait_for(lambda: _paused_run(jobs, run.id), "the pause to take effect")
+    assert record.paused == "cooperative"  # type: ignore[attr-defined]
+    assert process_state(record.pid) != "T"  # type: ignore[attr-defined]
+    ack = protocol.read_json(tmp_path / "runs" / run.id / "ack.json")
+    assert ack["state"] == protocol.PAUSE
+    await jobs.cancel("count")  # a paused job still ends on cancel, by itself
+    assert await finished(jobs, run.id) == "cancelled"
+    assert (await jobs.store.run(run.id)).exit_code == 0
+
+
+async def test_a_job_that_opts_out_of_pause_is_refused_and_runs_on(
+        jobs: JobService, tmp_path: Path) -> None:
+    await jobs.create(JobSpec(name="steady", command=[sys.executable, "-c", "print(1)"],
+                              pausable=False))
+    with pytest.raises(ConflictError, match="not pausable"):
+        await jobs.pause("steady")
+    assert await jobs.channel.get("steady") == protocol.RUN
+    view = await jobs.get("steady")
+    assert view.spec.pausable is False
+
+
+async def test_cancel_gives_a_scrapy_command_time_to_close_after_one_sigterm(
+        jobs: JobService, tmp_path: Path) -> None:
+    # A stand-in for `scrapy crawl`: on SIGTERM it closes gracefully, taking longer than
+    # the server's grace (1 s here), and a second SIGTERM would make it stop unclean.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scrapy = bin_dir / "scrapy"
+    scrapy.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import signal, sys, time
+        seen = []
+        def term(*_):
+            seen.append(1)
+            print("Received SIGTERM, shutting down gracefully." if len(seen) == 1
+                  else "Received SIGTERM twice, forcing unclean shutdown", flush=True)
+        signal.signal(signal.SIGTERM, term)
+        print("Spider opened", flush=True)
+        while not seen:
+            time.sleep(0.02)
+        time.sleep(2.5)  # finishing the requests in flight, closing the feed exports
+        print("Spider closed (shutdown), SIGTERMs:", len(seen), flush=True)
+    """))
+    scrapy.chmod(0o755)
+    await jobs.create(JobSpec(name="spider", command=[str(scrapy), "crawl", "quotes"]))
+    run = await jobs.run("spider")
+    await wait_for(lambda: "Spider opened" in jobs.sink.text(), timeout=10)  # type: ignore[attr-defined]
+    await jobs.cancel("spider")
+    assert await finished(jobs, run.id, timeout=30) == "cancelled"
+    record = await jobs.store.run(run.id)
+    assert record.exit_code == 0  # it closed by itself, not SIGKILLed
+    assert "Spider closed (shutdown), SIGTERMs: 1" in jobs.sink.text()  # type: ignore[attr-defined]
+
+
+async def test_a_traceback_on_stderr_is_stored_at_error(jobs: JobService,
+                                                       tmp_path: Path) -> None:
+    path = script(tmp_path, "boom.py", """
+        import sys
+        print("starting", file=sys.stderr, flush=True)
+        def inner():
+            raise ValueError("boom")
+        try:
+            inner()
+        except ValueError as exc:
+            raise RuntimeError("the job failed") from exc
+    """)
+    await jobs.create(JobSpec(name="boom", command=[sys.executable, path]))
+    run = await jobs.run("boom")
+    assert await finished(jobs, run.id) == "failed"
+    levels = {line.message: line.level for line in jobs.sink.lines  # type: ignore[attr-defined]
+              if line.stream == "stderr"}
+    assert levels["starting"] == "info"
+    assert levels["Traceback (most recent call last):"] == "error"
+    assert levels["ValueError: boom"] == "error"
+    assert levels["RuntimeError: the job failed"] == "error"
+    assert levels["    raise ValueError(\"boom\")"] == "error"
+    assert levels["The above exception was the direct cause of the following exception:"] \
+        == "error"
+
+
+async def test_a_crawl_job_with_a_delay_holds_still_by_itself_on_pause(
+        jobs: JobService, tmp_path: Path) -> None:
+    from tests.agents.servers import Site
+
+    async with Site(pages=2000) as site:
+        await jobs.create(JobSpec(
+            name="site", kind="crawl",
+            command=[f"{site.url}/page/0", "--follow", "--delay", "0.1", "--quiet",
+                     "--data-dir", str(tmp_path / "crawl")],
+            env={"PYTHONPATH": os.pathsep.join(sys.path)}))
+        run = await jobs.run("site")
+        await wait_for(lambda: sum(site.hits.values()) > 5, "pages fetched", timeout=60)
+        await jobs.pause("site")
+        record = await wait_for(lambda: _paused_run(jobs, run.id), "the pause to take effect")
+        # it acknowledged: nothing in flight, its leased tasks waiting - not SIGSTOPped
+        assert record.paused == "cooperative"  # type: ignore[attr-defined]
+        held = sum(site.hits.values())
+        await asyncio.sleep(1.0)  # a window in which a paused crawl must fetch nothing
+        assert sum(site.hits.values()) == held
+        await jobs.resume("site")
+        await wait_for(lambda: sum(site.hits.values()) > held, "the crawl to go on",
+                       timeout=30)
+        await jobs.cancel("site")
+        assert await finished(jobs, run.id, timeout=30) == "cancelled"
+
+
+async def test_a_runs_table_of_an_older_release_gains_the_new_columns(
+        control_db: ControlDB) -> None:
+    runs = control_db.table("runs")
+    # the runs table as the release before log_dropped / paused made it, with a run
+    await control_db.schema([
+        f"CREATE TABLE {runs} (id TEXT PRIMARY KEY, job TEXT NOT NULL,"
+        " kind TEXT NOT NULL, status TEXT NOT NULL, trigger_ TEXT NOT NULL,"
+        " host TEXT NOT NULL, pid BIGINT, scheduled_for DOUBLE PRECISION,"
+        " started_at DOUBLE PRECISION NOT NULL, finished_at DOUBLE PRECISION,"
+        " heartbeat_at DOUBLE PRECISION, exit_code BIGINT, error TEXT,"
+        " counters TEXT NOT NULL, version TEXT)"])
+    await control_db.execute(
+        f"INSERT INTO {runs} (id, job, kind, status, trigger_, host, started_at, counters)"
+        " VALUES ('r-old', 'old', 'subprocess', 'succeeded', 'api', 'h', 1.0, '{}')")
+    store = JobStore(control_db)
+    await store.open()
+    await store.open()  # twice: the columns are there now
+    old = await store.run("r-old")
+    assert old.log_dropped == 0 and old.paused is None
+    await store.set_paused("r-old", "signal")
+    assert (await store.run("r-old")).paused == "signal"

@@ -87,8 +87,16 @@ async def test_pause_continue_and_cancel_through_the_api(
 
     await wait_for(lambda: success(), timeout=10)
     paused = await client.post("/jobs/long/pause")
-    assert paused.status_code == 200 and paused.json()["state"] == "paused"
-    await asyncio.sleep(2.5)  # the pause has taken effect and a heartbeat has passed
+    # "pausing" until the run holds still (the job acknowledges), then "paused"
+    assert paused.status_code == 200 and paused.json()["state"] in ("pausing", "paused")
+
+    async def held_still() -> bool:
+        job = (await client.get("/jobs/long")).json()
+        run = (await client.get(f"/runs/{run_id}")).json()["run"]
+        return job["state"] == "paused" and run["paused"] == "cooperative"
+
+    await wait_for(held_still, "the pause to take effect")
+    await asyncio.sleep(1.5)  # a heartbeat has passed
     held = await success()
     await asyncio.sleep(1.5)
     assert await success() == held
@@ -101,6 +109,41 @@ async def test_pause_continue_and_cancel_through_the_api(
     cancelled = await client.post("/jobs/long/cancel", params={"wait": 10})
     assert cancelled.json()["runs"] == [run_id]
     assert (await client.get(f"/runs/{run_id}")).json()["run"]["status"] == "cancelled"
+
+
+async def test_a_job_that_opts_out_of_pause_is_409_and_shown_not_pausable(
+        api: tuple[httpx2.AsyncClient, Services]) -> None:
+    client, _ = api
+    made = await client.post("/jobs/", json=counter_job("steady", 3, pausable=False))
+    assert made.status_code == 201 and made.json()["pausable"] is False
+    refused = await client.post("/jobs/steady/pause")
+    assert refused.status_code == 409 and "not pausable" in refused.json()["detail"]
+    assert (await client.get("/jobs/steady")).json()["desired"] == "run"
+    page = await client.get("/ui/job/steady")
+    assert "not pausable" in page.text
+
+
+async def test_log_lines_dropped_show_on_the_run_its_page_and_metrics(
+        api: tuple[httpx2.AsyncClient, Services]) -> None:
+    client, svc = api
+    await client.post("/jobs/", json=counter_job("short", 3))
+    run_id = (await client.post("/jobs/short/run")).json()["run_id"]
+
+    async def ended() -> bool:
+        return (await client.get(f"/runs/{run_id}")).json()["run"]["status"] == "succeeded"
+
+    await wait_for(ended, timeout=20)
+    run = (await client.get(f"/runs/{run_id}")).json()["run"]
+    assert run["log_dropped"] == 0  # every line stored, and said so
+    assert svc.control is not None
+    # as a runner records a run whose lines a bound dropped while the store was away
+    await svc.control.jobs.store.beat(run_id, run["finished_at"], log_dropped=1234)
+    assert (await client.get(f"/runs/{run_id}")).json()["run"]["log_dropped"] == 1234
+    page = (await client.get(f"/ui/run/{run_id}")).text
+    assert "Log lines dropped" in page and "1,234" in page
+    metrics = (await client.get("/metrics")).text
+    assert "crawlhub_log_lines_dropped_total 0" in metrics
+    assert "crawlhub_log_lines_sent_total" in metrics
 
 
 async def test_bad_requests_say_what_is_wrong(api: tuple[httpx2.AsyncClient, Services]) -> None:

@@ -163,8 +163,11 @@ class Agent:
     ``gate`` is an optional ``DomainGate``; ``registry`` an optional ``AgentRegistry``.
     ``control`` (anything with ``state``: ``run`` / ``pause`` / ``exit``, e.g.
     ``crawlhub.sdk.control()``) is looked at every ``CONTROL_POLL`` s: paused, the agent
-    leases nothing and starts no fetch, the fetches in flight finish and are flushed and
-    the tasks it holds keep their leases; exit ends the run once those are flushed
+    leases nothing and starts no fetch (a task waiting for its domain's turn gives the
+    turn back and waits for continue), the fetches in flight finish and are flushed and
+    the tasks it holds keep their leases; then the pause is acknowledged (the control's
+    ``acknowledge()``, when it has one: a job runner stops the processes of a job that
+    does not acknowledge within a second); exit ends the run once those are flushed
     (``exited`` is then True; buffered tasks go back when their leases end).
     ``robots`` (anything with ``allowed(url, user_agent)``: a ``DomainGate`` opened with
     robots, or a ``RobotsCache``) is asked before each fetch, for the downloader's
@@ -234,6 +237,8 @@ class Agent:
         self._held: dict[str, tuple[str, float]] = {}
         self._outbox: list[Page] = []
         self._inflight = 0
+        #: downloads going now (``_inflight`` also counts tasks waiting for their turn)
+        self._fetching = 0
         self._flushing: asyncio.Task[None] | None = None
         #: set while the outbox has room: workers wait on it (memory stays bounded when
         #: fetching outruns flushing)
@@ -391,8 +396,17 @@ class Agent:
             from crawlhub.agents.politeness.gate import domain_of
 
             slot = await gate.acquire(domain_of(url))
+            # paused while waiting for the domain's turn: give the turn back, fetch
+            # nothing until continued (with a delay, the turns of every task already
+            # leased would otherwise go on for seconds after the pause)
+            while not self._running.is_set() and not self.exited:
+                await gate.release(slot)
+                while not self._running.is_set() and not self.exited:
+                    await asyncio.sleep(CONTROL_POLL)
+                slot = await gate.acquire(domain_of(url))
         status: int | None = None
         fetched: Fetched | None = None
+        self._fetching += 1
         try:
             if self.remote:  # the download center's: it needs the task (chain, depth, rules)
                 remote: Any = self.downloader
@@ -401,6 +415,7 @@ class Agent:
                 fetched = await self.downloader.fetch(url, job=str(task.get("job") or ""))
             status = fetched.status or None
         finally:
+            self._fetching -= 1
             if slot is not None and gate is not None:
                 from crawlhub.agents.politeness.gate import retry_after_seconds
 
@@ -446,6 +461,7 @@ class Agent:
         """Apply the run's control: one look (a memory read, a ``stat`` at most) a poll."""
         control: Any = self.control
         running = self._running
+        acknowledge = getattr(control, "acknowledge", None)
         while not stop.is_set():
             state = control.state
             if state == EXIT:
@@ -461,6 +477,9 @@ class Agent:
             elif state == RUN and not running.is_set():
                 log.info("agent %s: continued", self.agent_id)
                 running.set()
+            if (state == PAUSE and acknowledge is not None and not self._fetching
+                    and not self._outbox and self._flushing is None):
+                acknowledge()  # nothing in flight, all written: holding still (once)
             await asyncio.sleep(CONTROL_POLL)
 
     async def _settle(self) -> None:

@@ -45,4 +45,8 @@ async def metrics(svc: ServicesDep) -> Response:
                 hub.metrics.lag.labels(rule.name).set(await hub.lag(rule.name))
             except Exception:  # a backend down must not break the scrape
                 continue
-    return Response(generate_latest(hub.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    text = generate_latest(hub.metrics.registry)
+    logs = getattr(svc.control, "logs", None) if svc.control is not None else None
+    if logs is not None:  # the control plane's log figures (lines dropped, if any)
+        text += logs.metrics_text().encode()
+    return Response(text, media_type=CONTENT_TYPE_LATEST)

@@ -63,9 +63,15 @@ class JobRow(BaseModel):
     version: str | None
     command: list[str]
     max_instances: int
-    state: str = Field(description="running, paused or idle")
+    state: str = Field(description="running, pausing (pause asked, not yet in effect in"
+                       " every run), paused or idle")
     desired: str = Field(description="the control channel's desired state: run, pause, exit")
+    pausable: bool = Field(True, description="false: the job opted out of pause (pausable:"
+                           " false); POST /jobs/{name}/pause answers 409")
     running: list[str] = Field(description="ids of the runs going now")
+    paused: list[str] = Field(default_factory=list, description="those of them whose pause"
+                              " took effect (acknowledged by the job, or its processes"
+                              " stopped)")
     last_run: RunRecord | None
     notes: str
     # Fields of the collection jobs' older listing (None for other kinds).
@@ -91,13 +97,17 @@ class Cancelled(BaseModel):
 def row(view: JobView) -> JobRow:
     spec = view.spec
     state = "running" if view.running else "idle"
-    if view.desired == "pause":
-        state = "paused"
+    if view.desired == "pause" and spec.pausable:
+        # paused once every run holds still (the truth, not the wish); collect runs of
+        # the config's jobs have no run row ("(collect)"): their pause is in process
+        held = set(view.paused) | {r for r in view.running if r.startswith("(")}
+        state = "paused" if held >= set(view.running) else "pausing"
     return JobRow(name=spec.name, kind=spec.kind, source=view.source, enabled=spec.enabled,
                   cron=spec.cron, next_fire=view.next_fire, project=spec.project,
                   version=spec.version, command=spec.argv(), max_instances=spec.max_instances,
-                  state=state, desired=view.desired, running=view.running,
-                  last_run=view.last_run, notes=spec.notes)
+                  state=state, desired=view.desired, pausable=spec.pausable,
+                  running=view.running, paused=view.paused, last_run=view.last_run,
+                  notes=spec.notes)
 
 
 def optional_job_service(svc: Services = Depends(services)) -> JobService | None:
@@ -119,7 +129,7 @@ async def list_jobs(jobs: JobService | None = Depends(optional_job_service),
         return [JobRow(name=item["name"], kind="collect", source="config",
                        enabled=item["enabled"], cron=None, next_fire=None, project=None,
                        version=None, command=[], max_instances=1, state=item["state"],
-                       desired="run", running=[item["run_id"]] if item["run_id"] else [],
+                       desired="run", pausable=True, running=[item["run_id"]] if item["run_id"] else [],
                        last_run=None, notes="", auto_start=item["auto_start"],
                        strategy=item["strategy"], run_id=item["run_id"],
                        runner=item["runner"], last_status=item["last_status"])
@@ -194,10 +204,12 @@ async def run_job(name: str, jobs: JobService = Depends(job_service)) -> RunStar
     return RunStarted(name=name, run_id=run.id, run=run)
 
 
-@router.post("/{name}/pause", responses=errors(404, *BACKEND))
+@router.post("/{name}/pause", responses=errors(404, 409, *BACKEND))
 async def pause_job(name: str, jobs: JobService = Depends(job_service)) -> JobRow:
-    """Pause: runs hold still within a second, losing nothing; later runs start paused
-    until ``/continue`` (the desired state is stored)."""
+    """Pause: runs hold still within a second, losing nothing (a job that does not
+    acknowledge the pause has its processes stopped, SIGSTOP); later runs start paused
+    until ``/continue`` (the desired state is stored). ``state`` is ``pausing`` until
+    every run holds still. 409 for a job with ``pausable: false``."""
     return row(await jobs.pause(name))
 
 

@@ -141,6 +141,12 @@ class TermControl:
     def state(self) -> str:
         return EXIT if self.terminated else str(self.base.state)
 
+    def acknowledge(self) -> None:
+        """The crawl holds still for a pause (the runner need not stop the process)."""
+        ack = getattr(self.base, "acknowledge", None)
+        if ack is not None and not self.terminated:
+            ack()
+
     def terminate(self, signum: int, frame: object) -> None:
         self.terminated = True
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -108,6 +108,8 @@ def add_command(name: NameArg,
                 notes: Annotated[str, typer.Option(help="Free text shown with the job.")] = "",
                 timeout: Annotated[float | None, typer.Option(help="seconds")] = None,
                 max_instances: Annotated[int, typer.Option(min=1, help="Runs at once (1: no overlap).")] = 1,
+                pausable: Annotated[bool, typer.Option("--pausable/--not-pausable", help="Whether pause may hold its runs (not pausable: pause is refused).")] = True,
+                grace: Annotated[float | None, typer.Option(help="Seconds between SIGTERM and SIGKILL on cancel (default: control.grace; 180 for Scrapy).")] = None,
                 config: ConfigOpt = None, data_dir: DataDirOpt = None,
                 sets: SetOpt = None) -> None:
     """Add a job.
@@ -118,7 +120,8 @@ def add_command(name: NameArg,
     try:
         spec = JobSpec(name=name, kind=kind, command=command, cron=cron,  # type: ignore[arg-type]
                        project=project, version=version, env=pairs, notes=notes,
-                       timeout=timeout, max_instances=max_instances)
+                       timeout=timeout, max_instances=max_instances, pausable=pausable,
+                       grace=grace)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     view = _call(cfg, lambda jobs: jobs.create(spec))
@@ -171,12 +174,15 @@ def set_command(name: NameArg,
                 max_instances: Annotated[int | None, typer.Option(min=1, help="Runs at once.")] = None,
                 timeout: Annotated[float | None, typer.Option(help="Seconds a run may take.")] = None,
                 notes: Annotated[str | None, typer.Option(help="Free text shown with the job.")] = None,
+                pausable: Annotated[bool | None, typer.Option("--pausable/--not-pausable", help="Whether pause may hold its runs.")] = None,
+                grace: Annotated[float | None, typer.Option(help="Seconds between SIGTERM and SIGKILL on cancel.")] = None,
                 config: ConfigOpt = None, data_dir: DataDirOpt = None,
                 sets: SetOpt = None) -> None:
     """Change some fields of a job."""
     cfg = get_config(config, data_dir, sets)
     changes = {k: v for k, v in {"cron": cron, "enabled": enabled, "notes": notes,
-                                 "max_instances": max_instances, "timeout": timeout}.items()
+                                 "max_instances": max_instances, "timeout": timeout,
+                                 "pausable": pausable, "grace": grace}.items()
                if v is not None}
     try:
         patch = JobPatch.model_validate(changes)

@@ -92,6 +92,7 @@ class ControlPlane:
         section = self.config.control
         runner = Runner(JobStore(self.db), channel=self.channel, runs_dir=section.runs_dir,
                         grace=section.grace, log_sink=self.logs.write,
+                        log_dropped=self.logs.dropped_of, log_flush=self.logs.flush,
                         artifacts=self.builds.artifact,
                         on_finish=self.alerts.run_finished, collect=self.collect)
         self.jobs = JobService(runner.store, runner, collect=self.collect,

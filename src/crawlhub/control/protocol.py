@@ -10,6 +10,11 @@ The runner starts a job with these environment variables:
   state changes; the job reads it (``crawlhub.sdk.control()``);
 - ``CRAWLHUB_COUNTERS_FILE``: a JSON file ``{"counters": {name: number}, "updated_at":
   <unix time>}`` the job rewrites (atomically) as it counts; the runner reads it.
+- ``CRAWLHUB_ACK_FILE``: a JSON file ``{"state": "pause", "changed_at": <the control
+  file's changed_at it answers>, "at": <unix time>}`` the job writes (atomically) once it
+  holds still for a pause (``crawlhub.sdk`` does it in ``wait_while_paused``). A job that
+  does not acknowledge a pause within :data:`ACK_WAIT` seconds is stopped with SIGSTOP
+  (SIGCONT on continue): "paused" always means its processes stopped producing.
 
 On stdout, a line that is a JSON object with a ``"crawlhub"`` key is a message to the
 runner, anything else is a plain log line:
@@ -35,6 +40,11 @@ ENV_RUN = "CRAWLHUB_RUN"
 ENV_CONTROL_FILE = "CRAWLHUB_CONTROL_FILE"
 ENV_COUNTERS_FILE = "CRAWLHUB_COUNTERS_FILE"
 ENV_RUNNER_PID = "CRAWLHUB_RUNNER_PID"
+ENV_ACK_FILE = "CRAWLHUB_ACK_FILE"
+
+#: Seconds a runner waits for a job to acknowledge a pause before it stops the job's
+#: processes (SIGSTOP).
+ACK_WAIT = 1.0
 
 #: Desired states of a job: run, pause (hold still, lose nothing), exit (stop cleanly).
 RUN, PAUSE, EXIT = "run", "pause", "exit"
@@ -90,6 +100,36 @@ def parse_line(text: str) -> LogMessage | TaskEvent:
                 return LogMessage(str(data.get("message", "")), level, task)
     match = _LEVEL_WORD.search(line[:80])
     return LogMessage(line, _LEVEL_OF[match.group(1)] if match else "info")
+
+
+_TRACEBACK_START = ("Traceback (most recent call last):",
+                    "Exception Group Traceback (most recent call last):")
+_TRACEBACK_LINK = ("During handling of the above exception, another exception occurred:",
+                   "The above exception was the direct cause of the following exception:")
+
+
+class TracebackLevel:
+    """Follows one output stream line by line: the lines of a Python traceback (its
+    ``Traceback (most recent call last):`` line, the indented frames, the chaining notes
+    and the exception line that ends it) are errors, though no level word is in them."""
+
+    __slots__ = ("inside",)
+
+    def __init__(self) -> None:
+        self.inside = False
+
+    def error(self, line: str) -> bool:
+        """Whether ``line`` belongs to a traceback (a call per line, in order)."""
+        bare = line.lstrip(" +|")
+        if bare.startswith(_TRACEBACK_START + _TRACEBACK_LINK):
+            self.inside = True
+            return True
+        if not self.inside:
+            return False
+        if not line.strip() or line[0] in " \t+|":
+            return True
+        self.inside = False  # the exception line: "ValueError: boom"
+        return True
 
 
 def write_json_atomic(path: str | Path, value: Any) -> None:

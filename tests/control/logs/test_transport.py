@@ -4,6 +4,7 @@ collectors (killed mid-batch, Redis gone and back), all on real SQLite / Redis."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import threading
 from collections.abc import AsyncIterator, Sequence
@@ -18,6 +19,7 @@ from crawlhub.control.logs.transport import (
     LineBuffer,
     LogCollector,
     RedisTransport,
+    StreamFull,
     decode_batch,
     encode_batch,
 )
@@ -169,6 +171,30 @@ async def test_lines_travel_through_the_redis_stream_to_the_store(
         client = collector.client
         assert await client.xlen(stream) == 0  # acked entries are deleted
         assert (await client.xpending(stream, "collectors"))["pending"] == 0
+    finally:
+        await producer.close()
+        await collector.close()
+
+
+async def test_a_stream_no_collector_reads_holds_the_producers_lines_never_trims_them(
+        store: LogStore, redis_url: str, stream: str, line: MakeLine) -> None:
+    producer = RedisTransport(redis_client(redis_url, name="test producer"), stream,
+                              batch=2, maxlen=2)
+    collector = LogCollector(redis_client(redis_url, name="test collector"), stream, store,
+                             block=0.05)
+    try:
+        producer.put([line(f"s{i}", run="r1") for i in range(10)])
+        with pytest.raises(StreamFull, match="no collector"):
+            await producer.flush()  # two batches in the stream, then it is full
+        assert await collector.client.xlen(stream) == 2  # never more, never trimmed
+        assert producer.stats()["buffered"] == 6 and producer.stats()["dropped"] == 0
+        for _ in range(10):  # a collector comes: room again, the rest follows
+            await collector.step()
+            with contextlib.suppress(StreamFull):
+                await producer.flush()
+            if await store.count() == 10:
+                break
+        assert sorted(await all_messages(store)) == sorted(f"s{i}" for i in range(10))
     finally:
         await producer.close()
         await collector.close()

@@ -38,7 +38,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 #: Environment names a job may not set: the runner's own protocol.
 RESERVED_ENV = ("CRAWLHUB_JOB", "CRAWLHUB_RUN", "CRAWLHUB_CONTROL_FILE",
-                "CRAWLHUB_COUNTERS_FILE", "CRAWLHUB_RUNNER_PID")
+                "CRAWLHUB_COUNTERS_FILE", "CRAWLHUB_RUNNER_PID", "CRAWLHUB_ACK_FILE")
 #: Prefixes of the dynamic loader's variables (glibc ld.so, macOS dyld): every one of
 #: them (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH, LD_DEBUG_OUTPUT, ...) is refused.
 LOADER_ENV_PREFIXES = ("LD_", "DYLD_")
@@ -141,8 +141,14 @@ class JobSpec(BaseModel):
     timeout: float | None = Field(default=None, gt=0)
     #: runs at once; a cron tick or run request over it is skipped / refused
     max_instances: int = Field(default=1, ge=1, le=1000)
-    #: pause a job that does not use crawlhub.sdk by stopping its processes (SIGSTOP)
+    #: pause by stopping the job's processes (SIGSTOP) at once, not after a second
+    #: without the job's acknowledgement (crawlhub.sdk acknowledges)
     pause_signal: bool = False
+    #: false: the job is never paused (``POST /jobs/{name}/pause`` answers 409)
+    pausable: bool = True
+    #: seconds between SIGTERM and SIGKILL on cancel; None: ``control.grace`` (180 s for
+    #: a Scrapy command, which closes gracefully on SIGTERM)
+    grace: float | None = Field(default=None, gt=0, le=86_400)
     enabled: bool = True
 
     @field_validator("name")
@@ -229,6 +235,8 @@ class JobPatch(BaseModel):
     timeout: float | None = None
     max_instances: int | None = None
     pause_signal: bool | None = None
+    pausable: bool | None = None
+    grace: float | None = None
     enabled: bool | None = None
 
     def apply(self, spec: JobSpec) -> JobSpec:
@@ -256,6 +264,12 @@ class RunRecord(BaseModel):
     error: str | None = None
     counters: dict[str, Any] = Field(default_factory=dict)
     version: str | None = None
+    #: lines of the run's output the log store never got (a bound dropped them while the
+    #: store was away); 0 when every line was stored
+    log_dropped: int = 0
+    #: while the run is paused, how the pause took effect: ``cooperative`` (the job
+    #: acknowledged it) or ``signal`` (its processes were stopped); None while it runs
+    paused: str | None = None
 
     @property
     def duration(self) -> float | None:

@@ -8,13 +8,24 @@ own process group, so signals reach its children too) with:
   control channel (pause / continue / exit), and a counters file it writes;
 - its stdout and stderr read line by line into the log store, each line carrying the
   job, run and task codes (a JSON ``{"crawlhub": "task", ...}`` line moves the run's
-  timeline instead);
+  timeline instead; the lines of a Python traceback are stored at ``error``). Reading
+  waits while the log store is behind, so a job printing faster than the store writes
+  is slowed (its pipe fills), never cut; lines a bound had to drop (the store away for
+  long) are counted in the run's ``log_dropped``;
 - a heartbeat with its counters in the run's row every ``beat`` seconds, so a run whose
   host died is seen as ``lost`` by the next claim.
 
+Pause writes ``pause`` to the control file; a job that acknowledges it within
+:data:`~crawlhub.control.protocol.ACK_WAIT` seconds (``crawlhub.sdk`` does) holds still by
+itself, any other has its process group stopped (SIGSTOP; SIGCONT on continue). The run's
+``paused`` says which (``cooperative`` or ``signal``). ``pause_signal`` jobs are stopped at
+once; ``pausable: false`` jobs are never paused (the API answers 409).
+
 Cancel writes ``exit`` to the control file (a job on the SDK ends by itself), sends
-SIGTERM to the group a moment later (at most 2 s), then SIGKILL after ``grace`` seconds. A ``timeout`` counts only running time, not paused time.
-Jobs that do not use the SDK can be paused with ``pause_signal`` (SIGSTOP / SIGCONT).
+SIGTERM to the group once a moment later (at most 2 s), then SIGKILL after the job's
+``grace`` seconds (by default ``control.grace``; :data:`SCRAPY_GRACE` for a Scrapy
+command, which finishes its requests in flight and closes its exports on SIGTERM). A
+``timeout`` counts only running time, not paused time.
 
 A server killed with SIGKILL leaves its job processes behind, re-parented; the next
 server to open on the host, or the 30 s sweep of one still running there, stops them
@@ -44,7 +55,7 @@ from crawlhub.control.builders import READ_TAIL, Artifact, close_pipes, exited
 from crawlhub.control.channel import ControlChannel, ControlFollower
 from crawlhub.control.jobs.model import JobSpec, RunRecord
 from crawlhub.control.jobs.store import HOST, JobStore, pid_alive
-from crawlhub.control.logs.line import LogLine
+from crawlhub.control.logs.line import LogLine, level_rank
 from crawlhub.errors import ConflictError
 
 if TYPE_CHECKING:
@@ -57,9 +68,18 @@ MAX_LINE = 64 * 1024
 #: Log lines buffered before a write to the log store (or every FLUSH_EVERY seconds).
 FLUSH_LINES = 500
 FLUSH_EVERY = 0.2
+#: Seconds a Scrapy command gets between SIGTERM and SIGKILL when the job sets no
+#: ``grace``: Scrapy's graceful close waits for its requests in flight (its
+#: DOWNLOAD_TIMEOUT is 180 s), then closes the spider and its feed exports.
+SCRAPY_GRACE = 180.0
+#: Seconds at most the end of a run waits for its lines to reach the log store.
+LOG_FLUSH_WAIT = 60.0
 
 
 LogSink = Callable[[list[LogLine]], Awaitable[None]]
+#: run code -> its lines the log pipeline dropped (``LogService.dropped_of``)
+LogDropped = Callable[[str], int]
+LogFlush = Callable[[], Awaitable[None]]
 FinishHook = Callable[[JobSpec, RunRecord], Awaitable[None]]
 #: (project, version) -> the build's artifact (``BuildService.artifact``)
 ArtifactLookup = Callable[[str, str], Awaitable[Artifact]]
@@ -74,6 +94,18 @@ class _Live:
     cancelled: str | None = None  # "cancelled" or "timeout" once asked to stop
     paused_since: float | None = None
     paused_total: float = 0.0
+    #: the control change of the pause asked (what the job's acknowledgement answers)
+    pause_asked: float = 0.0
+    #: how the pause took effect: "cooperative", "signal"; None while not (yet) paused
+    paused_how: str | None = None
+    pausing: asyncio.Task[None] | None = None
+    #: stores ``paused_how`` in the run's row, the latest value last
+    pause_writer: asyncio.Task[None] | None = None
+    ack_file: Path | None = None
+    #: lines of this run the runner could not hand to the log sink
+    lost_lines: int = 0
+    lines_read: int = 0
+    emitting: asyncio.Lock = field(default_factory=asyncio.Lock)
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -82,6 +114,7 @@ class Runner:
 
     def __init__(self, store: JobStore, *, channel: ControlChannel, runs_dir: str | Path,
                  grace: float = 10.0, beat: float = 5.0, log_sink: LogSink | None = None,
+                 log_dropped: LogDropped | None = None, log_flush: LogFlush | None = None,
                  artifacts: ArtifactLookup | None = None, on_finish: FinishHook | None = None,
                  collect: CollectJobManager | None = None, clock: Callable[[], float] = time.time) -> None:
         self.store = store
@@ -92,6 +125,9 @@ class Runner:
         self.grace = grace
         self.beat = beat
         self.log_sink = log_sink
+        #: how many lines of a run the log pipeline dropped, and a flush of what it holds
+        self.log_dropped = log_dropped
+        self.log_flush = log_flush
         self.artifacts = artifacts
         self.on_finish = on_finish
         #: the collection-job manager (crawlhub.collect.service.CollectJobManager) for ``collect``
@@ -156,13 +192,21 @@ class Runner:
         live.stop_requested.set()
         return True
 
+    def grace_of(self, spec: JobSpec) -> float:
+        """Seconds between SIGTERM and SIGKILL for ``spec``'s runs: its ``grace``, else
+        :data:`SCRAPY_GRACE` for a Scrapy command, else the runner's."""
+        if spec.grace is not None:
+            return spec.grace
+        return max(self.grace, SCRAPY_GRACE) if is_scrapy(spec.argv()) else self.grace
+
     async def close(self) -> None:
         """Stop every local run gracefully and wait for their records."""
         for run_id in list(self.live):
             self.stop_run(run_id)
         tasks = [live.task for live in self.live.values() if live.task is not None]
         if tasks:
-            await asyncio.wait(tasks, timeout=self.grace + 5)
+            grace = max(self.grace_of(live.spec) for live in self.live.values())
+            await asyncio.wait(tasks, timeout=grace + 5)
 
     async def stop_orphans(self, run_ids: list[str]) -> set[str]:
         """Stop the job processes of ``run_ids`` that a killed server left running (each
@@ -202,10 +246,15 @@ class Runner:
                                             source="control", job=spec.name, run=run.id,
                                             host=HOST)])
         finally:
+            for task in (live.pausing, live.pause_writer):
+                if task is not None:  # its finish below says the run is not paused
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
             now = self.clock()
             with contextlib.suppress(Exception):
                 await self.store.finish(run.id, status=status, now=now, exit_code=exit_code,
-                                        error=error, counters=counters)
+                                        error=error, counters=counters,
+                                        log_dropped=self._dropped(live))
             self.live.pop(run.id, None)
             if not self._mine(spec.name):
                 with contextlib.suppress(Exception):
@@ -231,12 +280,16 @@ class Runner:
         workdir.mkdir(parents=True, exist_ok=True)
         control_file = workdir / "control.json"
         counters_file = workdir / "counters.json"
+        live.ack_file = workdir / "ack.json"
+        with contextlib.suppress(FileNotFoundError):
+            live.ack_file.unlink()  # a restarted run's old acknowledgement answers nothing
         cwd = Path(artifact.workdir) if artifact is not None and artifact.workdir else workdir
         env = artifact.environ() if artifact is not None else dict(os.environ)
         env.update(spec.env)
         env.update({protocol.ENV_JOB: spec.name, protocol.ENV_RUN: run.id,
                     protocol.ENV_CONTROL_FILE: str(control_file),
                     protocol.ENV_COUNTERS_FILE: str(counters_file),
+                    protocol.ENV_ACK_FILE: str(live.ack_file),
                     protocol.ENV_RUNNER_PID: str(os.getpid()),
                     "PYTHONUNBUFFERED": "1"})
         program = argv[0]
@@ -251,8 +304,8 @@ class Runner:
                 stderr=asyncio.subprocess.PIPE, cwd=str(cwd), env=env,
                 start_new_session=True, limit=MAX_LINE)
             live.process = process
-            if live.paused_since is not None and spec.pause_signal:
-                _signal_group(process.pid, signal.SIGSTOP)
+            if live.paused_since is not None:  # the job is paused: so is its new run
+                self._hold(live)
             await self.store.beat(run.id, self.clock(), pid=process.pid)
             readers = [asyncio.create_task(self._read(live, process.stdout, "stdout", lines)),
                        asyncio.create_task(self._read(live, process.stderr, "stderr", lines))]
@@ -262,9 +315,15 @@ class Runner:
             try:
                 await self._supervise(live, waiter, control_file)
                 code = await waiter
-                # the rest of its output; a process it left behind in a session of its
-                # own may hold the pipes open, so the run ends READ_TAIL s later at most
-                await asyncio.wait(readers, timeout=READ_TAIL)
+                # the rest of its output: read on while lines come (the reading may be
+                # behind, slowed by the log store); a process it left behind in a session
+                # of its own may hold the pipes open without writing, so the run ends
+                # READ_TAIL s after the last line at most
+                while True:
+                    seen = live.lines_read
+                    done, _ = await asyncio.wait(readers, timeout=READ_TAIL)
+                    if len(done) == len(readers) or live.lines_read == seen:
+                        break
             finally:
                 for task in helpers:
                     task.cancel()
@@ -275,6 +334,7 @@ class Runner:
                     task.cancel()
                 close_pipes(process)  # a process it left behind may still hold them
                 await self._flush(live, lines)
+                await self._settle_logs(live)
         counters = _counters(counters_file)
         if live.cancelled == "timeout":
             return "timeout", code, f"ran over its timeout of {spec.timeout:g} s", counters
@@ -311,22 +371,26 @@ class Runner:
         if waiter.done():
             return
         _write_control(control_file, protocol.EXIT, self.clock())
+        if live.pausing is not None:  # a pause still waiting for its acknowledgement
+            live.pausing.cancel()
         if live.paused_since is not None:  # a stopped process cannot handle SIGTERM
             _signal_group(process.pid, signal.SIGCONT)
+        grace = self.grace_of(spec)
         # A job on the SDK sees "exit" in its control file and ends cleanly (its counters
         # flushed): give it a moment before the signal.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(waiter), min(2.0, self.grace / 2))
+            await asyncio.wait_for(asyncio.shield(waiter), min(2.0, grace / 2))
         if waiter.done():
             return
+        # Once: a second SIGTERM (or SIGINT) makes Scrapy, and many tools, stop at once.
         _signal_group(process.pid, signal.SIGTERM)
         await self._log(live, f"asked to stop ({live.cancelled}): SIGTERM sent; SIGKILL in"
-                        f" {self.grace:g} s", "warning")
+                        f" {grace:g} s", "warning")
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), self.grace)
+            await asyncio.wait_for(asyncio.shield(waiter), grace)
         except TimeoutError:
             _signal_group(process.pid, signal.SIGKILL)
-            await self._log(live, f"still running {self.grace:g} s after SIGTERM: SIGKILL",
+            await self._log(live, f"still running {grace:g} s after SIGTERM: SIGKILL",
                             "warning")
 
     async def _read(self, live: _Live, stream: asyncio.StreamReader | None, name: str,
@@ -334,6 +398,7 @@ class Runner:
         if stream is None:
             return
         spec, run = live.spec, live.run
+        traceback = protocol.TracebackLevel()
         while True:
             try:
                 raw = await stream.readuntil(b"\n")
@@ -352,6 +417,7 @@ class Runner:
                         except asyncio.LimitOverrunError as more:
                             await stream.read(more.consumed)
                 raw = raw[:MAX_LINE] + b" [line cut]"
+            live.lines_read += 1
             text = raw.decode("utf-8", "replace").rstrip("\r\n").replace("\x00", "")
             said = protocol.parse_line(text)
             if isinstance(said, protocol.TaskEvent):
@@ -366,7 +432,10 @@ class Runner:
                 lines.append(LogLine(ts=said.ts, message=message, level=level, job=spec.name,
                                      run=run.id, task=said.task, host=HOST, stream=name))
             else:
-                lines.append(LogLine(ts=self.clock(), message=said.message, level=said.level,
+                level = said.level
+                if traceback.error(said.message) and level_rank(level) < level_rank("error"):
+                    level = "error"
+                lines.append(LogLine(ts=self.clock(), message=said.message, level=level,
                                      job=spec.name, run=run.id, task=said.task, host=HOST,
                                      stream=name))
             if len(lines) >= FLUSH_LINES:
@@ -378,19 +447,43 @@ class Runner:
             await self._flush(live, lines)
 
     async def _flush(self, live: _Live, lines: list[LogLine]) -> None:
-        if not lines:
-            return
-        batch = lines[:]
-        del lines[:len(batch)]
-        await self._emit(live, batch)
+        # one batch at a time, in order (the lock is FIFO): both readers and the flush
+        # loop flush, and a batch may wait for room in the log buffer
+        async with live.emitting:
+            if not lines:
+                return
+            batch = lines[:]
+            del lines[:len(batch)]
+            await self._emit(live, batch)
 
     async def _emit(self, live: _Live, batch: list[LogLine]) -> None:
+        """Hand lines to the log sink; it waits while the store is behind (so the job's
+        pipe is read more slowly, and the job is slowed). Lines it refuses are counted."""
         if self.log_sink is None:
             return
         try:
             await self.log_sink(batch)
         except Exception as exc:  # the log store down: the run goes on
+            live.lost_lines += len(batch)
             log.warning("%d log lines of run %s not stored: %s", len(batch), live.run.id, exc)
+
+    def _dropped(self, live: _Live) -> int:
+        """Lines of the run the log store never got, as far as this process knows."""
+        dropped = live.lost_lines
+        if self.log_dropped is not None:
+            with contextlib.suppress(Exception):
+                dropped += self.log_dropped(live.run.id)
+        return dropped
+
+    async def _settle_logs(self, live: _Live) -> None:
+        """At the run's end: wait (:data:`LOG_FLUSH_WAIT` s at most) until its lines are
+        sent, so its record counts what was dropped and ``GET /logs?run=`` shows the rest."""
+        if self.log_flush is None:
+            return
+        try:
+            await asyncio.wait_for(self.log_flush(), LOG_FLUSH_WAIT)
+        except Exception as exc:  # noqa: BLE001 - the store away: the lines stay buffered
+            log.warning("the log lines of run %s are not all stored yet: %s", live.run.id, exc)
 
     def _line(self, live: _Live, message: str, level: str = "info") -> LogLine:
         """A line the runner itself says about a run."""
@@ -409,37 +502,111 @@ class Runner:
 
         def changed(change: Any) -> None:
             state = change.state
+            if state == protocol.PAUSE and not live.spec.pausable:
+                state = protocol.RUN  # never paused: the job opted out (pausable: false)
             if control_file is not None:
                 _write_control(control_file, state, change.changed_at)
-            note = self._apply(live, state)
+            note = self._apply(live, state, change.changed_at)
             if note and lines is not None:
                 lines.append(self._line(live, note))
 
         return ControlFollower(self.channel, live.spec.name, on_change=changed)
 
-    def _apply(self, live: _Live, state: str) -> str | None:
+    def _apply(self, live: _Live, state: str, changed_at: float = 0.0) -> str | None:
         """Act on a desired state; what to log, if anything."""
-        process, signals = live.process, live.spec.pause_signal
+        process = live.process
         note = None
+        if state == protocol.PAUSE and not live.spec.pausable:
+            return None
         if state == protocol.PAUSE and live.paused_since is None:
             live.paused_since = self.clock()
-            if signals and process is not None:
-                _signal_group(process.pid, signal.SIGSTOP)
-            note = "paused" + (" (SIGSTOP)" if signals else "")
+            live.pause_asked = changed_at
+            if process is not None:
+                self._hold(live)
+            elif live.spec.kind == "collect":  # in this process, on the same control
+                live.paused_how = "cooperative"
+                self._record_pause(live)
+            note = "pause asked"
         elif state != protocol.PAUSE and live.paused_since is not None:
             live.paused_total += self.clock() - live.paused_since
             live.paused_since = None
-            if signals and process is not None:
+            if live.pausing is not None:
+                live.pausing.cancel()
+                live.pausing = None
+            if live.paused_how == "signal" and process is not None:
                 _signal_group(process.pid, signal.SIGCONT)
+            if live.paused_how is not None:
+                live.paused_how = None
+                self._record_pause(live)
             note = "continued"
         if state == protocol.EXIT and live.cancelled is None:
             live.cancelled = "cancelled"
             live.stop_requested.set()
         return note
 
+    def _hold(self, live: _Live) -> None:
+        """Make the pause of a started process take effect: at once by SIGSTOP for a
+        ``pause_signal`` job, else by the job's acknowledgement, or SIGSTOP after
+        :data:`~crawlhub.control.protocol.ACK_WAIT` seconds without one."""
+        if live.pausing is not None or live.paused_how is not None:
+            return
+        if live.spec.pause_signal:
+            self._stop_group(live, "paused: its processes stopped (SIGSTOP; pause_signal)")
+            return
+        live.pausing = asyncio.create_task(self._await_ack(live), name=f"pause {live.run.id}")
+
+    async def _await_ack(self, live: _Live) -> None:
+        asked = live.pause_asked
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + protocol.ACK_WAIT
+        while loop.time() < deadline:
+            if _acknowledged(live.ack_file, asked):
+                live.pausing = None
+                live.paused_how = "cooperative"
+                self._record_pause(live)
+                await self._log(live, "paused: the job acknowledged the pause and holds still")
+                return
+            await asyncio.sleep(0.05)
+        live.pausing = None
+        if live.paused_since is None or live.cancelled is not None:
+            return
+        self._stop_group(live, f"paused: the job did not acknowledge the pause within"
+                         f" {protocol.ACK_WAIT:g} s, so its processes were stopped (SIGSTOP;"
+                         " SIGCONT on continue)")
+
+    def _stop_group(self, live: _Live, why: str) -> None:
+        if live.process is None or live.process.returncode is not None:
+            return
+        _signal_group(live.process.pid, signal.SIGSTOP)
+        live.paused_how = "signal"
+        self._record_pause(live)
+        task = asyncio.create_task(self._log(live, why))
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+    def _record_pause(self, live: _Live) -> None:
+        """Store how the run's pause took effect (``live.paused_how``) in the background
+        (called from sync code): one writer per run, which writes again while the value
+        changed meanwhile, so the row ends with the latest; a failure is logged, the next
+        change stores it again."""
+        if live.pause_writer is None or live.pause_writer.done():
+            live.pause_writer = asyncio.create_task(self._write_pause(live))
+
+    async def _write_pause(self, live: _Live) -> None:
+        written: tuple[str | None] | None = None
+        while written != (live.paused_how,):
+            how = live.paused_how
+            try:
+                await self.store.set_paused(live.run.id, how)
+            except Exception as exc:
+                log.warning("the pause state of run %s not stored: %s", live.run.id, exc)
+                return
+            written = (how,)
+
     async def _beat_loop(self, live: _Live, counters_file: Path) -> None:
         last: dict[str, Any] | None = None
         last_beat = 0.0
+        last_dropped = 0
         while True:
             await asyncio.sleep(min(1.0, self.beat))
             # another process asked this run (not its whole job) to stop
@@ -451,12 +618,15 @@ class Runner:
                     log.warning("cannot read whether run %s was asked to stop: %s",
                                 live.run.id, exc)
             counters = _counters(counters_file)
+            dropped = self._dropped(live)
             now = self.clock()
-            if counters != last or now - last_beat >= self.beat:
+            if counters != last or dropped != last_dropped or now - last_beat >= self.beat:
                 try:
                     await self.store.beat(live.run.id, now,
-                                          counters if counters != last else None)
-                    last, last_beat = counters, now
+                                          counters if counters != last else None,
+                                          log_dropped=dropped if dropped != last_dropped
+                                          else None)
+                    last, last_beat, last_dropped = counters, now, dropped
                 except Exception as exc:
                     log.warning("heartbeat of run %s not stored: %s", live.run.id, exc)
 
@@ -506,6 +676,33 @@ class Runner:
         if status == "SUCCEEDED":
             return "succeeded", None, counters
         return "failed", str(data.get("reason") or f"collection run ended {status}"), counters
+
+
+#: tasks started from sync code, kept referenced until done
+_background: set[asyncio.Task[None]] = set()
+
+
+def is_scrapy(argv: list[str]) -> bool:
+    """Whether ``argv`` runs Scrapy: ``scrapy ...`` or ``python -m scrapy ...``."""
+    if not argv:
+        return False
+    if os.path.basename(argv[0]) == "scrapy":
+        return True
+    return len(argv) >= 3 and argv[1] == "-m" and argv[2] == "scrapy"
+
+
+def _acknowledged(path: Path | None, asked: float) -> bool:
+    """Whether the job's ack file answers the pause asked at ``asked``."""
+    if path is None:
+        return False
+    try:
+        if path.stat().st_size > 4096:  # no acknowledgement is that long: not read
+            return False
+    except OSError:
+        return False
+    data = protocol.read_json(path)
+    return (isinstance(data, dict) and data.get("state") == protocol.PAUSE
+            and data.get("changed_at") == asked)
 
 
 def _write_control(path: Path, state: str, now: float) -> None:

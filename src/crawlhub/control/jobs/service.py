@@ -70,6 +70,9 @@ class JobView(BaseModel):
     #: the desired state on the control channel: run, pause or exit
     desired: str = protocol.RUN
     running: list[str] = Field(default_factory=list)
+    #: the runs among ``running`` whose pause took effect (the job acknowledged it, or
+    #: its processes were stopped)
+    paused: list[str] = Field(default_factory=list)
     last_run: RunRecord | None = None
     next_fire: float | None = None
 
@@ -156,7 +159,8 @@ class JobService:
                     name=name, kind="collect", project=None, version=None, command=[],
                     args=[], cron=None, timezone="UTC", env={},
                     notes="a collection job of the config's 'jobs:'", timeout=None,
-                    max_instances=1, pause_signal=False, enabled=job.enabled)
+                    max_instances=1, pause_signal=False, pausable=True, grace=None,
+                    enabled=job.enabled)
                 for name, job in self.collect.jobs.items()}
 
     async def spec(self, name: str) -> tuple[JobSpec, str]:
@@ -209,7 +213,7 @@ class JobService:
         """The views of ``(spec, source, next cron tick)``: two statements for the runs
         of every job on the page and one for their desired states, not a few per job."""
         names = [spec.name for spec, _, _ in specs]
-        live, last = await self.store.summaries(names)
+        live, paused, last = await self.store.summaries(names)
         if len(names) == 1:
             desired = {names[0]: await self.channel.get(names[0])}
         else:
@@ -222,7 +226,8 @@ class JobService:
                 running = ["(collect)"]
             views.append(JobView(spec=spec, source=source,
                                  desired=desired.get(spec.name, protocol.RUN),
-                                 running=running, last_run=last.get(spec.name),
+                                 running=running, paused=paused.get(spec.name, []),
+                                 last_run=last.get(spec.name),
                                  next_fire=fire))
         return views
 
@@ -254,8 +259,12 @@ class JobService:
 
     async def pause(self, name: str) -> JobView:
         """Store ``pause`` as the job's desired state: its runs hold still within a second
-        and later runs start paused, until continued."""
-        await self.spec(name)
+        (acknowledged by the job, else its processes stopped) and later runs start
+        paused, until continued. A job with ``pausable: false`` is a ConflictError."""
+        spec, _ = await self.spec(name)
+        if not spec.pausable:
+            raise ConflictError(f"job {name!r} is not pausable (pausable: false): its runs"
+                                " go on; cancel them, or PATCH the job with pausable: true")
         await self.channel.set(name, protocol.PAUSE)
         return await self.get(name)
 
@@ -301,7 +310,7 @@ class JobService:
         """Cancel the job's runs, wait for them to end, then start a new run."""
         spec, _ = await self.spec(name)
         check_env(spec.env, self.allowed_env, job=f"job {name!r}")  # before stopping it
-        await self.cancel(name, wait=self.runner.grace + 5)
+        await self.cancel(name, wait=self.runner.grace_of(spec) + 5)
         if await self.store.live_runs(name):
             raise ConflictError(f"job {name!r}'s runs did not end within the grace period;"
                                 " try again")

@@ -29,7 +29,10 @@ STALE_AFTER = 30.0
 HOST = socket.gethostname()
 
 _RUN_COLUMNS = ("id, job, kind, status, trigger_, host, pid, scheduled_for, started_at,"
-                " finished_at, heartbeat_at, exit_code, error, counters, version")
+                " finished_at, heartbeat_at, exit_code, error, counters, version,"
+                " log_dropped, paused")
+#: Columns added to ``runs`` after its first release: (name, type), added when missing.
+_RUN_ADDED = (("log_dropped", "BIGINT NOT NULL DEFAULT 0"), ("paused", "TEXT"))
 
 
 def new_run_id(now: float | None = None) -> str:
@@ -71,6 +74,20 @@ class JobStore:
             f"CREATE TABLE IF NOT EXISTS {self.stops} (run TEXT PRIMARY KEY,"
             " asked_at DOUBLE PRECISION NOT NULL)",
         ])
+        await self._add_columns(r, _RUN_ADDED)
+
+    async def _add_columns(self, table: str, columns: Sequence[tuple[str, str]]) -> None:
+        """Add the ``columns`` a table made by an older release lacks."""
+        if self.db.dialect == "postgresql":
+            await self.db.schema([f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {kind}"
+                                  for name, kind in columns])
+            return
+        have = {row[0] for row in await self.db.fetch(
+            "SELECT name FROM pragma_table_info($1)", table)}
+        missing = [f"ALTER TABLE {table} ADD COLUMN {name} {kind}"
+                   for name, kind in columns if name not in have]
+        if missing:
+            await self.db.schema(missing)
 
     # -- jobs ---------------------------------------------------------------------------
     async def create(self, spec: JobSpec, now: float) -> None:
@@ -189,10 +206,11 @@ class JobStore:
 
     def _insert(self, run: RunRecord) -> tuple[Any, ...]:
         return (f"INSERT INTO {self.runs} ({_RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6,"
-                " $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+                " $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
                 run.id, run.job, run.kind, run.status, run.trigger, run.host, run.pid,
                 run.scheduled_for, run.started_at, run.finished_at, run.heartbeat_at,
-                run.exit_code, run.error, json.dumps(run.counters), run.version)
+                run.exit_code, run.error, json.dumps(run.counters), run.version,
+                run.log_dropped, run.paused)
 
     async def record_skip(self, spec: JobSpec, *, trigger: str, now: float,
                           scheduled_for: float | None, why: str) -> RunRecord:
@@ -204,27 +222,36 @@ class JobStore:
         return run
 
     async def beat(self, run_id: str, now: float, counters: dict[str, Any] | None = None,
-                   pid: int | None = None) -> None:
-        """The runner is alive; the run's counters so far."""
+                   pid: int | None = None, log_dropped: int | None = None) -> None:
+        """The runner is alive; the run's counters so far, and its log lines dropped."""
         if counters is None:
             await self.db.execute(
-                f"UPDATE {self.runs} SET heartbeat_at = $2, pid = COALESCE($3, pid)"
-                " WHERE id = $1", run_id, now, pid)
+                f"UPDATE {self.runs} SET heartbeat_at = $2, pid = COALESCE($3, pid),"
+                " log_dropped = COALESCE($4, log_dropped) WHERE id = $1",
+                run_id, now, pid, log_dropped)
         else:
             await self.db.execute(
                 f"UPDATE {self.runs} SET heartbeat_at = $2, counters = $3,"
-                " pid = COALESCE($4, pid) WHERE id = $1",
-                run_id, now, json.dumps(counters), pid)
+                " pid = COALESCE($4, pid), log_dropped = COALESCE($5, log_dropped)"
+                " WHERE id = $1", run_id, now, json.dumps(counters), pid, log_dropped)
+
+    async def set_paused(self, run_id: str, how: str | None) -> None:
+        """How the run's pause took effect (``cooperative``: the job acknowledged it;
+        ``signal``: its processes were stopped), or None: running."""
+        await self.db.execute(f"UPDATE {self.runs} SET paused = $2 WHERE id = $1",
+                              run_id, how)
 
     async def finish(self, run_id: str, *, status: str, now: float, exit_code: int | None,
-                     error: str | None, counters: dict[str, Any] | None) -> None:
+                     error: str | None, counters: dict[str, Any] | None,
+                     log_dropped: int | None = None) -> None:
         if status not in FINAL:
             raise ValueError(f"{status!r} is not a final run status")
         await self.db.execute(
             f"UPDATE {self.runs} SET status = $2, finished_at = $3, exit_code = $4,"
-            " error = $5, counters = COALESCE($6, counters), heartbeat_at = $3"
+            " error = $5, counters = COALESCE($6, counters), heartbeat_at = $3,"
+            " log_dropped = COALESCE($7, log_dropped), paused = NULL"
             " WHERE id = $1", run_id, status, now, exit_code, error,
-            None if counters is None else json.dumps(counters))
+            None if counters is None else json.dumps(counters), log_dropped)
         await self.db.execute(f"DELETE FROM {self.stops} WHERE run = $1", run_id)
         # Tasks a run left open end with it.
         await self.db.execute(
@@ -282,21 +309,26 @@ class JobStore:
         return _run(rows[0]) if rows else None
 
     async def summaries(self, jobs: Sequence[str]
-                        ) -> tuple[dict[str, list[str]], dict[str, RunRecord]]:
-        """For a page of jobs, in two statements: the ids of each job's live runs, and
-        each job's newest run that is not a skipped tick."""
+                        ) -> tuple[dict[str, list[str]], dict[str, list[str]],
+                                   dict[str, RunRecord]]:
+        """For a page of jobs, in two statements: the ids of each job's live runs, those
+        of them whose pause took effect, and each job's newest run that is not a skipped
+        tick."""
         if not jobs:
-            return {}, {}
+            return {}, {}, {}
         marks = ", ".join(f"${i}" for i in range(1, len(jobs) + 1))
         live: dict[str, list[str]] = {}
-        for job, run_id in await self.db.fetch(
-                f"SELECT job, id FROM {self.runs} WHERE job IN ({marks}) AND status IN"
-                " ('queued', 'running') ORDER BY id", *jobs):
+        paused: dict[str, list[str]] = {}
+        for job, run_id, how in await self.db.fetch(
+                f"SELECT job, id, paused FROM {self.runs} WHERE job IN ({marks}) AND status"
+                " IN ('queued', 'running') ORDER BY id", *jobs):
             live.setdefault(job, []).append(run_id)
+            if how:
+                paused.setdefault(job, []).append(run_id)
         rows = await self.db.fetch(
             f"SELECT {_RUN_COLUMNS} FROM {self.runs} WHERE id IN (SELECT MAX(id) FROM"
             f" {self.runs} WHERE job IN ({marks}) AND status <> 'skipped' GROUP BY job)", *jobs)
-        return live, {row[1]: _run(row) for row in rows}
+        return live, paused, {row[1]: _run(row) for row in rows}
 
     async def lose_dead_runs(
             self, now: float, *, host: str = HOST,
@@ -366,12 +398,13 @@ class JobStore:
 
 def _run(row: tuple[Any, ...]) -> RunRecord:
     (run_id, job, kind, status, trigger, host, pid, scheduled_for, started_at, finished_at,
-     heartbeat_at, exit_code, error, counters, version) = row
+     heartbeat_at, exit_code, error, counters, version, log_dropped, paused) = row
     return RunRecord(id=run_id, job=job, kind=kind, status=status, trigger=trigger,
                      host=host, pid=pid, scheduled_for=scheduled_for, started_at=started_at,
                      finished_at=finished_at, heartbeat_at=heartbeat_at,
                      exit_code=exit_code, error=error,
-                     counters=json.loads(counters) if counters else {}, version=version)
+                     counters=json.loads(counters) if counters else {}, version=version,
+                     log_dropped=int(log_dropped or 0), paused=paused)
 
 
 def _like_prefix(text: str) -> str:

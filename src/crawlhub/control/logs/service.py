@@ -167,10 +167,18 @@ class LogService:
 
     async def write(self, lines: Iterable[LogLine]) -> None:
         """Queue lines for the store: cleaned, secrets masked, then sent within about
-        0.2 s (:meth:`flush` to wait). Returns at once; never raises for an outage (the
+        0.2 s (:meth:`flush` to wait). Waits while the transport's buffer is half full
+        (a job printing faster than the store writes is slowed, not cut), at most
+        ``patience`` seconds while nothing is sent; never raises for an outage (the
         transport buffers, and counts what it must drop). Matches the job runner's
         ``log_sink``."""
-        self.transport.put(self.lines_in(lines))
+        await self.transport.put_wait(self.lines_in(lines))
+
+    def dropped_of(self, run: str) -> int:
+        """Lines of run ``run`` this process had to drop (its buffer full while the store
+        or Redis was away, or unsent at close). Matches the job runner's
+        ``log_dropped``."""
+        return self.transport.buffer.dropped_of(run)
 
     def emit(self, message: str, *, level: str = "info", source: str = "control",
              job: str | None = None, run: str | None = None, task: str | None = None,
@@ -246,6 +254,29 @@ class LogService:
                 log.warning("log retention failed: %s; trying again in %g s", exc,
                             self.prune_every)
             await asyncio.sleep(self.prune_every)
+
+    def metrics_text(self) -> str:
+        """This process's log figures in Prometheus' text format (``GET /metrics``):
+        lines sent, dropped (a bound hit while the store was away), buffered, and the
+        times a job's output waited for room (the job slowed, nothing lost)."""
+        t = self.transport
+        figures = [
+            ("crawlhub_log_lines_sent_total", "counter",
+             "Log lines this process sent to the log store (or its Redis stream).", t.sent),
+            ("crawlhub_log_lines_dropped_total", "counter",
+             "Log lines this process dropped: its buffer was full while the log store"
+             " was out of reach (a run's own count is its log_dropped).",
+             t.buffer.dropped),
+            ("crawlhub_log_lines_buffered", "gauge",
+             "Log lines waiting in this process to be sent.", len(t.buffer)),
+            ("crawlhub_log_producer_waits_total", "counter",
+             "Times a job's output waited for room in the log buffer (the job was"
+             " slowed; nothing was lost).", t.waits),
+        ]
+        out = []
+        for name, kind, text, value in figures:
+            out += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name} {value}"]
+        return "\n".join(out) + "\n"
 
     def stats(self) -> dict[str, Any]:
         """The transport's, the collector's and the handler's counters."""

@@ -10,9 +10,13 @@ never blocking); a flush task sends them on every 0.2 s or every :data:`BATCH` l
   stay pending and are claimed by another collector, or by itself on restart), and the
   store's ``uid`` per line (``<entry id>/<n>``) keeps redelivered lines from doubling.
 
-A full buffer drops its *oldest* lines and counts them (``dropped``); a store or Redis out
-of reach keeps the lines buffered and retries with backoff. Nothing here ever blocks the
-producer or raises into it.
+A producer that can wait (a job's output: :meth:`Transport.put_wait`) waits while the
+buffer is over half full, so a job printing faster than the store writes is slowed (its
+pipe fills) and loses nothing; it waits as long as lines are being sent, and gives up after
+:data:`PATIENCE` seconds without a batch sent (the store or Redis away). A full buffer drops
+its *oldest* lines and counts them (``dropped``, and per run: :meth:`LineBuffer.dropped_of`);
+a store or Redis out of reach keeps the lines buffered and retries with backoff. Nothing
+here raises into a producer, and :meth:`Transport.put` never blocks.
 """
 
 from __future__ import annotations
@@ -42,11 +46,15 @@ BATCH = 500
 INTERVAL = 0.2
 #: Lines a producer buffers at most (then the oldest go, counted).
 CAPACITY = 100_000
+#: Seconds a waiting producer (:meth:`Transport.put_wait`) waits for room while no batch
+#: is sent (the store or Redis away); then its lines go in, and the oldest are dropped.
+PATIENCE = 30.0
 #: Seconds to wait after a failed send, doubling up to :data:`MAX_BACKOFF`.
 BACKOFF = 0.2
 MAX_BACKOFF = 5.0
-#: Stream entries kept at most (about ``STREAM_MAXLEN * BATCH`` lines) while no collector
-#: reads: Redis trims the oldest beyond it.
+#: Stream entries waiting at most (about ``STREAM_MAXLEN * BATCH`` lines) while no
+#: collector reads: beyond it a producer holds its lines (a send fails, retried), so the
+#: stream is never trimmed of lines no one stored.
 STREAM_MAXLEN = 20_000
 #: The collectors' consumer group.
 GROUP = "collectors"
@@ -62,29 +70,49 @@ def next_backoff(previous: float) -> float:
 
 class LineBuffer:
     """A bounded FIFO of ``(line, uid)`` shared by threads; full, it drops the oldest and
-    counts them in ``dropped``. Every method is O(lines moved) under one lock."""
+    counts them in ``dropped`` (and per run in :meth:`dropped_of`). Every method is
+    O(lines moved) under one lock."""
 
     def __init__(self, capacity: int = CAPACITY) -> None:
         if capacity < 1:
             raise ValueError(f"buffer capacity must be at least 1, not {capacity}")
         self.capacity = capacity
         self.dropped = 0
+        #: run code -> lines of that run dropped
+        self.dropped_runs: dict[str, int] = {}
         self._items: deque[tuple[LogLine, str | None]] = deque()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._items)
 
+    def dropped_of(self, run: str) -> int:
+        """Lines of run ``run`` this buffer dropped."""
+        return self.dropped_runs.get(run, 0)
+
+    def _count_dropped(self, items: Iterable[tuple[LogLine, str | None]]) -> None:
+        """(under the lock)"""
+        for line, _ in items:
+            self.dropped += 1
+            if line.run:
+                self.dropped_runs[line.run] = self.dropped_runs.get(line.run, 0) + 1
+
     def put(self, items: Iterable[tuple[LogLine, str | None]]) -> int:
         """Append; returns the buffer's length after."""
         with self._lock:
             self._items.extend(items)
             over = len(self._items) - self.capacity
-            for _ in range(max(0, over)):
-                self._items.popleft()
             if over > 0:
-                self.dropped += over
+                self._count_dropped([self._items.popleft() for _ in range(over)])
             return len(self._items)
+
+    def drop_all(self) -> int:
+        """Drop every line (counted); how many."""
+        with self._lock:
+            items = list(self._items)
+            self._items.clear()
+            self._count_dropped(items)
+            return len(items)
 
     def take(self, n: int) -> list[tuple[LogLine, str | None]]:
         with self._lock:
@@ -94,10 +122,10 @@ class LineBuffer:
         """Return a batch that could not be sent to the front (oldest first); what no
         longer fits is dropped from that batch's oldest end, counted."""
         with self._lock:
-            room = self.capacity - len(self._items)
-            keep = items[len(items) - room:] if room < len(items) else items
-            self.dropped += len(items) - len(keep)
-            self._items.extendleft(reversed(keep))
+            room = max(0, self.capacity - len(self._items))
+            cut = max(0, len(items) - room)
+            self._count_dropped(items[:cut])
+            self._items.extendleft(reversed(items[cut:]))
 
 
 class Transport:
@@ -107,10 +135,17 @@ class Transport:
     kind = "transport"
 
     def __init__(self, *, capacity: int = CAPACITY, batch: int = BATCH,
-                 interval: float = INTERVAL) -> None:
+                 interval: float = INTERVAL, patience: float = PATIENCE) -> None:
         self.buffer = LineBuffer(capacity)
         self.batch = batch
         self.interval = interval
+        self.patience = patience
+        #: a waiting producer puts once the buffer holds fewer lines than this
+        self.room_below = max(1, capacity // 2)
+        #: times a producer waited for room (the job was slowed), and lines it then put
+        #: without room after :attr:`patience` s with nothing sent
+        self.waits = 0
+        self.gave_up = 0
         self.sent = 0
         self.failures = 0
         self.last_error: str | None = None
@@ -123,8 +158,40 @@ class Transport:
         self._down = False
         self._in_flight = 0
         self._stopping = False
+        self._sent_event: asyncio.Event | None = None
 
     # -- producers ----------------------------------------------------------------------
+    async def put_wait(self, lines: Iterable[LogLine],
+                       uids: Iterable[str | None] | None = None) -> None:
+        """:meth:`put`, after waiting while the buffer is at least half full (from the
+        flush task's loop): a producer that can wait is slowed to the store's pace
+        instead of losing lines. It waits as long as batches are being sent; after
+        :attr:`patience` seconds without one (the store away) the lines go in anyway,
+        and a full buffer drops its oldest, counted."""
+        if (self._task is not None and len(self.buffer) >= self.room_below
+                and threading.get_ident() == self._loop_thread):
+            self.waits += 1
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.patience
+            sent = self.sent
+            while len(self.buffer) >= self.room_below and not self._stopping:
+                if self.sent != sent:  # progress: the store takes lines, keep waiting
+                    sent, deadline = self.sent, loop.time() + self.patience
+                left = deadline - loop.time()
+                if left <= 0:
+                    self.gave_up += 1
+                    log.warning("log %s: no batch sent for %g s with %d lines waiting;"
+                                " the oldest lines are dropped (counted) while it lasts",
+                                self.kind, self.patience, len(self.buffer))
+                    break
+                if self._sent_event is None:
+                    self._sent_event = asyncio.Event()
+                assert self._wake is not None
+                self._wake.set()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._sent_event.wait(), min(left, 1.0))
+        self.put(lines, uids)
+
     def put(self, lines: Iterable[LogLine], uids: Iterable[str | None] | None = None) -> None:
         """Queue lines (already cleaned); returns at once, from any thread."""
         items = list(zip(lines, uids, strict=True)) if uids is not None \
@@ -177,6 +244,9 @@ class Transport:
                 finally:
                     self._in_flight = 0
                 self.sent += len(batch)
+                event, self._sent_event = self._sent_event, None
+                if event is not None:  # producers waiting for room look again
+                    event.set()
                 if self._down:
                     self._down = False
                     self._backoff = 0.0
@@ -214,10 +284,8 @@ class Transport:
         try:
             await self.flush(timeout)
         except Exception as exc:  # noqa: BLE001 - closing: report, do not raise
-            left = len(self.buffer)
+            left = self.buffer.drop_all()
             if left:
-                self.buffer.dropped += left
-                self.buffer.take(left)
                 log.warning("log %s closed with %d lines unsent (%s)", self.kind, left, exc)
         await self._close()
 
@@ -229,12 +297,12 @@ class Transport:
 
     def stats(self) -> dict[str, Any]:
         """``buffered`` (not yet sent, the batch being sent included), ``sent``,
-        ``dropped`` (lines lost to a full buffer), ``failures`` (sends failed) and
-        ``last_error``."""
+        ``dropped`` (lines lost to a full buffer), ``waits`` (a producer slowed for room),
+        ``failures`` (sends failed) and ``last_error``."""
         return {"transport": self.kind, "buffered": len(self.buffer) + self._in_flight,
                 "sent": self.sent,
-                "dropped": self.buffer.dropped, "failures": self.failures,
-                "last_error": self.last_error}
+                "dropped": self.buffer.dropped, "waits": self.waits,
+                "failures": self.failures, "last_error": self.last_error}
 
 
 class DirectTransport(Transport):
@@ -283,8 +351,10 @@ def decode_batch(text: str | bytes) -> list[LogLine]:
 
 
 class RedisTransport(Transport):
-    """Distributed: each batch is one ``XADD`` (trimmed to about :data:`STREAM_MAXLEN`
-    entries) to the stream ``key``. ``client`` is a redis.asyncio client
+    """Distributed: each batch is one ``XADD`` to the stream ``key``, unless the stream
+    already holds ``maxlen`` entries no collector took (then the send fails and the lines
+    stay buffered: nothing is trimmed away unstored). Cost: two round trips (``XLEN``,
+    ``XADD``) per batch. ``client`` is a redis.asyncio client
     (:func:`crawlhub.storage.redis.redis_client`), closed with the transport."""
 
     kind = "redis stream"
@@ -297,11 +367,19 @@ class RedisTransport(Transport):
         self.maxlen = maxlen
 
     async def _send(self, batch: list[tuple[LogLine, str | None]]) -> None:
-        await self.client.xadd(self.key, {"lines": encode_batch([line for line, _ in batch])},
-                               maxlen=self.maxlen, approximate=True)
+        waiting = await self.client.xlen(self.key)
+        if waiting >= self.maxlen:
+            raise StreamFull(f"log stream {self.key!r} holds {waiting} batches no collector"
+                             f" has stored (the bound is {self.maxlen}); is a 'crawlhub"
+                             " serve' with the same control.channel running?")
+        await self.client.xadd(self.key, {"lines": encode_batch([line for line, _ in batch])})
 
     async def _close(self) -> None:
         await self.client.aclose()
+
+
+class StreamFull(RuntimeError):
+    """The log stream holds :data:`STREAM_MAXLEN` unstored batches: the producer waits."""
 
 
 def consumer_name() -> str:
