@@ -381,3 +381,22 @@ async def test_the_dupefilter_alone_under_scrapys_scheduler_remembers_across_run
         # a second spider: the start page is known, so nothing is fetched again
         again = await spiders.run(start)
         assert not spiders.rows(again) and site.hits["/page/0"] == 1
+
+
+async def test_close_right_after_enqueue_keeps_every_request_and_ends_cleanly(
+        tmp_path: Path, storage: str, unique_name: str) -> None:
+    """Requests enqueued just before ``close()`` reach the crawl (the worker finishes the
+    step it is in before close stores the rest; a cancel left them in its hands), and
+    close returns without an error or a task destroyed pending (on Python 3.11 a cancel
+    met by the worker's idle timeout was swallowed and the loop's stop timed out)."""
+    driver = Path(__file__).with_name("close_driver.py")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(driver), storage, unique_name, "10", "40", cwd=str(ROOT),
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 240)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    tries = [json.loads(line) for line in out.decode().splitlines()]
+    assert len(tries) == 10
+    assert [(t["kept"], t["error"]) for t in tries] == [(40, None)] * 10, tries
+    assert b"Task was destroyed" not in err and b"Unclosed" not in err, err.decode()[-3000:]

@@ -111,6 +111,7 @@ class Scheduler:
         self._busy = 0  # items the worker took and has not settled yet
         self._left = True  # the crawl owes requests (pending or leased, any spider)
         self._closing = False
+        self._stopping = False  # the worker ends after its current step
         self._event: asyncio.Event | None = None
         self._worker: Any = None
         self._idle_since: float | None = None
@@ -191,8 +192,7 @@ class Scheduler:
 
     async def _close(self, reason: str) -> None:
         assert self.frontier is not None and self.settings is not None
-        if self._worker is not None:
-            self._worker.cancel()
+        await self._stop_worker()
         # the engine is done: what is still enqueued or finished must reach the store
         deadline = time.monotonic() + CLOSE_TIMEOUT
         while self._outbox or self._done:
@@ -368,12 +368,47 @@ class Scheduler:
         reactor.callFromThread(self.stats.inc_value, name, n)  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ worker
+    async def _stop_worker(self) -> None:
+        """Have the worker end after the step it is in, so what it took from the outbox is
+        stored or put back before ``_close`` looks (a cancel mid-step left them in the
+        worker's hands, and on Python 3.11 a cancel met by a timeout could be swallowed,
+        leaving the worker running and the loop's stop to time out)."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        self._stopping = True
+        self._wake_now()
+        task = asyncio.wrap_future(worker)
+        done, _ = await asyncio.wait({task}, timeout=CLOSE_TIMEOUT)
+        if not done:  # stuck in a storage call: cancel it (what it held is put back)
+            log.warning("crawlhub scheduler: the worker of crawl %r did not stop within %ss;"
+                        " cancelling it", self.settings.crawl if self.settings else "?",
+                        CLOSE_TIMEOUT)
+            worker.cancel()
+            await asyncio.wait({task}, timeout=5)
+
+    def _wake_now(self) -> None:
+        """(Worker's loop) wake the worker."""
+        if self._event is not None:
+            self._event.set()
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait ``seconds`` or until woken (the worker's one way to wait; never a cancel)."""
+        assert self._event is not None
+        if self._event.is_set():
+            return
+        waiter = asyncio.ensure_future(self._event.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=seconds)
+        finally:
+            waiter.cancel()
+
     async def _work(self) -> None:
         assert self.settings is not None and self._event is not None
         renew_every = self.settings.lease / 3
         next_renew = time.monotonic() + renew_every
         failing = False
-        while True:
+        while not self._stopping:
             self._event.clear()
             try:
                 progressed = await self._cycle()
@@ -392,18 +427,11 @@ class Scheduler:
                                 " requests stay in memory, retrying every %ss",
                                 self.settings.crawl, type(exc).__name__, exc, BACKOFF)
                 failing = True
-                await asyncio.sleep(BACKOFF)
+                await self._pause(BACKOFF)
                 continue
             if progressed:
                 continue
-            timeout = max(0.01, min(POLL, next_renew - time.monotonic()))
-            # not wait_for in suppress(TimeoutError): on Python 3.11 it can swallow the
-            # cancel _close sends when the event is set at the same moment
-            try:
-                async with asyncio.timeout(timeout):
-                    await self._event.wait()
-            except TimeoutError:
-                pass
+            await self._pause(max(0.01, min(POLL, next_renew - time.monotonic())))
 
     async def _cycle(self) -> bool:
         """Store what was enqueued, finish what is done, lease ahead; True if anything
