@@ -50,10 +50,12 @@ class Spiders:
         self.runs += 1
         args = [sys.executable, "-m", "scrapy", "runspider", str(SPIDER)]
         for k, v in {**self.settings, **settings}.items():
-            args += ["-s", f"{k}={v}"]
+            if v is not None:  # None: the setting's default
+                args += ["-s", f"{k}={v}"]
         proc = await asyncio.create_subprocess_exec(
             *args, cwd=str(ROOT),
-            env={**os.environ, "PYTHONPATH": str(ROOT), "ITEMS": str(self.items(n)),
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+                 "ITEMS": str(self.items(n)),
                  **(env or {})},
             stdout=asyncio.subprocess.DEVNULL,
             stderr=open(self.tmp_path / f"spider{n}.log", "wb"))  # noqa: SIM115
@@ -147,6 +149,29 @@ async def test_a_spider_killed_mid_crawl_loses_nothing(
         # only what the victim held when it died is fetched twice (4 running + prefetch)
         twice = [p for p, n in site.hits.items() if n > 1]
         assert len(twice) <= 4 + 4 + 8, twice
+
+
+async def test_a_restarted_spider_takes_a_killed_ones_requests_once_it_stops_beating(
+        tmp_path: Path, storage: str, unique_name: str) -> None:
+    """With the default CRAWLHUB_LEASE a killed spider's requests are free a few seconds
+    after its last beat (its leases were 60 s: the next spider idled a minute, silently);
+    the waiting spider says what it waits for."""
+    async with SlowSite(pages=200, delay=0.05) as site:
+        spiders = Spiders(tmp_path, storage, unique_name, CRAWLHUB_LEASE=None)
+        try:
+            victim = await spiders.start({"START": f"{site.url}/page/0"})
+            await wait_for(lambda: len(spiders.rows(0)) >= 20, "the victim under way",
+                           timeout=60)
+            victim.send_signal(signal.SIGKILL)
+            await victim.wait()
+            fresh = await spiders.start({"START": f"{site.url}/page/0"})
+            # bounds a hung test; with 60 s leases the fresh spider idled past it
+            code = await asyncio.wait_for(fresh.wait(), 45)
+        finally:
+            spiders.kill_all()
+        assert code == 0, spiders.log(1)[-3000:]
+        assert set(pages_of(spiders.rows())) == {f"page/{n}" for n in range(200)}
+        assert "waits for" in spiders.log(1) and "leased by other spiders" in spiders.log(1)
 
 
 async def test_a_start_url_another_spider_holds_keeps_a_spider_waiting_for_its_lease(

@@ -14,10 +14,19 @@ sent before in the segment is dropped at once by a local filter); a worker on a
 loop of its own (:class:`~crawlhub.contrib.scrapy.loop.LoopThread`) moves them to and
 from the frontier in batches: it admits what was enqueued, *then* finishes what the
 engine is done with (so a parent is finished only after its children are stored),
-leases up to ``CRAWLHUB_PREFETCH`` requests ahead, renews the leases of requests still
-in progress every third of ``CRAWLHUB_LEASE``, and feeds tasks from the crawl's start
+leases up to ``CRAWLHUB_PREFETCH`` requests ahead and feeds tasks from the crawl's start
 queue (the hub's outbound) into the frontier. When Redis is away the worker keeps
 everything in memory and retries; the engine keeps crawling what it holds.
+
+Spiders beat: beside the worker, a beat renews the leases of the requests this spider
+runs or holds ahead every fifth of ``CRAWLHUB_LEASE`` (5 s by default). A spider killed
+or frozen stops beating, and its requests are free for the others once its last beat's
+leases end, a few seconds later; a spider with nothing to crawl while others hold
+leases says so in its log (how many, and when the next one is free).
+
+Items: with :class:`~crawlhub.contrib.scrapy.items.ItemSink` in ``ITEM_PIPELINES``, a
+request is finished only once every item its callback produced is committed to the
+sink (see :mod:`crawlhub.contrib.scrapy.items`).
 
 The one private Scrapy detail this relies on: the engine's slot calls
 ``remove_request(request)`` when it is done with a request; the scheduler wraps that
@@ -59,6 +68,8 @@ BACKOFF = 1.0
 SENT_MAX = 4_000_000
 #: Share of the frontier's false-positive budget that filter may use.
 CACHE_SHARE = 0.01
+#: Seconds between the log lines of a spider waiting for other spiders' leases.
+WAIT_LOG_EVERY = 10.0
 #: Seconds ``close`` keeps trying to store what is left before giving up on it.
 CLOSE_TIMEOUT = 30.0
 
@@ -112,6 +123,9 @@ class Scheduler:
         self._left = True  # the crawl owes requests (pending or leased, any spider)
         self._closing = False
         self._stopping = False  # the worker ends after its current step
+        self._stop_beat: asyncio.Event | None = None
+        self._beat_task: asyncio.Task[None] | None = None
+        self._waits_logged = 0.0  # when the spider last said what it waits for
         self._event: asyncio.Event | None = None
         self._worker: Any = None
         self._idle_since: float | None = None
@@ -146,6 +160,7 @@ class Scheduler:
         self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
         self.crawler.signals.connect(self._on_error, signal=signals.spider_error)
         self._worker = self.loop.submit(self._work())
+        self.loop.call_soon(self._start_beat)
         log.info("crawlhub scheduler: crawl %r on %s (key %s, lease %ss, prefetch %d%s)",
                  s.crawl, s.backend, s.key, s.lease, s.prefetch,
                  f", start queue {s.start_queue!r}" if s.start_queue else "",
@@ -154,6 +169,7 @@ class Scheduler:
     async def _open(self) -> None:
         assert self.frontier is not None and self.settings is not None
         self._event = asyncio.Event()
+        self._stop_beat = asyncio.Event()
         await self.frontier.open()
         if self.settings.flush_on_start:
             await self.frontier.store.purge()
@@ -378,6 +394,8 @@ class Scheduler:
             return
         self._stopping = True
         self._wake_now()
+        if self._stop_beat is not None:
+            self._stop_beat.set()
         task = asyncio.wrap_future(worker)
         done, _ = await asyncio.wait({task}, timeout=CLOSE_TIMEOUT)
         if not done:  # stuck in a storage call: cancel it (what it held is put back)
@@ -386,18 +404,43 @@ class Scheduler:
                         CLOSE_TIMEOUT)
             worker.cancel()
             await asyncio.wait({task}, timeout=5)
+        if self._beat_task is not None:
+            await asyncio.wait({self._beat_task}, timeout=CLOSE_TIMEOUT)
+
+    async def _beat(self) -> None:
+        """Renew this spider's leases every fifth of ``CRAWLHUB_LEASE``, beside the worker
+        (a long store step of the worker does not delay it): the renewal is the spider's
+        heartbeat. A spider that stops beating (killed, frozen) has its requests taken
+        back by the others once its leases run out, a few seconds later."""
+        assert self.settings is not None and self._stop_beat is not None
+        every = self.settings.lease / 5
+        while not self._stopping:
+            await self._pause(every, self._stop_beat)
+            if self._stopping:
+                return
+            try:
+                await self._renew()
+            except Exception as exc:  # the worker logs the store's failures
+                log.debug("crawlhub scheduler: beat of crawl %r failed: %s",
+                          self.settings.crawl, exc)
+
+    def _start_beat(self) -> None:
+        """(Worker's loop) start the beat."""
+        self._beat_task = asyncio.get_running_loop().create_task(self._beat())
 
     def _wake_now(self) -> None:
         """(Worker's loop) wake the worker."""
         if self._event is not None:
             self._event.set()
 
-    async def _pause(self, seconds: float) -> None:
-        """Wait ``seconds`` or until woken (the worker's one way to wait; never a cancel)."""
-        assert self._event is not None
-        if self._event.is_set():
+    async def _pause(self, seconds: float, event: asyncio.Event | None = None) -> None:
+        """Wait ``seconds`` or until ``event`` (the worker's wake-up) is set: the worker's
+        and the beat's one way to wait; they end on a flag, never on a cancel."""
+        event = event or self._event
+        assert event is not None
+        if event.is_set():
             return
-        waiter = asyncio.ensure_future(self._event.wait())
+        waiter = asyncio.ensure_future(event.wait())
         try:
             await asyncio.wait({waiter}, timeout=seconds)
         finally:
@@ -405,16 +448,11 @@ class Scheduler:
 
     async def _work(self) -> None:
         assert self.settings is not None and self._event is not None
-        renew_every = self.settings.lease / 3
-        next_renew = time.monotonic() + renew_every
         failing = False
         while not self._stopping:
             self._event.clear()
             try:
                 progressed = await self._cycle()
-                if time.monotonic() >= next_renew:
-                    await self._renew()
-                    next_renew = time.monotonic() + renew_every
                 if failing:
                     log.warning("crawlhub scheduler: storage of crawl %r answers again",
                                 self.settings.crawl)
@@ -431,7 +469,7 @@ class Scheduler:
                 continue
             if progressed:
                 continue
-            await self._pause(max(0.01, min(POLL, next_renew - time.monotonic())))
+            await self._pause(POLL)
 
     async def _cycle(self) -> bool:
         """Store what was enqueued, finish what is done, lease ahead; True if anything
@@ -550,12 +588,32 @@ class Scheduler:
             return True
         if not (self._ready or self._outbox or self._done
                 or self._feeds_sent != self._feeds_built):
-            due = await self.frontier.store.next_due(self.frontier.clock())
+            now = self.frontier.clock()
+            due = await self.frontier.store.next_due(now)
             left = due is not None
             if left != self._left:
                 self._left = left
                 self._nudge()
+            if due is not None and due > now and not self._running:
+                await self._log_wait(due - now)
         return False
+
+    async def _log_wait(self, seconds: float) -> None:
+        """Nothing to crawl here while the crawl still owes requests: say what the spider
+        waits for (once, then every ``WAIT_LOG_EVERY`` s while it waits)."""
+        assert self.frontier is not None and self.settings is not None
+        mono = time.monotonic()
+        if mono - self._waits_logged < WAIT_LOG_EVERY:
+            return
+        self._waits_logged = mono
+        counts = await self.frontier.stats()
+        leased = sum(int(c.get("leased", 0)) for c in counts)
+        waiting = sum(int(c.get("pending", 0)) for c in counts)
+        log.info("crawlhub scheduler: crawl %r waits for %d requests leased by other spiders"
+                 " (%d more wait for their time); the next is free in %.1f s (a spider"
+                 " that stops beating loses its leases %ss after its last beat,"
+                 " CRAWLHUB_LEASE)", self.settings.crawl, leased, waiting, seconds,
+                 self.settings.lease, extra={"spider": self.spider})
 
     async def _feed(self, want: int) -> bool:
         """Lease tasks from the start queue and hand them to the reactor to build."""
