@@ -425,3 +425,68 @@ async def test_close_right_after_enqueue_keeps_every_request_and_ends_cleanly(
     assert len(tries) == 10
     assert [(t["kept"], t["error"]) for t in tries] == [(40, None)] * 10, tries
     assert b"Task was destroyed" not in err and b"Unclosed" not in err, err.decode()[-3000:]
+
+
+async def sink_urls(items: dict[str, Any]) -> Counter[str]:
+    """Pages whose item the sink holds (the user's output), counted per page."""
+    if items["type"] == "sqlite":
+        import sqlite3
+
+        with sqlite3.connect(items["path"]) as db:
+            rows = [json.loads(d) for (d,) in db.execute("SELECT data FROM items")]
+    else:
+        import asyncpg
+
+        conn = await asyncpg.connect(items["url"])
+        try:
+            rows = [json.loads(r["data"]) if isinstance(r["data"], str) else dict(r)
+                    for r in await conn.fetch(f'SELECT * FROM "{items["table"]}"')]
+        finally:
+            await conn.close()
+    return pages_of(rows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["sqlite", "redis+postgres"])
+async def test_items_through_the_item_sink_survive_a_spider_killed_mid_crawl(
+        tmp_path: Path, backend: str, unique_name: str, request: pytest.FixtureRequest) -> None:
+    """Items go through crawlhub's ItemSink (SQLite shared by both spiders; PostgreSQL);
+    one spider is SIGKILLed mid-crawl, then a fresh one joins: the output holds every
+    page's item exactly once. (With Scrapy's -o the killed process's buffered items are
+    gone while their requests count as finished.)"""
+    if backend == "sqlite":
+        url = str(tmp_path / "data")
+        items: dict[str, Any] = {"type": "sqlite", "path": str(tmp_path / "items.db")}
+    else:
+        url = str(request.getfixturevalue("redis_url"))
+        items = {"type": "postgres", "url": request.getfixturevalue("postgres_url"),
+                 "table": unique_name}
+    pages = 300
+    async with SlowSite(pages=pages, delay=0.04) as site:
+        spiders = Spiders(tmp_path, url, unique_name, CRAWLHUB_ITEMS=json.dumps(items),
+                          ITEM_PIPELINES=json.dumps({"crawlhub.contrib.scrapy.ItemSink": 900}))
+        start = {"START": f"{site.url}/page/0"}
+        try:
+            victim = await spiders.start(start)
+            await spiders.start(start)
+            await wait_for(lambda: len(spiders.rows(0)) >= 40, "the victim under way",
+                           timeout=60)
+            victim.send_signal(signal.SIGKILL)
+            await victim.wait()
+            await spiders.start(start)  # a fresh spider joins the survivor
+            await spiders.wait_all()
+        finally:
+            spiders.kill_all()
+        every = Counter({f"page/{n}": 1 for n in range(pages)})
+        got = await sink_urls(items)
+        assert got == every, (f"lost: {sorted(set(every) - set(got))[:10]},"
+                              f" doubled: {[p for p, n in got.items() if n > 1][:10]}")
+        assert "'item_sink/written'" in spiders.log(1)
+        if backend != "sqlite":
+            import asyncpg
+
+            conn = await asyncpg.connect(items["url"])
+            try:
+                await conn.execute(f'DROP TABLE IF EXISTS "{unique_name}"')
+            finally:
+                await conn.close()

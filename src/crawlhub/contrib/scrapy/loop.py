@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from twisted.internet.defer import Deferred
 
 T = TypeVar("T")
 log = logging.getLogger("crawlhub.contrib.scrapy")
@@ -72,3 +75,43 @@ class LoopThread:
         self._thread.join(10)
         if not self._thread.is_alive():
             self.loop.close()
+
+
+def _deferred(fut: Future[T]) -> Deferred[T]:
+    """A Deferred fired on the reactor thread when ``fut`` (of another thread) is done;
+    cancelling it cancels ``fut``."""
+    from twisted.internet import reactor
+    from twisted.internet.defer import CancelledError, Deferred
+    from twisted.python.failure import Failure
+
+    def cancel(_: Deferred[T]) -> None:
+        fut.cancel()
+
+    d: Deferred[T] = Deferred(cancel)
+
+    def settle(done: Future[T]) -> None:
+        if d.called:  # cancelled meanwhile
+            return
+        if done.cancelled():
+            d.errback(Failure(CancelledError()))
+            return
+        exc = done.exception()
+        if exc is not None:
+            d.errback(Failure(exc))
+        else:
+            d.callback(done.result())
+
+    fut.add_done_callback(
+        lambda done: reactor.callFromThread(settle, done))  # type: ignore[attr-defined]
+    return d
+
+
+def engine_wait(fut: Future[T]) -> Awaitable[T]:
+    """What the engine's coroutine can await for ``fut`` (of a :class:`LoopThread`): an
+    asyncio future when an asyncio loop runs the engine (the asyncio reactor, or no
+    reactor), a Deferred otherwise."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _deferred(fut)
+    return asyncio.wrap_future(fut)

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
 
+    from crawlhub.contrib.scrapy.items import ItemSink
     from crawlhub.queues import QueueBackend
 
 log = logging.getLogger("crawlhub.contrib.scrapy")
@@ -111,7 +112,9 @@ class Scheduler:
         self.loop: LoopThread | None = None
         # reactor thread -> worker
         self._outbox: deque[_Item] = deque()
-        self._done: deque[tuple[Seed, Outcome]] = deque()
+        # finished requests, each with the items received by then (see _settleable)
+        self._done: deque[tuple[Seed, Outcome, int]] = deque()
+        self._items: ItemSink | None = None
         # start-queue batches handed to the reactor (worker counts) and built (reactor)
         self._feeds_sent = 0
         self._feeds_built = 0
@@ -155,6 +158,11 @@ class Scheduler:
             self.loop.stop()
             raise
         self._hook_engine()
+        from crawlhub.contrib.scrapy.items import ItemSink
+
+        self._items = ItemSink.of(self.crawler)
+        if self._items is not None:
+            self._items.on_commit(self._wake)
         from scrapy import signals
 
         self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
@@ -211,7 +219,7 @@ class Scheduler:
         await self._stop_worker()
         # the engine is done: what is still enqueued or finished must reach the store
         deadline = time.monotonic() + CLOSE_TIMEOUT
-        while self._outbox or self._done:
+        while self._outbox or self._settleable():
             try:
                 await self._settle()
             except Exception as exc:
@@ -224,8 +232,14 @@ class Scheduler:
                 await asyncio.sleep(BACKOFF)
         unstarted = [x for x in self._ready if isinstance(x, Seed)]
         self._ready.clear()
+        uncommitted = [seed for seed, _, _ in self._done]
+        self._done.clear()
+        if uncommitted:  # their items never reached the sink: crawl them again
+            log.warning("crawlhub scheduler: %d requests of crawl %r return to the crawl: the"
+                        " items their callbacks produced were not committed", len(uncommitted),
+                        self.settings.crawl)
         with contextlib.suppress(Exception):
-            await self.frontier.release(unstarted)
+            await self.frontier.release(unstarted + uncommitted)
         if not self.settings.persist:
             if reason == "finished":
                 await self.frontier.store.purge()
@@ -307,7 +321,7 @@ class Scheduler:
                     log.error("crawlhub scheduler: stored request %s cannot be rebuilt (%s:"
                               " %s); it is finished as failed", item.url,
                               type(exc).__name__, exc, extra={"spider": self.spider})
-                    self._done.append((item, "failed"))
+                    self._done.append((item, "failed", 0))
                     self._wake()
                     continue
                 self._running[request] = item
@@ -335,7 +349,8 @@ class Scheduler:
             return  # not one of ours (engine.download, or a memory-only request)
         failed = id(request) in self._failed
         self._failed.discard(id(request))
-        self._done.append((seed, "failed" if failed else "ok"))
+        mark = self._items.received if self._items is not None else 0
+        self._done.append((seed, "failed" if failed else "ok", mark))
         self._wake()
 
     def _on_error(self, failure: Any, response: Any, spider: Spider) -> None:
@@ -482,7 +497,7 @@ class Scheduler:
         """Admit the enqueued requests, then finish the done ones: a request's children
         are stored before it is finished. On failure both are put back."""
         assert self.frontier is not None
-        n_done, n_out = len(self._done), len(self._outbox)
+        n_done, n_out = self._settleable(), len(self._outbox)
         if not n_done and not n_out:
             return False
         self._busy += n_done + n_out
@@ -495,7 +510,7 @@ class Scheduler:
                 self._outbox.extendleft(reversed(items))
                 self._done.extendleft(reversed(done))
                 raise
-            for i, (seed, outcome) in enumerate(done):
+            for i, (seed, outcome, _) in enumerate(done):
                 try:
                     await self.frontier.finish(seed, outcome)
                 except BaseException:
@@ -510,6 +525,21 @@ class Scheduler:
             self._left = True
             self._busy -= n_done + n_out
         return True
+
+    def _settleable(self) -> int:
+        """How many of the finished requests (from the left) may be finished in the
+        frontier: with an ItemSink, those whose items are all committed. A request is
+        marked with the count of items the sink had received when the engine was done
+        with it (its own items are among them), so it waits until the sink has committed
+        that many; marks never decrease, so the ready ones are a prefix."""
+        done = self._done
+        if self._items is None:
+            return len(done)
+        through = self._items.committed_through()
+        n = 0
+        while n < len(done) and done[n][2] <= through:
+            n += 1
+        return n
 
     async def _admit(self, items: list[_Item]) -> None:
         assert self.frontier is not None and self.spider is not None
@@ -656,15 +686,26 @@ class Scheduler:
                 self.loop.submit(queue.nack([receipt], dead=True, reason=reason))
         self._wake()
 
+    def _held(self) -> list[Seed]:
+        """The seeds this spider holds leases of: running, leased ahead, and finished but
+        waiting for their items' commit."""
+        return (list(self._running.values())
+                + [x for x in list(self._ready) if isinstance(x, Seed)]
+                + [x[0] for x in list(self._done)])
+
     async def _renew(self) -> None:
         """Extend the leases of requests in progress and of those leased ahead."""
         assert self.frontier is not None and self.settings is not None
-        seeds = list(self._running.values()) + [x for x in list(self._ready)
-                                               if isinstance(x, Seed)]
+        seeds = self._held()
         if not seeds:
             return
         kept = await self.frontier.extend(seeds, self.settings.lease)
-        lost = kept.count(False)
+        if all(kept):
+            return
+        # the worker may have finished some meanwhile (the beat runs beside it): only a
+        # seed this spider still holds lost its lease
+        held = {id(x) for x in self._held()}
+        lost = sum(1 for seed, ok in zip(seeds, kept, strict=True) if not ok and id(seed) in held)
         if lost:
             log.warning("crawlhub scheduler: %d leases of crawl %r ran out before renewal"
                         " (the machine or the backend stalled over CRAWLHUB_LEASE %ss);"
