@@ -361,6 +361,10 @@ async def test_bad_settings_stop_the_spider_with_an_error_naming_the_setting(
         ({"CRAWLHUB_LEASE": "0.1"}, "CRAWLHUB_LEASE"),
         ({"CRAWLHUB_CRAWL": "../etc"}, "CRAWLHUB_CRAWL"),
         ({"DUPEFILTER_CLASS": "scrapy.dupefilters.RFPDupeFilter"}, "DUPEFILTER_CLASS"),
+        ({"ITEM_PIPELINES": json.dumps({"crawlhub.contrib.scrapy.ItemSink": 900}),
+          "CRAWLHUB_ITEMS": "items.txt"}, "CRAWLHUB_ITEMS"),
+        ({"ITEM_PIPELINES": json.dumps({"crawlhub.contrib.scrapy.ItemSink": 900}),
+          "CRAWLHUB_ITEMS": '{"type": "sqlite", "table": "no such"}'}, "CRAWLHUB_ITEMS"),
     ):
         proc = await spiders.start({"START": "http://127.0.0.1:9/page/0"}, **settings)
         await asyncio.wait_for(proc.wait(), 60)
@@ -490,3 +494,14 @@ async def test_items_through_the_item_sink_survive_a_spider_killed_mid_crawl(
                 await conn.execute(f'DROP TABLE IF EXISTS "{unique_name}"')
             finally:
                 await conn.close()
+
+
+async def test_an_item_without_its_key_is_refused_with_an_error_naming_the_fix(
+        tmp_path: Path, unique_name: str) -> None:
+    async with SlowSite(pages=5, delay=0.0) as site:
+        spiders = Spiders(tmp_path, str(tmp_path / "data"), unique_name,
+                          CRAWLHUB_ITEMS=str(tmp_path / "items.db"), CRAWLHUB_ITEMS_KEY="sku",
+                          ITEM_PIPELINES=json.dumps({"crawlhub.contrib.scrapy.ItemSink": 900}))
+        run = await spiders.run({"START": f"{site.url}/page/0"})
+    log = spiders.log(run)
+    assert "has no key field 'sku'" in log and "'item_sink/refused': 5" in log, log[-3000:]

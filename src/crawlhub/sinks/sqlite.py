@@ -20,7 +20,8 @@ from crawlhub.sinks.base import BatchResult, SinkConfig
 from crawlhub.sinks.records import PreparedBatch, prepare_batch
 from crawlhub.storage.sqlite import SqliteDB
 
-_TABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+#: A table name (quoted in SQL; anchored: pydantic's pattern searches).
+_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _LOOKUP_CHUNK = 500
 
 

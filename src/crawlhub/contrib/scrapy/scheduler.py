@@ -624,7 +624,10 @@ class Scheduler:
             if left != self._left:
                 self._left = left
                 self._nudge()
-            if due is not None and due > now and not self._running:
+            # looked at again after the await: a request of this spider may have
+            # finished meanwhile (its own lease is not another spider's)
+            if (due is not None and due > now and not self._running
+                    and not (self._ready or self._outbox or self._done)):
                 await self._log_wait(due - now)
         return False
 
