@@ -419,6 +419,9 @@ class Scheduler:
                         CLOSE_TIMEOUT)
             worker.cancel()
             await asyncio.wait({task}, timeout=5)
+        elif not task.cancelled() and task.exception() is not None:
+            log.error("crawlhub scheduler: the worker of crawl %r had failed: %r",
+                      self.settings.crawl if self.settings else "?", task.exception())
         if self._beat_task is not None:
             await asyncio.wait({self._beat_task}, timeout=CLOSE_TIMEOUT)
 
