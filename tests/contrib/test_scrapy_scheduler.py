@@ -505,3 +505,25 @@ async def test_an_item_without_its_key_is_refused_with_an_error_naming_the_fix(
         run = await spiders.run({"START": f"{site.url}/page/0"})
     log = spiders.log(run)
     assert "has no key field 'sku'" in log and "'item_sink/refused': 5" in log, log[-3000:]
+
+
+async def test_a_second_spider_on_one_jsonl_item_file_is_refused_naming_the_fix(
+        tmp_path: Path, unique_name: str) -> None:
+    """A JSON lines file takes one writing process (the second one's open would cut off
+    the first one's batch in flight)."""
+    items = str(tmp_path / "items.jsonl")
+    pipeline = json.dumps({"crawlhub.contrib.scrapy.ItemSink": 900})
+    async with SlowSite(pages=100, delay=0.1) as site:
+        spiders = Spiders(tmp_path, str(tmp_path / "data"), unique_name,
+                          CRAWLHUB_ITEMS=items, ITEM_PIPELINES=pipeline)
+        try:
+            first = await spiders.start({"START": f"{site.url}/page/0"})
+            await wait_for(lambda: "crawlhub items: writing to sink" in spiders.log(0),
+                           "the first spider writing", timeout=60)
+            second = await spiders.start({"START": f"{site.url}/page/0"})
+            await asyncio.wait_for(second.wait(), 60)
+            assert first.returncode is None
+        finally:
+            spiders.kill_all()
+    log = spiders.log(1)
+    assert "CRAWLHUB_ITEMS" in log and "written by another spider process" in log, log[-2000:]

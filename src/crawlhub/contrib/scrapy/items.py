@@ -11,7 +11,8 @@ In a Scrapy project's settings (or with ``-s`` on the command line)::
 ==========================  ==========================================================
 ``CRAWLHUB_ITEMS``          where items go: a path ending ``.db``/``.sqlite`` (the
                             SQLite sink, shared by the spiders of one machine), one
-                            ending ``.jsonl`` (JSON lines; one process per file), or a
+                            ending ``.jsonl`` (JSON lines; one process per file: a
+                            second one is refused), or a
                             crawlhub ``sink:`` mapping (``type``: ``sqlite``,
                             ``jsonl``, ``postgres``, ``redis_stream``, ``kafka``), as a
                             dict or JSON text
@@ -47,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 import weakref
 from collections import deque
@@ -130,6 +132,7 @@ class ItemSink:
         self._writer: asyncio.Task[None] | None = None
         self._closing = False
         self._listeners: list[Any] = []
+        self._lock_fd: int | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> ItemSink:
@@ -159,12 +162,15 @@ class ItemSink:
 
     # ------------------------------------------------------------------ pipeline
     def open_spider(self, spider: Any = None) -> None:
+        if self.spec.get("type", "jsonl") == "jsonl":
+            self._lock_file()
         self.loop = LoopThread("crawlhub-items")
         try:
             self.loop.run(self.sink.open(), timeout=60)
         except BaseException:
             self.loop.stop()
             self.loop = None
+            self._unlock_file()
             raise
         log.info("crawlhub items: writing to sink %s (%s, key %s)", self.sink.name,
                  self.spec.get("type", "jsonl"), self.spec["key"])
@@ -198,9 +204,33 @@ class ItemSink:
         finally:
             self.loop.stop()
             self.loop = None
+            self._unlock_file()
             self.stats.set_value("item_sink/written", self.written)
             self.stats.set_value("item_sink/unchanged", self.unchanged)
             self.stats.set_value("item_sink/batches", self.batches)
+
+    def _lock_file(self) -> None:
+        """A JSON lines file takes one writing process: a second spider on it would cut
+        off the first one's batch in flight when it opens. Refuse it, naming the fix (the
+        lock goes with the process, also when it is killed)."""
+        import fcntl
+
+        path = Path(str(self.spec.get("path") or "items.jsonl")).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise _error("CRAWLHUB_ITEMS", f"{path} is written by another spider process:"
+                         " give each spider its own .jsonl file, or share a SQLite file"
+                         " (items.db) or a PostgreSQL table") from None
+        self._lock_fd = fd
+
+    def _unlock_file(self) -> None:
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)
 
     # ------------------------------------------------------------------ writer loop
     async def _add(self, record: dict[str, Any]) -> None:
