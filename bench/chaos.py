@@ -10,6 +10,9 @@ The peer here is the promise itself: lost and doubled must be 0. The table also 
 how many requests failed during the outages, and with which status.
 
 Run:  python bench/chaos.py [--n 100000] [--kills 5] [--batch 100] [--only sqlite,redis]
+
+``--only scrapy`` (or ``sqlite,redis,scrapy``) adds the Scrapy table of
+``bench/scrapy_chaos.py``: spiders SIGKILLed, items counted in the user's output.
 """
 
 from __future__ import annotations
@@ -52,21 +55,26 @@ async def main() -> int:
                         help="restarts of the Redis server per Redis run")
     parser.add_argument("--only", default="sqlite,redis", help="backends to run")
     parser.add_argument("--seed", type=int, default=1, help="random seed of the kill points")
+    from scrapy_chaos import add_arguments, main_scrapy
+
+    add_arguments(parser)
     args = parser.parse_args()
+    scrapy_failed = main_scrapy(args) if "scrapy" in args.only.split(",") else 0
     reports = []
-    for backend in args.only.split(","):
+    for backend in [b for b in args.only.split(",") if b != "scrapy"]:
         for frontier in (False, True):
             spec = ChaosSpec(backend=backend, frontier=frontier, tasks=args.n,
                              batch=args.batch, clients=args.clients, kills=args.kills,
                              redis_restarts=args.redis_restarts, seed=args.seed)
             Console(stderr=True).print(f"running {spec.label} ...")
             reports.append(await run_chaos(spec))
-    Console(width=220).print(table(reports, args.n))
+    if reports:
+        Console(width=220).print(table(reports, args.n))
     bad = [r for r in reports if r.lost or r.doubled or r.answered != args.n]
     for r in bad:
         print(f"FAILED {r.spec.label}: lost {r.lost} (e.g. {r.lost_sample}),"
               f" doubled {r.doubled}, answered {r.answered}/{args.n}")
-    return 1 if bad else 0
+    return 1 if bad or scrapy_failed else 0
 
 
 if __name__ == "__main__":

@@ -101,7 +101,8 @@ async def run_spider(tmp_path: Path, start: list[str], **settings: Any
     with open(log, "wb") as err:
         proc = await asyncio.create_subprocess_exec(
             *args, cwd=str(ROOT), stdout=asyncio.subprocess.DEVNULL, stderr=err,
-            env={**os.environ, "PYTHONPATH": str(ROOT), "ITEMS": str(items),
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+                 "ITEMS": str(items),
                  "START": " ".join(start)})
         try:
             code = await asyncio.wait_for(proc.wait(), 60)

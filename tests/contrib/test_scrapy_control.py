@@ -47,7 +47,8 @@ async def test_a_spider_pauses_continues_reports_its_stats_and_exits(tmp_path: P
         args = [sys.executable, "-m", "scrapy", "runspider", str(SPIDER)]
         for k, v in settings.items():
             args += ["-s", f"{k}={v}"]
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "ITEMS": str(items),
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+               "ITEMS": str(items),
                "START": f"{site.url}/page/0", protocol.ENV_CONTROL_FILE: str(control),
                protocol.ENV_COUNTERS_FILE: str(counts)}
         with log.open("wb") as err:

@@ -22,9 +22,9 @@ from crawlhub.config.sinks import build_sink
 from crawlhub.keys import sink_stream_index
 from crawlhub.sinks.base import Sink
 
-BACKENDS = ["jsonl", "postgres", "redis_stream", "kafka"]
+BACKENDS = ["jsonl", "sqlite", "postgres", "redis_stream", "kafka"]
 #: Backends that recognise a redelivered record themselves (Kafka leaves it to consumers).
-DEDUPING = ["jsonl", "postgres", "redis_stream"]
+DEDUPING = ["jsonl", "sqlite", "postgres", "redis_stream"]
 
 
 @dataclass
@@ -100,6 +100,16 @@ async def make_backend(
             return [json.loads(line) for line in path.read_text().splitlines()]
 
         spec: dict[str, Any] = {"type": "jsonl", "path": str(path)}
+    elif kind == "sqlite":
+        db_path = tmp_path / "out.db"
+
+        async def read() -> list[dict[str, Any]]:
+            import sqlite3
+
+            with sqlite3.connect(db_path) as db:
+                return [json.loads(d) for (d,) in db.execute("SELECT data FROM items ORDER BY rowid")]
+
+        spec = {"type": "sqlite", "path": str(db_path)}
     elif kind == "postgres":
         url = request.getfixturevalue("postgres_url")
 

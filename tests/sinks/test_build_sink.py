@@ -11,7 +11,7 @@ import pytest
 
 from crawlhub.config.sinks import build_sink
 from crawlhub.errors import ConfigError
-from crawlhub.sinks import JsonlSink, KafkaSink, PostgresSink, RedisStreamSink
+from crawlhub.sinks import JsonlSink, KafkaSink, PostgresSink, RedisStreamSink, SqliteSink
 from crawlhub.sinks.base import BatchResult
 
 
@@ -47,6 +47,15 @@ def test_each_type_builds_its_sink() -> None:
     assert isinstance(rs, RedisStreamSink) and rs.config.url == "redis://r:6379/0"
     kafka = build_sink({"type": "kafka", "topic": "t"}, config=settings)
     assert isinstance(kafka, KafkaSink) and kafka.config.bootstrap_servers == "k:9092"
+    lite = build_sink({"type": "sqlite"}, config=settings, name="shops")
+    assert isinstance(lite, SqliteSink) and lite.path == Path("/data/sinks/shops.db")
+
+
+def test_a_sqlite_table_name_sql_could_misread_is_refused() -> None:
+    for table in ("no such", 'a"b', "x;drop table y", "1st"):
+        with pytest.raises(ConfigError) as info:
+            build_sink({"type": "sqlite", "path": "/tmp/items.db", "table": table})
+        assert info.value.key == "table"
 
 
 def test_jsonl_is_the_default_type_and_relative_paths_sit_in_the_data_dir(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """``build_sink``: a ``sink:`` mapping from YAML to a ready ``Sink``.
 
-``type`` picks the sink (``jsonl``, ``postgres``, ``redis_stream``, ``kafka``) or names a
+``type`` picks the sink (``jsonl``, ``sqlite``, ``postgres``, ``redis_stream``, ``kafka``) or names a
 user class by import path (``package.module:Class``); a bad key is a ``ConfigError``.
 Each sink owns its config model (beside it in :mod:`crawlhub.sinks`); this module only
 refers to them, fills connections from the settings and builds.
@@ -21,6 +21,7 @@ from crawlhub.sinks.kafka import KafkaSinkConfig
 from crawlhub.sinks.pg_table import PgTableConfig
 from crawlhub.sinks.postgres import PostgresSinkConfig, postgres_dsn
 from crawlhub.sinks.redis_stream import RedisStreamSinkConfig
+from crawlhub.sinks.sqlite import SqliteSinkConfig
 
 __all__ = [
     "SINK_TYPES",
@@ -29,6 +30,7 @@ __all__ = [
     "PgTableConfig",
     "PostgresSinkConfig",
     "RedisStreamSinkConfig",
+    "SqliteSinkConfig",
     "SinkConfig",
     "build_sink",
     "check_sink",
@@ -36,11 +38,12 @@ __all__ = [
     "sink_config",
 ]
 
-SINK_TYPES = ("jsonl", "postgres", "redis_stream", "kafka")
+SINK_TYPES = ("jsonl", "sqlite", "postgres", "redis_stream", "kafka")
 
 
 _MODELS: dict[str, type[SinkConfig]] = {
     "jsonl": JsonlSinkConfig,
+    "sqlite": SqliteSinkConfig,
     "postgres": PostgresSinkConfig,
     "redis_stream": RedisStreamSinkConfig,
     "kafka": KafkaSinkConfig,
@@ -97,9 +100,10 @@ def sink_config(
                 if value:
                     data[field] = value
                     break
-    if kind == "jsonl":
+    if kind in ("jsonl", "sqlite"):
         data_dir = Path(str(_setting(config, "data_dir") or "."))
-        path = Path(str(data.get("path") or Path("sinks") / f"{data['name']}.jsonl"))
+        suffix = ".jsonl" if kind == "jsonl" else ".db"
+        path = Path(str(data.get("path") or Path("sinks") / f"{data['name']}{suffix}"))
         data["path"] = path if path.is_absolute() else data_dir / path
     try:
         return model.model_validate(data)
@@ -137,6 +141,10 @@ def build_sink(
         from crawlhub.sinks.jsonl import JsonlSink
 
         return JsonlSink(model, name=sink_name)
+    if isinstance(model, SqliteSinkConfig):
+        from crawlhub.sinks.sqlite import SqliteSink
+
+        return SqliteSink(model, name=sink_name)
     if isinstance(model, PostgresSinkConfig):
         from crawlhub.sinks.postgres import PostgresSink
 

@@ -1,4 +1,4 @@
-"""Sinks: where the pipeline's single writer puts records (JSON lines, PostgreSQL,
+"""Sinks: where the pipeline's single writer puts records (JSON lines, SQLite, PostgreSQL,
 Redis stream, Kafka), one idempotent batch at a time.
 
 Build one from config with :func:`crawlhub.config.sinks.build_sink`.
@@ -10,6 +10,7 @@ from crawlhub.sinks.kafka import KafkaSink
 from crawlhub.sinks.postgres import PostgresSink, Scd2Merger
 from crawlhub.sinks.records import METADATA_FIELDS, content_hash, prepare_batch, stable_json
 from crawlhub.sinks.redis_stream import RedisStreamSink
+from crawlhub.sinks.sqlite import SqliteSink
 
 __all__ = [
     "METADATA_FIELDS",
@@ -21,6 +22,7 @@ __all__ = [
     "Scd2Merger",
     "Sink",
     "SnapshotSink",
+    "SqliteSink",
     "TableResult",
     "content_hash",
     "prepare_batch",

@@ -13,6 +13,10 @@ Downloads through the download center: ``CenterDownloadHandler`` and
 ``CenterSpiderMiddleware`` (:mod:`crawlhub.contrib.scrapy.center`, imported on first use:
 it imports Scrapy and Twisted).
 
+Items committed before their requests finish: ``ItemSink`` in ``ITEM_PIPELINES`` with
+``CRAWLHUB_ITEMS`` (:mod:`crawlhub.contrib.scrapy.items`): a killed spider's uncommitted
+items are produced again by the spider that takes its requests, written once by key.
+
 Run as a crawlhub job: ``CrawlhubControl`` (:mod:`crawlhub.contrib.scrapy.extension`,
 ``EXTENSIONS = {"crawlhub.contrib.scrapy.extension.CrawlhubControl": 500}``) pauses,
 continues and ends the spider through the job's control channel and reports Scrapy's
@@ -25,7 +29,7 @@ from crawlhub.contrib.scrapy.dupefilter import DupeFilter
 from crawlhub.contrib.scrapy.scheduler import Scheduler
 
 __all__ = ["CenterDownloadHandler", "CenterSpiderMiddleware", "CrawlhubControl", "DupeFilter",
-           "Scheduler"]
+           "ItemSink", "Scheduler"]
 
 _CENTER = ("CenterDownloadHandler", "CenterSpiderMiddleware")
 
@@ -35,6 +39,10 @@ def __getattr__(name: str) -> Any:
         from crawlhub.contrib.scrapy import center
 
         return getattr(center, name)
+    if name == "ItemSink":
+        from crawlhub.contrib.scrapy.items import ItemSink
+
+        return ItemSink
     if name == "CrawlhubControl":
         from crawlhub.contrib.scrapy.extension import CrawlhubControl
 

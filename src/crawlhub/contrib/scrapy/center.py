@@ -62,7 +62,7 @@ import logging
 import re
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -73,15 +73,14 @@ from scrapy.exceptions import CloseSpider
 from scrapy.http import Headers
 from scrapy.responsetypes import responsetypes
 from scrapy.utils.defer import deferred_from_coro
-from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectError
-from twisted.python.failure import Failure
 
 from crawlhub.agents.codes import TOO_LARGE
 from crawlhub.center.bus import Bus, open_bus
 from crawlhub.center.client import CenterClient
 from crawlhub.center.protocol import FAILED, SKIPPED, STRATEGIES, CenterError, Reply, check_id
-from crawlhub.contrib.scrapy.loop import LoopThread
+from crawlhub.contrib.scrapy.loop import LoopThread, engine_wait
 from crawlhub.contrib.scrapy.settings import _error, _float, _int
 from crawlhub.fetch.http import Request
 from crawlhub.keys import DEFAULT_PREFIX
@@ -181,43 +180,6 @@ def default_job(spider_name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
-def _deferred(fut: Future[T]) -> Deferred[T]:
-    """A Deferred fired on the reactor thread when ``fut`` (of another thread) is done;
-    cancelling it cancels ``fut``."""
-    from twisted.internet import reactor
-
-    def cancel(_: Deferred[T]) -> None:
-        fut.cancel()
-
-    d: Deferred[T] = Deferred(cancel)
-
-    def settle(done: Future[T]) -> None:
-        if d.called:  # cancelled meanwhile
-            return
-        if done.cancelled():
-            d.errback(Failure(CancelledError()))
-            return
-        exc = done.exception()
-        if exc is not None:
-            d.errback(Failure(exc))
-        else:
-            d.callback(done.result())
-
-    fut.add_done_callback(
-        lambda done: reactor.callFromThread(settle, done))  # type: ignore[attr-defined]
-    return d
-
-
-def _wait(fut: Future[T]) -> Awaitable[T]:
-    """What the engine's coroutine can await for ``fut``: an asyncio future when an
-    asyncio loop runs it (the asyncio reactor, or no reactor), a Deferred otherwise."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return _deferred(fut)
-    return asyncio.wrap_future(fut)
-
-
 def _request_headers(headers: Headers) -> dict[str, str]:
     out: dict[str, str] = {}
     for raw_name, values in headers.items():
@@ -285,7 +247,7 @@ class CenterDownloadHandler:
                 self.client = await self._open(job)
             else:
                 assert self._opening is not None
-                self.client = await _wait(self._opening)
+                self.client = await engine_wait(self._opening)
         except Exception as exc:  # noqa: BLE001 - refused, unanswered, broker down, bad URL
             self._failed = exc
             why = str(exc) if isinstance(exc, CenterError) else (
@@ -331,7 +293,7 @@ class CenterDownloadHandler:
             if loop is None:
                 reply = await client.fetch(req, agent=_bound_agent(request))
             else:
-                reply = await _wait(loop.submit(client.fetch(req,
+                reply = await engine_wait(loop.submit(client.fetch(req,
                                                              agent=_bound_agent(request))))
         except CenterError as exc:
             log.error("crawlhub download center: %s; closing the spider", exc)
@@ -403,7 +365,7 @@ class CenterDownloadHandler:
         if self._opening is not None:
             self._opening.cancel()  # still allocating: give up
         try:
-            await _wait(loop.submit(self._shutdown()))
+            await engine_wait(loop.submit(self._shutdown()))
         except Exception as exc:  # noqa: BLE001 - shutting down either way
             log.warning("crawlhub download center: releasing job %s failed: %s", self.job,
                         exc)

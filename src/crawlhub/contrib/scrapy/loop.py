@@ -9,12 +9,20 @@ Redis round trip never stalls the engine.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from twisted.internet.defer import Deferred
 
 T = TypeVar("T")
+log = logging.getLogger("crawlhub.contrib.scrapy")
+
+#: Seconds ``stop`` waits for the loop's tasks to end on cancel.
+STOP_TIMEOUT = 5.0
 
 
 class LoopThread:
@@ -40,20 +48,70 @@ class LoopThread:
         self.loop.call_soon_threadsafe(callback, *args)
 
     def stop(self) -> None:
-        """Cancel what still runs on the loop, stop it and join the thread."""
+        """Cancel what still runs on the loop, stop it and join the thread. Never raises:
+        a task that ignores its cancel is logged by name and left to the daemon thread."""
         if not self._thread.is_alive():
             return
 
-        async def cancel_rest() -> None:
+        async def cancel_rest() -> list[str]:
             rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in rest:
                 task.cancel()
-            await asyncio.gather(*rest, return_exceptions=True)
+            if not rest:
+                return []
+            _, stuck = await asyncio.wait(rest, timeout=STOP_TIMEOUT)
+            return [t.get_name() for t in stuck]
 
         try:
-            self.run(cancel_rest(), timeout=10)
-        finally:
+            stuck = self.run(cancel_rest(), timeout=STOP_TIMEOUT + 5)
+        except Exception as exc:  # the loop itself is stuck
+            stuck = [f"the loop ({type(exc).__name__})"]
+        if stuck:
+            log.warning("%s: %s did not end on cancel; left running on the daemon thread",
+                        self._thread.name, ", ".join(stuck))
             self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(10)
-            if not self._thread.is_alive():
-                self.loop.close()
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+def _deferred(fut: Future[T]) -> Deferred[T]:
+    """A Deferred fired on the reactor thread when ``fut`` (of another thread) is done;
+    cancelling it cancels ``fut``."""
+    from twisted.internet import reactor
+    from twisted.internet.defer import CancelledError, Deferred
+    from twisted.python.failure import Failure
+
+    def cancel(_: Deferred[T]) -> None:
+        fut.cancel()
+
+    d: Deferred[T] = Deferred(cancel)
+
+    def settle(done: Future[T]) -> None:
+        if d.called:  # cancelled meanwhile
+            return
+        if done.cancelled():
+            d.errback(Failure(CancelledError()))
+            return
+        exc = done.exception()
+        if exc is not None:
+            d.errback(Failure(exc))
+        else:
+            d.callback(done.result())
+
+    fut.add_done_callback(
+        lambda done: reactor.callFromThread(settle, done))  # type: ignore[attr-defined]
+    return d
+
+
+def engine_wait(fut: Future[T]) -> Awaitable[T]:
+    """What the engine's coroutine can await for ``fut`` (of a :class:`LoopThread`): an
+    asyncio future when an asyncio loop runs the engine (the asyncio reactor, or no
+    reactor), a Deferred otherwise."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _deferred(fut)
+    return asyncio.wrap_future(fut)

@@ -14,10 +14,19 @@ sent before in the segment is dropped at once by a local filter); a worker on a
 loop of its own (:class:`~crawlhub.contrib.scrapy.loop.LoopThread`) moves them to and
 from the frontier in batches: it admits what was enqueued, *then* finishes what the
 engine is done with (so a parent is finished only after its children are stored),
-leases up to ``CRAWLHUB_PREFETCH`` requests ahead, renews the leases of requests still
-in progress every third of ``CRAWLHUB_LEASE``, and feeds tasks from the crawl's start
+leases up to ``CRAWLHUB_PREFETCH`` requests ahead and feeds tasks from the crawl's start
 queue (the hub's outbound) into the frontier. When Redis is away the worker keeps
 everything in memory and retries; the engine keeps crawling what it holds.
+
+Spiders beat: beside the worker, a beat renews the leases of the requests this spider
+runs or holds ahead every fifth of ``CRAWLHUB_LEASE`` (5 s by default). A spider killed
+or frozen stops beating, and its requests are free for the others once its last beat's
+leases end, a few seconds later; a spider with nothing to crawl while others hold
+leases says so in its log (how many, and when the next one is free).
+
+Items: with :class:`~crawlhub.contrib.scrapy.items.ItemSink` in ``ITEM_PIPELINES``, a
+request is finished only once every item its callback produced is committed to the
+sink (see :mod:`crawlhub.contrib.scrapy.items`).
 
 The one private Scrapy detail this relies on: the engine's slot calls
 ``remove_request(request)`` when it is done with a request; the scheduler wraps that
@@ -47,6 +56,7 @@ if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
 
+    from crawlhub.contrib.scrapy.items import ItemSink
     from crawlhub.queues import QueueBackend
 
 log = logging.getLogger("crawlhub.contrib.scrapy")
@@ -59,6 +69,8 @@ BACKOFF = 1.0
 SENT_MAX = 4_000_000
 #: Share of the frontier's false-positive budget that filter may use.
 CACHE_SHARE = 0.01
+#: Seconds between the log lines of a spider waiting for other spiders' leases.
+WAIT_LOG_EVERY = 10.0
 #: Seconds ``close`` keeps trying to store what is left before giving up on it.
 CLOSE_TIMEOUT = 30.0
 
@@ -100,7 +112,9 @@ class Scheduler:
         self.loop: LoopThread | None = None
         # reactor thread -> worker
         self._outbox: deque[_Item] = deque()
-        self._done: deque[tuple[Seed, Outcome]] = deque()
+        # finished requests, each with the items received by then (see _settleable)
+        self._done: deque[tuple[Seed, Outcome, int]] = deque()
+        self._items: ItemSink | None = None
         # start-queue batches handed to the reactor (worker counts) and built (reactor)
         self._feeds_sent = 0
         self._feeds_built = 0
@@ -111,6 +125,10 @@ class Scheduler:
         self._busy = 0  # items the worker took and has not settled yet
         self._left = True  # the crawl owes requests (pending or leased, any spider)
         self._closing = False
+        self._stopping = False  # the worker ends after its current step
+        self._stop_beat: asyncio.Event | None = None
+        self._beat_task: asyncio.Task[None] | None = None
+        self._waits_logged = 0.0  # when the spider last said what it waits for
         self._event: asyncio.Event | None = None
         self._worker: Any = None
         self._idle_since: float | None = None
@@ -140,11 +158,17 @@ class Scheduler:
             self.loop.stop()
             raise
         self._hook_engine()
+        from crawlhub.contrib.scrapy.items import ItemSink
+
+        self._items = ItemSink.of(self.crawler)
+        if self._items is not None:
+            self._items.on_commit(self._wake)
         from scrapy import signals
 
         self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
         self.crawler.signals.connect(self._on_error, signal=signals.spider_error)
         self._worker = self.loop.submit(self._work())
+        self.loop.call_soon(self._start_beat)
         log.info("crawlhub scheduler: crawl %r on %s (key %s, lease %ss, prefetch %d%s)",
                  s.crawl, s.backend, s.key, s.lease, s.prefetch,
                  f", start queue {s.start_queue!r}" if s.start_queue else "",
@@ -153,6 +177,7 @@ class Scheduler:
     async def _open(self) -> None:
         assert self.frontier is not None and self.settings is not None
         self._event = asyncio.Event()
+        self._stop_beat = asyncio.Event()
         await self.frontier.open()
         if self.settings.flush_on_start:
             await self.frontier.store.purge()
@@ -191,11 +216,10 @@ class Scheduler:
 
     async def _close(self, reason: str) -> None:
         assert self.frontier is not None and self.settings is not None
-        if self._worker is not None:
-            self._worker.cancel()
+        await self._stop_worker()
         # the engine is done: what is still enqueued or finished must reach the store
         deadline = time.monotonic() + CLOSE_TIMEOUT
-        while self._outbox or self._done:
+        while self._outbox or self._settleable():
             try:
                 await self._settle()
             except Exception as exc:
@@ -208,8 +232,14 @@ class Scheduler:
                 await asyncio.sleep(BACKOFF)
         unstarted = [x for x in self._ready if isinstance(x, Seed)]
         self._ready.clear()
+        uncommitted = [seed for seed, _, _ in self._done]
+        self._done.clear()
+        if uncommitted:  # their items never reached the sink: crawl them again
+            log.warning("crawlhub scheduler: %d requests of crawl %r return to the crawl: the"
+                        " items their callbacks produced were not committed", len(uncommitted),
+                        self.settings.crawl)
         with contextlib.suppress(Exception):
-            await self.frontier.release(unstarted)
+            await self.frontier.release(unstarted + uncommitted)
         if not self.settings.persist:
             if reason == "finished":
                 await self.frontier.store.purge()
@@ -291,7 +321,7 @@ class Scheduler:
                     log.error("crawlhub scheduler: stored request %s cannot be rebuilt (%s:"
                               " %s); it is finished as failed", item.url,
                               type(exc).__name__, exc, extra={"spider": self.spider})
-                    self._done.append((item, "failed"))
+                    self._done.append((item, "failed", 0))
                     self._wake()
                     continue
                 self._running[request] = item
@@ -319,7 +349,8 @@ class Scheduler:
             return  # not one of ours (engine.download, or a memory-only request)
         failed = id(request) in self._failed
         self._failed.discard(id(request))
-        self._done.append((seed, "failed" if failed else "ok"))
+        mark = self._items.received if self._items is not None else 0
+        self._done.append((seed, "failed" if failed else "ok", mark))
         self._wake()
 
     def _on_error(self, failure: Any, response: Any, spider: Spider) -> None:
@@ -368,18 +399,78 @@ class Scheduler:
         reactor.callFromThread(self.stats.inc_value, name, n)  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ worker
+    async def _stop_worker(self) -> None:
+        """Have the worker end after the step it is in, so what it took from the outbox is
+        stored or put back before ``_close`` looks (a cancel mid-step left them in the
+        worker's hands, and on Python 3.11 a cancel met by a timeout could be swallowed,
+        leaving the worker running and the loop's stop to time out)."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        self._stopping = True
+        self._wake_now()
+        if self._stop_beat is not None:
+            self._stop_beat.set()
+        task = asyncio.wrap_future(worker)
+        done, _ = await asyncio.wait({task}, timeout=CLOSE_TIMEOUT)
+        if not done:  # stuck in a storage call: cancel it (what it held is put back)
+            log.warning("crawlhub scheduler: the worker of crawl %r did not stop within %ss;"
+                        " cancelling it", self.settings.crawl if self.settings else "?",
+                        CLOSE_TIMEOUT)
+            worker.cancel()
+            await asyncio.wait({task}, timeout=5)
+        elif not task.cancelled() and task.exception() is not None:
+            log.error("crawlhub scheduler: the worker of crawl %r had failed: %r",
+                      self.settings.crawl if self.settings else "?", task.exception())
+        if self._beat_task is not None:
+            await asyncio.wait({self._beat_task}, timeout=CLOSE_TIMEOUT)
+
+    async def _beat(self) -> None:
+        """Renew this spider's leases every fifth of ``CRAWLHUB_LEASE``, beside the worker
+        (a long store step of the worker does not delay it): the renewal is the spider's
+        heartbeat. A spider that stops beating (killed, frozen) has its requests taken
+        back by the others once its leases run out, a few seconds later."""
+        assert self.settings is not None and self._stop_beat is not None
+        every = self.settings.lease / 5
+        while not self._stopping:
+            await self._pause(every, self._stop_beat)
+            if self._stopping:
+                return
+            try:
+                await self._renew()
+            except Exception as exc:  # the worker logs the store's failures
+                log.debug("crawlhub scheduler: beat of crawl %r failed: %s",
+                          self.settings.crawl, exc)
+
+    def _start_beat(self) -> None:
+        """(Worker's loop) start the beat."""
+        self._beat_task = asyncio.get_running_loop().create_task(self._beat())
+
+    def _wake_now(self) -> None:
+        """(Worker's loop) wake the worker."""
+        if self._event is not None:
+            self._event.set()
+
+    async def _pause(self, seconds: float, event: asyncio.Event | None = None) -> None:
+        """Wait ``seconds`` or until ``event`` (the worker's wake-up) is set: the worker's
+        and the beat's one way to wait; they end on a flag, never on a cancel."""
+        event = event or self._event
+        assert event is not None
+        if event.is_set():
+            return
+        waiter = asyncio.ensure_future(event.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=seconds)
+        finally:
+            waiter.cancel()
+
     async def _work(self) -> None:
         assert self.settings is not None and self._event is not None
-        renew_every = self.settings.lease / 3
-        next_renew = time.monotonic() + renew_every
         failing = False
-        while True:
+        while not self._stopping:
             self._event.clear()
             try:
                 progressed = await self._cycle()
-                if time.monotonic() >= next_renew:
-                    await self._renew()
-                    next_renew = time.monotonic() + renew_every
                 if failing:
                     log.warning("crawlhub scheduler: storage of crawl %r answers again",
                                 self.settings.crawl)
@@ -392,18 +483,11 @@ class Scheduler:
                                 " requests stay in memory, retrying every %ss",
                                 self.settings.crawl, type(exc).__name__, exc, BACKOFF)
                 failing = True
-                await asyncio.sleep(BACKOFF)
+                await self._pause(BACKOFF)
                 continue
             if progressed:
                 continue
-            timeout = max(0.01, min(POLL, next_renew - time.monotonic()))
-            # not wait_for in suppress(TimeoutError): on Python 3.11 it can swallow the
-            # cancel _close sends when the event is set at the same moment
-            try:
-                async with asyncio.timeout(timeout):
-                    await self._event.wait()
-            except TimeoutError:
-                pass
+            await self._pause(POLL)
 
     async def _cycle(self) -> bool:
         """Store what was enqueued, finish what is done, lease ahead; True if anything
@@ -416,7 +500,7 @@ class Scheduler:
         """Admit the enqueued requests, then finish the done ones: a request's children
         are stored before it is finished. On failure both are put back."""
         assert self.frontier is not None
-        n_done, n_out = len(self._done), len(self._outbox)
+        n_done, n_out = self._settleable(), len(self._outbox)
         if not n_done and not n_out:
             return False
         self._busy += n_done + n_out
@@ -429,7 +513,7 @@ class Scheduler:
                 self._outbox.extendleft(reversed(items))
                 self._done.extendleft(reversed(done))
                 raise
-            for i, (seed, outcome) in enumerate(done):
+            for i, (seed, outcome, _) in enumerate(done):
                 try:
                     await self.frontier.finish(seed, outcome)
                 except BaseException:
@@ -444,6 +528,21 @@ class Scheduler:
             self._left = True
             self._busy -= n_done + n_out
         return True
+
+    def _settleable(self) -> int:
+        """How many of the finished requests (from the left) may be finished in the
+        frontier: with an ItemSink, those whose items are all committed. A request is
+        marked with the count of items the sink had received when the engine was done
+        with it (its own items are among them), so it waits until the sink has committed
+        that many; marks never decrease, so the ready ones are a prefix."""
+        done = self._done
+        if self._items is None:
+            return len(done)
+        through = self._items.committed_through()
+        n = 0
+        while n < len(done) and done[n][2] <= through:
+            n += 1
+        return n
 
     async def _admit(self, items: list[_Item]) -> None:
         assert self.frontier is not None and self.spider is not None
@@ -522,12 +621,35 @@ class Scheduler:
             return True
         if not (self._ready or self._outbox or self._done
                 or self._feeds_sent != self._feeds_built):
-            due = await self.frontier.store.next_due(self.frontier.clock())
+            now = self.frontier.clock()
+            due = await self.frontier.store.next_due(now)
             left = due is not None
             if left != self._left:
                 self._left = left
                 self._nudge()
+            # looked at again after the await: a request of this spider may have
+            # finished meanwhile (its own lease is not another spider's)
+            if (due is not None and due > now and not self._running
+                    and not (self._ready or self._outbox or self._done)):
+                await self._log_wait(due - now)
         return False
+
+    async def _log_wait(self, seconds: float) -> None:
+        """Nothing to crawl here while the crawl still owes requests: say what the spider
+        waits for (once, then every ``WAIT_LOG_EVERY`` s while it waits)."""
+        assert self.frontier is not None and self.settings is not None
+        mono = time.monotonic()
+        if mono - self._waits_logged < WAIT_LOG_EVERY:
+            return
+        self._waits_logged = mono
+        counts = await self.frontier.stats()
+        leased = sum(int(c.get("leased", 0)) for c in counts)
+        waiting = sum(int(c.get("pending", 0)) for c in counts)
+        log.info("crawlhub scheduler: crawl %r waits for %d requests leased by other spiders"
+                 " (%d more wait for their time); the next is free in %.1f s (a spider"
+                 " that stops beating loses its leases %ss after its last beat,"
+                 " CRAWLHUB_LEASE)", self.settings.crawl, leased, waiting, seconds,
+                 self.settings.lease, extra={"spider": self.spider})
 
     async def _feed(self, want: int) -> bool:
         """Lease tasks from the start queue and hand them to the reactor to build."""
@@ -570,15 +692,26 @@ class Scheduler:
                 self.loop.submit(queue.nack([receipt], dead=True, reason=reason))
         self._wake()
 
+    def _held(self) -> list[Seed]:
+        """The seeds this spider holds leases of: running, leased ahead, and finished but
+        waiting for their items' commit."""
+        return (list(self._running.values())
+                + [x for x in list(self._ready) if isinstance(x, Seed)]
+                + [x[0] for x in list(self._done)])
+
     async def _renew(self) -> None:
         """Extend the leases of requests in progress and of those leased ahead."""
         assert self.frontier is not None and self.settings is not None
-        seeds = list(self._running.values()) + [x for x in list(self._ready)
-                                               if isinstance(x, Seed)]
+        seeds = self._held()
         if not seeds:
             return
         kept = await self.frontier.extend(seeds, self.settings.lease)
-        lost = kept.count(False)
+        if all(kept):
+            return
+        # the worker may have finished some meanwhile (the beat runs beside it): only a
+        # seed this spider still holds lost its lease
+        held = {id(x) for x in self._held()}
+        lost = sum(1 for seed, ok in zip(seeds, kept, strict=True) if not ok and id(seed) in held)
         if lost:
             log.warning("crawlhub scheduler: %d leases of crawl %r ran out before renewal"
                         " (the machine or the backend stalled over CRAWLHUB_LEASE %ss);"

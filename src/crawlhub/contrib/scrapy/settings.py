@@ -13,8 +13,9 @@
                             ``{"segment": "1d", "expected_items": 5000000}``
 ``CRAWLHUB_KEY``            ``canonical`` (the frontier's key rules) or ``fingerprint``
                             (Scrapy's request fingerprinter, exactly as Scrapy dedups)
-``CRAWLHUB_LEASE``          seconds a handed-out request stays leased (renewed while it
-                            runs; a killed spider's requests return after it)
+``CRAWLHUB_LEASE``          seconds a spider's requests stay leased past its last beat
+                            (default 5; it beats every fifth of it): a killed
+                            spider's requests go to the others after it
 ``CRAWLHUB_PREFETCH``       requests leased ahead of the engine (default
                             ``CONCURRENT_REQUESTS``)
 ``CRAWLHUB_MAX_ATTEMPTS``   leases of one request before it is given up (a request
@@ -59,7 +60,7 @@ _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,100}")
 SCRAPY_FRONTIER_DEFAULTS: dict[str, Any] = {
     "key": {"include_method": True, "include_body": True},
     "archive": False,
-    "lease_timeout": 60.0,
+    "lease_timeout": 5.0,
     "cache_size": 0,
 }
 
