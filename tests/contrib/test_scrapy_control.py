@@ -39,6 +39,7 @@ def lines(path: Path) -> int:
 async def test_a_spider_pauses_continues_reports_its_stats_and_exits(tmp_path: Path) -> None:
     control, counts = tmp_path / "control.json", tmp_path / "counters.json"
     items, log = tmp_path / "items.jsonl", tmp_path / "spider.log"
+    ack = tmp_path / "ack.json"
     set_state(control, "run")
     async with SlowSite(pages=300, delay=0.05) as site:
         settings = {"EXTENSIONS": json.dumps({EXTENSION: 500}), "CONCURRENT_REQUESTS": "2",
@@ -50,13 +51,17 @@ async def test_a_spider_pauses_continues_reports_its_stats_and_exits(tmp_path: P
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
                "ITEMS": str(items),
                "START": f"{site.url}/page/0", protocol.ENV_CONTROL_FILE: str(control),
-               protocol.ENV_COUNTERS_FILE: str(counts)}
+               protocol.ENV_COUNTERS_FILE: str(counts), protocol.ENV_ACK_FILE: str(ack)}
         with log.open("wb") as err:
             proc = await asyncio.create_subprocess_exec(
                 *args, cwd=str(ROOT), env=env, stdout=asyncio.subprocess.DEVNULL, stderr=err)
         try:
             await wait_for(lambda: lines(items) >= 5, "the spider to parse pages")
             set_state(control, "pause")
+            # the spider says it holds still once the requests in flight ended, so the
+            # runner does not have to stop its process
+            await wait_for(lambda: ack.exists() and protocol.read_json(ack)["state"] == "pause",
+                           "the spider to acknowledge the pause")
             await asyncio.sleep(0.8)  # the pause lands; the two requests in flight end
             hits, parsed = sum(site.hits.values()), lines(items)
             await asyncio.sleep(0.8)

@@ -106,6 +106,10 @@ class CrawlhubControl:
                 engine.unpause()
                 self.paused = False
                 log.info("crawlhub: continued")
+            if self.paused and state == PAUSE and not in_flight(engine):
+                # the runner holds a job that does not say it holds still (SIGSTOP after
+                # a second): say it once the requests in flight and their callbacks ended
+                self.control.acknowledge()
         now = time.monotonic()
         if now >= self._stats_due:
             self._stats_due = now + self.stats_interval
@@ -124,3 +128,10 @@ class CrawlhubControl:
             deferred_from_coro(close_async(reason=EXIT_REASON))
         else:
             engine.close_spider(self._spider, EXIT_REASON)
+
+
+def in_flight(engine: Any) -> int:
+    """Requests the engine is downloading plus responses whose callbacks still run."""
+    downloader = getattr(engine, "downloader", None)
+    slot = getattr(getattr(engine, "scraper", None), "slot", None)
+    return len(getattr(downloader, "active", ()) or ()) + len(getattr(slot, "active", ()) or ())
