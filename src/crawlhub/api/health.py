@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from crawlhub import __version__
+from crawlhub import __version__, rejects
 from crawlhub.api.deps import ServicesDep
 from crawlhub.api.models import Health
 
@@ -45,4 +45,6 @@ async def metrics(svc: ServicesDep) -> Response:
                 hub.metrics.lag.labels(rule.name).set(await hub.lag(rule.name))
             except Exception:  # a backend down must not break the scrape
                 continue
-    return Response(generate_latest(hub.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    # the hub's own registry, then this process's counts of rejected stream entries
+    return Response(generate_latest(hub.metrics.registry) + generate_latest(rejects.REGISTRY),
+                    media_type=CONTENT_TYPE_LATEST)
