@@ -97,7 +97,7 @@ _READ = re.compile(r"\b(xreadgroup|xautoclaim|xread|xrevrange|xrange|blmove|lmov
 
 def test_the_inventory_names_every_read_site() -> None:
     found: dict[str, Counter[str]] = {}
-    for path in SRC.rglob("*.py"):
+    for path in [*SRC.rglob("*.py"), *SRC.rglob("*.lua")]:
         rel = path.relative_to(SRC).as_posix()
         if rel.startswith("web/static"):
             continue
@@ -528,6 +528,21 @@ async def test_a_malformed_inbound_message_is_set_aside_and_the_inbound_goes_on(
         await asyncio.wait([task], timeout=5)
         await redis.delete(key, inbound.processing, inbound.dead_key)
         await redis.aclose()
+
+
+def test_a_junk_kafka_message_is_counted_and_skipped() -> None:
+    from types import SimpleNamespace
+
+    from crawlhub.hub.inbounds.kafka import KafkaInbound
+
+    inbound = KafkaInbound("k", {"consumer_settings": {"bootstrap.servers": "127.0.0.1:9",
+                                                       "group.id": "g"}, "topics": ["t"]})
+    partition = SimpleNamespace(topic="t", partition=0)
+    before = rejected("inbound:kafka", rejects.MALFORMED)
+    for n, value in enumerate([b"not-json{", b"[1]", b"\xff", b'{"n": 1}']):
+        got = inbound._decode(partition, SimpleNamespace(value=value, offset=n))
+    assert got == {"n": 1}
+    assert rejected("inbound:kafka", rejects.MALFORMED) == before + 3
 
 
 # ------------------------------------------------------------------ the agent registry
