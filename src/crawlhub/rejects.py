@@ -42,8 +42,8 @@ def rejected(stream: str, entry_id: str, reason: str, detail: str, *,
     per-job name) and log it once with its id."""
     REJECTED.labels(stream, reason).inc()
     where = f"; kept in {dead}" if dead else ""
-    log.warning("%s: rejected entry %s (%s: %s); acked and skipped%s", stream, entry_id,
-                reason, detail[:300], where)
+    log.warning("%s: rejected entry %s (%s: %s); skipped, the reader goes on%s", stream,
+                entry_id, reason, detail[:300], where)
 
 
 def count(stream: str, reason: str) -> float:
