@@ -44,7 +44,8 @@ INVENTORY: dict[str, dict[str, Any]] = {
     "center/bus.py": {  # every channel of the download center, agents' included
         "reads": {"xreadgroup": 1, "xautoclaim": 1, "xread": 1, "xrevrange": 1, "xrange": 1},
         "streams": ["center:requests", "center:register", "center:beats", "center:ctl",
-                    "center:agent", "center:job"],
+                    "center:agent", "center:job",
+                    "center:allocations"],  # a hash (HGETALL) every center merges
         "signed": True,
     },
     "control/logs/transport.py": {
@@ -116,7 +117,8 @@ def test_the_inventory_names_every_read_site() -> None:
 def test_every_stream_is_either_signed_or_says_why_not() -> None:
     streams = [s for entry in INVENTORY.values() for s in entry["streams"]]
     assert len(streams) == len(set(streams))
-    assert set(CENTER_CHANNELS) == {s for s in streams if s.startswith("center:")}
+    assert {*CENTER_CHANNELS, "center:allocations"} == {
+        s for s in streams if s.startswith("center:")}
 
 
 def rejected(stream: str, reason: str) -> float:
@@ -271,6 +273,30 @@ async def test_a_wrong_content_request_does_not_stop_the_upkeep(
     await wait_for(lambda: rejected("center:requests", rejects.MALFORMED) > before,
                    "the claimed request rejected")
     await wait_for(lambda: _pending(f, REQUESTS), "nothing pending on requests")
+
+
+async def test_a_malformed_allocation_record_stops_neither_upkeep_nor_listing(
+        fleet: Callable[..., Fleet]) -> None:
+    from crawlhub.center import center_jobs
+
+    f = fleet()
+    table = f.key(ALLOCATIONS)
+    await f.redis.hset(table, mapping={"bad1": "not-json{", "bad2": '{"agents": 5}',
+                                       "bad3": '{"agents": ["a0"], "released": "no"}'})
+    before = rejected("center:allocations", rejects.MALFORMED)
+    async with Site(pages=5) as site:
+        await f.start()
+        await f.serves(site)
+        assert f.center is not None
+        center = f.center
+        await wait_for(lambda: "a0" in center.infos, "a0 registered")
+        await center.sync()  # the upkeep's own step: it used to raise here for good
+        assert await center.take_back_dead() == 0
+        async with f.client("j3") as client:
+            assert [row["job"] for row in await center_jobs(f.bus())] == ["j3"]
+            assert client.agents == ["a0"]
+    # each counted once, however often and by however many readers it is read
+    assert rejected("center:allocations", rejects.MALFORMED) - before == 3
 
 
 async def _pending(f: Fleet, channel: str) -> bool:

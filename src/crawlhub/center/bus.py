@@ -401,6 +401,9 @@ return all
 """
 
 
+#: Bad records already counted: (hash key, field, hash of the value).
+_BAD_RECORDS: set[tuple[str, str, int]] = set()
+
 #: A rejected entry: (id, reason, detail, its fields).
 _Bad = tuple[str, str, str, dict[Any, Any]]
 
@@ -650,12 +653,37 @@ class RedisBus:
 
     async def get(self, table: str, key: str) -> dict[str, Any] | None:
         raw = await self._call(f"read {table}", self._redis.hget(self.key(table), key))
-        return None if raw is None else dict(jsoncodec.loads(raw))
+        return None if raw is None else self._record(table, key, raw)
 
     async def all(self, table: str) -> dict[str, dict[str, Any]]:
         raw = await self._call(f"read {table}", self._redis.hgetall(self.key(table)))
-        return {(k.decode() if isinstance(k, bytes) else str(k)): dict(jsoncodec.loads(v))
-                for k, v in raw.items()}
+        out = {}
+        for k, v in raw.items():
+            name = k.decode("utf-8", "replace") if isinstance(k, bytes) else str(k)
+            record = self._record(table, name, v)
+            if record is not None:
+                out[name] = record
+        return out
+
+    def _record(self, table: str, key: str, raw: Any) -> dict[str, Any] | None:
+        """A stored record, or None (counted and logged once, left in place) when it is
+        not a JSON object: one bad record must not stop every read of the table."""
+        try:
+            value = jsoncodec.loads(raw)
+        except (ValueError, TypeError, RecursionError) as exc:
+            value, detail = None, f"not JSON ({exc})"
+        else:
+            detail = f"a JSON {type(value).__name__}, not an object"
+        if isinstance(value, dict):
+            return value
+        mark = (self.key(table), key, hash(raw))
+        if mark not in _BAD_RECORDS:  # read on every sync: counted once per process
+            if len(_BAD_RECORDS) > 10_000:
+                _BAD_RECORDS.clear()
+            _BAD_RECORDS.add(mark)
+            rejects.rejected(f"center:{table}", key, rejects.MALFORMED,
+                             f"{self.key(table)}: {detail}; left in place, skipped")
+        return None
 
     async def drop(self, table: str, key: str) -> bool:
         return bool(await self._call(f"drop from {table}",

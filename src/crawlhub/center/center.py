@@ -217,7 +217,7 @@ class DownloadCenter:
         record = self.allocations.get(job)
         if record is None:
             record = await self.bus.get(ALLOCATIONS, job)
-            if record is None or record.get("released"):
+            if record is None or not _sane(job, record) or record.get("released"):
                 return None
             self.allocations[job] = record
         return record
@@ -442,8 +442,8 @@ class DownloadCenter:
                 await self.registry.register(parsed, at=at)
             if stored is None:
                 stored = await self.bus.all(ALLOCATIONS)
-            jobs = sorted(j for j, r in stored.items()
-                          if not r.get("released") and agent in (r.get("agents") or []))
+            jobs = sorted(j for j, r in stored.items() if _sane(j, r)
+                          and not r.get("released") and agent in (r.get("agents") or []))
             await self.bus.send(agent_channel(agent), {"kind": "allocations", "jobs": jobs,
                                                        "ts": self.clock()})
         await self.bus.ack(REGISTER, [e.id for e in envs])
@@ -510,6 +510,8 @@ class DownloadCenter:
         stored = await self.bus.all(ALLOCATIONS)
         lost = {j: r for j, r in self.allocations.items() if j not in stored}
         for job, record in stored.items():
+            if not _sane(job, record):
+                continue
             released = record.get("released")
             if released:
                 self.allocations.pop(job, None)
@@ -638,6 +640,29 @@ async def _end(tasks: Sequence[asyncio.Task[Any]]) -> None:
         await asyncio.wait(pending, timeout=2.0)
 
 
+_insane: set[tuple[str, str]] = set()
+
+
+def _sane(job: str, record: Mapping[str, Any]) -> bool:
+    """An allocation record of the shape the center writes; another one (written by
+    something else) is skipped - counted and logged once - so it cannot make every
+    registration or upkeep that reads the table fail."""
+    agents = record.get("agents")
+    released = record.get("released")
+    ok = ((agents is None or (isinstance(agents, list)
+                              and all(isinstance(a, str) for a in agents)))
+          and (released is None or isinstance(released, int | float))
+          and isinstance(record.get("stats") or {}, dict)
+          and isinstance(record.get("options") or {}, dict))
+    if not ok and (job, repr(record)[:200]) not in _insane:
+        if len(_insane) > 10_000:
+            _insane.clear()
+        _insane.add((job, repr(record)[:200]))
+        rejects.rejected("center:allocations", job, rejects.MALFORMED,
+                         "an allocation record of the wrong shape; left in place, skipped")
+    return ok
+
+
 def _answer(h: Mapping[str, Any], status: str, error: str) -> dict[str, Any]:
     return {"kind": "reply", "rid": h.get("rid"), "job": h.get("job"),
             "attempt": h.get("attempt"), "status": status, "error": error,
@@ -649,7 +674,7 @@ async def center_jobs(bus: Bus) -> list[dict[str, Any]]:
     the counters its client last reported (sent, returned, in flight, failed)."""
     rows = []
     for job, record in sorted((await bus.all(ALLOCATIONS)).items()):
-        if record.get("released"):
+        if not _sane(job, record) or record.get("released"):
             continue
         stats = record.get("stats") or {}
         rows.append({"job": job, "strategy": record.get("strategy"), "n": record.get("n"),
