@@ -127,3 +127,13 @@ def log_keys(prefix: str) -> dict[str, str]:
     log lines (field ``lines``), read by the collectors' consumer group
     (``crawlhub.control.logs.transport``)."""
     return {"stream": f"{prefix}logs:stream"}
+
+
+def dead_stream(prefix: str, family: str) -> str:
+    """The Redis stream where readers keep the entries they rejected (malformed, unsigned,
+    forged) for inspection, one per reader family: ``center`` (every channel of the
+    download center's bus, agents' included), ``logs``, ``control``. One per family, not
+    ``<stream>:dead``: channel names hold ids with ``:`` (``agent:x`` and ``agent:x:dead``
+    are both agents' channels). Each entry names its source stream and id, and the reason
+    (:mod:`crawlhub.rejects`); capped at ``rejects.DEAD_MAXLEN`` entries."""
+    return f"{prefix}dead:{family}"

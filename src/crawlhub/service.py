@@ -121,8 +121,10 @@ class Services:
         url = self.config.center.url
         if url and self._center_bus is None:
             from crawlhub.center import open_bus
+            from crawlhub.signing import signer_from_config
 
-            self._center_bus = open_bus(url, prefix=self.config.storage.redis_prefix)
+            self._center_bus = open_bus(url, prefix=self.config.storage.redis_prefix,
+                                        signer=signer_from_config(self.config, url))
         return self._center_bus
 
     @property
@@ -162,7 +164,8 @@ class Services:
                                     registry=self.center_registry or self.agents,
                                     sync_interval=section.sync_interval,
                                     dead_after=section.dead_after,
-                                    claim_after=section.claim_after)
+                                    claim_after=section.claim_after,
+                                    max_skew=section.max_skew)
             self._center_stop = asyncio.Event()
             self._center_task = asyncio.create_task(center.run(self._center_stop))
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from crawlhub.center import CenterClient, open_bus
+from crawlhub.signing import Signer
 from tests.agents.test_crawl import SlowSite
 from tests.helpers import wait_for
 from tests.servers import throwaway_valkey
@@ -26,17 +27,19 @@ CRAWLHUB = str(Path(sys.executable).parent / "crawlhub")
 
 
 class Cluster:
-    """Centers and agents as processes sharing one broker under a fresh prefix."""
+    """Centers and agents as processes sharing one broker under a fresh prefix, every
+    message signed with one key (``center.key``), as a distributed set-up should run."""
 
     def __init__(self, url: str, tmp: Path) -> None:
         self.url = url
         self.tmp = tmp
         self.prefix = f"p{uuid.uuid4().hex[:8]}:"
+        self.key = uuid.uuid4().hex + uuid.uuid4().hex
         self.config = tmp / "center.yaml"
         self.config.write_text(
             f"storage: {{redis_prefix: '{self.prefix}'}}\n"
             f"center: {{url: '{url}', dead_after: 2, beat_every: 0.3, claim_after: 1,"
-            f" sync_interval: 1}}\n")
+            f" sync_interval: 1, key: '{self.key}'}}\n")
         self.procs: dict[str, asyncio.subprocess.Process] = {}
 
     async def start(self, name: str, *args: str) -> None:
@@ -65,7 +68,8 @@ class Cluster:
             await proc.wait()
 
     def client(self, job: str, **kw: Any) -> CenterClient:
-        return CenterClient(open_bus(self.url, prefix=self.prefix), job,
+        return CenterClient(open_bus(self.url, prefix=self.prefix,
+                                     signer=Signer(self.key)), job,
                             allocate_timeout=20.0, **kw)
 
 

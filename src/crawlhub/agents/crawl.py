@@ -304,8 +304,11 @@ class Crawl:
             return Downloader(config)
         from crawlhub.center import CenterClient, open_bus
         from crawlhub.center.downloader import CenterDownloader
+        from crawlhub.signing import signer_from_config
 
-        bus = open_bus(opts.center, prefix=opts.center_prefix)
+        signer = (signer_from_config(self.services.config, opts.center)
+                  if self.services is not None else None)
+        bus = open_bus(opts.center, prefix=opts.center_prefix, signer=signer)
         options: dict[str, Any] = {"extract": self.extract, "body": False,
                                    "downloader": {"timeout": opts.timeout}}
         if opts.user_agent:

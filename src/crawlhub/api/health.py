@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from crawlhub import __version__
+from crawlhub import __version__, rejects
 from crawlhub.api.deps import ServicesDep
 from crawlhub.api.models import Health
 
@@ -49,4 +49,5 @@ async def metrics(svc: ServicesDep) -> Response:
     logs = getattr(svc.control, "logs", None) if svc.control is not None else None
     if logs is not None:  # the control plane's log figures (lines dropped, if any)
         text += logs.metrics_text().encode()
+    text += generate_latest(rejects.REGISTRY)  # this process's rejected stream entries
     return Response(text, media_type=CONTENT_TYPE_LATEST)

@@ -20,6 +20,13 @@ for ``take_all``; every process sharing the server shares the channels) and
 :class:`MemoryBus` (asyncio, one process; ``open_bus("memory://name")`` returns the same
 bus to every caller in the process). Broker failures raise :class:`BusError`; retry
 policy belongs to the caller (the seed's rules differ for jobs, agents and centers).
+
+On Redis, an entry that cannot be taken - its header not a JSON object, or (with a
+:class:`~crawlhub.signing.Signer`) unsigned, badly signed or signed outside the time
+window - never reaches the caller: it is acked, counted and logged once with its id
+(:mod:`crawlhub.rejects`) and copied to the dead stream ``<prefix>dead:center``. A reader
+that finds a message of the right form but the wrong content calls :meth:`Bus.reject`
+and acks it as usual. Either way the read loop goes on.
 """
 
 from __future__ import annotations
@@ -32,9 +39,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from crawlhub import jsoncodec
+from crawlhub import jsoncodec, rejects
 from crawlhub.errors import CrawlhubError
-from crawlhub.keys import DEFAULT_PREFIX
+from crawlhub.keys import DEFAULT_PREFIX, dead_stream
+from crawlhub.signing import Signer
 from crawlhub.storage.redact import redact_url
 
 #: The consumer group of every group-read channel.
@@ -166,6 +174,11 @@ class Bus(Protocol):
 
     async def delete(self, channel: str) -> None: ...
 
+    async def reject(self, channel: str, env: Envelope, reason: str, detail: str) -> None:
+        """Set aside a message its reader cannot serve (counted, logged once with its id,
+        copied to the dead stream); the reader still acks it."""
+        ...
+
     async def put(self, table: str, key: str, value: Mapping[str, Any]) -> None:
         """Store a record (allocations): ``table`` is a hash of JSON objects."""
         ...
@@ -179,9 +192,11 @@ class Bus(Protocol):
     async def close(self) -> None: ...
 
 
-def open_bus(url: str, *, prefix: str = DEFAULT_PREFIX) -> Bus:
+def open_bus(url: str, *, prefix: str = DEFAULT_PREFIX, signer: Signer | None = None) -> Bus:
     """The bus on ``url``: ``redis://...`` (or ``valkey://``, ``rediss://``, ``unix://``)
-    or ``memory://NAME`` (in process; the same object for every caller of that name)."""
+    or ``memory://NAME`` (in process; the same object for every caller of that name).
+    ``signer``: sign every message sent and drop every one read that it does not accept
+    (Redis only: in process no one else writes)."""
     if url.startswith("memory://"):
         name = url[len("memory://"):] or "default"
         bus = _MEMORY.get(name)
@@ -189,7 +204,18 @@ def open_bus(url: str, *, prefix: str = DEFAULT_PREFIX) -> Bus:
             bus = _MEMORY[name] = MemoryBus(url)
         bus.users += 1
         return bus
-    return RedisBus(url, prefix=prefix)
+    return RedisBus(url, prefix=prefix, signer=signer)
+
+
+def channel_family(channel: str) -> str:
+    """The counter label of a channel: ``center:agent`` for ``agent:<id>``, not one label
+    per agent or job."""
+    return "center:" + channel.split(":", 1)[0]
+
+
+#: Errors a reader meets in a message of the right form and the wrong content (a number
+#: that is not one, a list where a mapping belongs): the message is rejected, not retried.
+MALFORMED = (TypeError, ValueError, AttributeError, KeyError, IndexError)
 
 
 # ------------------------------------------------------------------------ in process
@@ -220,6 +246,8 @@ class MemoryBus:
         self._chans: dict[str, _Chan] = {}
         self._tables: dict[str, dict[str, dict[str, Any]]] = {}
         self._seq = itertools.count(1)
+        #: rejected messages (channel, envelope, reason), the newest kept
+        self.dead: deque[tuple[str, Envelope, str]] = deque(maxlen=rejects.DEAD_MAXLEN)
 
     def _chan(self, name: str) -> _Chan:
         chan = self._chans.get(name)
@@ -332,6 +360,10 @@ class MemoryBus:
     async def delete(self, channel: str) -> None:
         self._chans.pop(channel, None)
 
+    async def reject(self, channel: str, env: Envelope, reason: str, detail: str) -> None:
+        rejects.rejected(channel_family(channel), env.id, reason, f"{channel}: {detail}")
+        self.dead.append((channel, env, reason))
+
     async def put(self, table: str, key: str, value: Mapping[str, Any]) -> None:
         self._check()
         self._tables.setdefault(table, {})[key] = jsoncodec.loads(jsoncodec.dumps(dict(value)))
@@ -369,8 +401,19 @@ return all
 """
 
 
-def _envelopes(entries: Any) -> list[Envelope]:
-    out = []
+#: Bad records already counted: (hash key, field, hash of the value).
+_BAD_RECORDS: set[tuple[str, str, int]] = set()
+
+#: A rejected entry: (id, reason, detail, its fields).
+_Bad = tuple[str, str, str, dict[Any, Any]]
+
+
+def _envelopes(entries: Any, channel: str = "", signer: Signer | None = None,
+               fresh: bool = True) -> tuple[list[Envelope], list[_Bad]]:
+    """The entries as envelopes, and those that cannot be taken: no JSON object in
+    ``h``, or (with ``signer``) not signed by its key inside the time window."""
+    out: list[Envelope] = []
+    bad: list[_Bad] = []
     for raw_id, fields in entries or ():
         mid = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
         if not fields:  # deleted after delivery: nothing to hand over
@@ -378,10 +421,27 @@ def _envelopes(entries: Any) -> list[Envelope]:
         if isinstance(fields, list):  # from a script: flat [k, v, k, v]
             fields = {fields[i]: fields[i + 1] for i in range(0, len(fields), 2)}
         head = fields.get(b"h")
-        if head is None:
+        body = fields.get(b"b") or b""
+        if not isinstance(head, bytes):
+            bad.append((mid, rejects.MALFORMED, "no header field 'h'", fields))
             continue
-        out.append(Envelope(mid, jsoncodec.loads(head), fields.get(b"b") or b"", head))
-    return out
+        if signer is not None:
+            refused = signer.verify(channel, head, body, fields.get(b"t"), fields.get(b"s"),
+                                    fresh=fresh)
+            if refused is not None:
+                bad.append((mid, *refused, fields))
+                continue
+        try:
+            header = jsoncodec.loads(head)
+        except (ValueError, TypeError, RecursionError) as exc:
+            bad.append((mid, rejects.MALFORMED, f"the header is not JSON ({exc})", fields))
+            continue
+        if not isinstance(header, dict):
+            bad.append((mid, rejects.MALFORMED,
+                        f"the header is a JSON {type(header).__name__}, not an object", fields))
+            continue
+        out.append(Envelope(mid, header, body, head))
+    return out, bad
 
 
 class RedisBus:
@@ -389,11 +449,13 @@ class RedisBus:
     ``<prefix>center:<name>``, its group ``g``; tables are hashes of JSON."""
 
     def __init__(self, url: str, *, prefix: str = DEFAULT_PREFIX,
-                 longest_block: float = 5.0) -> None:
+                 longest_block: float = 5.0, signer: Signer | None = None) -> None:
         from crawlhub.storage.redis import redis_client
 
         self.url = url
+        self.signer = signer
         self._prefix = f"{prefix}center:"
+        self.dead_key = dead_stream(prefix, "center")
         # retries=0: the caller's failure rules count broker errors, the client must not
         # hide them behind its own retries
         self._redis = redis_client(url, name="download center bus", retries=0,
@@ -431,17 +493,49 @@ class RedisBus:
                 raise
         self._groups.add(key)
 
-    @staticmethod
-    def _fields(header: Mapping[str, Any] | bytes, body: bytes) -> Any:
-        fields: dict[str, Any] = {
-            "h": header if isinstance(header, bytes) else jsoncodec.dumps(dict(header))}
+    def _fields(self, channel: str, header: Mapping[str, Any] | bytes, body: bytes) -> Any:
+        head = header if isinstance(header, bytes) else jsoncodec.dumps(dict(header))
+        if isinstance(head, str):
+            head = head.encode()
+        fields: dict[str, Any] = {"h": head}
         if body:
             fields["b"] = body
+        if self.signer is not None:
+            fields["t"], fields["s"] = self.signer.sign(channel, head, body)
         return fields
 
+    def _take(self, channel: str, entries: Any, *, group: bool) -> tuple[list[Envelope],
+                                                                         list[_Bad]]:
+        # registrations are processed however old (protocol): only "too far ahead" counts
+        return _envelopes(entries, channel, self.signer, fresh=channel != "register")
+
+    async def _set_aside(self, channel: str, bad: Sequence[_Bad], *, ack: bool) -> None:
+        """Count, log and keep rejected entries; ``ack``: ack and delete them too (group
+        reads: else they would be read again for ever). One round trip."""
+        if not bad:
+            return
+        key = self.key(channel)
+        pipe = self._redis.pipeline(transaction=False)
+        for mid, reason, detail, fields in bad:
+            rejects.rejected(channel_family(channel), mid, reason, f"{key}: {detail}",
+                             dead=self.dead_key)
+            rejects.xadd_dead(pipe, self.dead_key,
+                              rejects.dead_fields(key, mid, reason, detail, fields))
+        if ack:
+            ids = [mid for mid, *_ in bad]
+            pipe.xack(key, GROUP, *ids)
+            pipe.xdel(key, *ids)
+        await self._call(f"set aside {len(bad)} rejected entries of {channel}", pipe.execute())
+
+    async def reject(self, channel: str, env: Envelope, reason: str, detail: str) -> None:
+        fields: dict[Any, Any] = {b"h": env.raw or jsoncodec.dumps(env.header)}
+        if env.body:
+            fields[b"b"] = env.body
+        await self._set_aside(channel, [(env.id, reason, detail, fields)], ack=False)
+
     async def send(self, channel: str, header: Mapping[str, Any], body: bytes = b"") -> str:
-        mid = await self._call(f"send to {channel}",
-                               self._redis.xadd(self.key(channel), self._fields(header, body)))
+        mid = await self._call(f"send to {channel}", self._redis.xadd(
+            self.key(channel), self._fields(channel, header, body)))
         return mid.decode() if isinstance(mid, bytes) else str(mid)
 
     async def send_many(self, items: Sequence[Outgoing], *, maxlen: int = 0,
@@ -452,10 +546,10 @@ class RedisBus:
         pipe = self._redis.pipeline(transaction=False)
         for channel, header, body in items:
             if maxlen:
-                pipe.xadd(self.key(channel), self._fields(header, body), maxlen=maxlen,
-                          approximate=True)
+                pipe.xadd(self.key(channel), self._fields(channel, header, body),
+                          maxlen=maxlen, approximate=True)
             else:
-                pipe.xadd(self.key(channel), self._fields(header, body))
+                pipe.xadd(self.key(channel), self._fields(channel, header, body))
         for channel, ids in acks.items():
             pipe.xack(self.key(channel), GROUP, *ids)
             pipe.xdel(self.key(channel), *ids)
@@ -482,7 +576,9 @@ class RedisBus:
                 raise
             if not got:
                 return []
-            return _envelopes(got[0][1])
+            envs, bad = self._take(channel, got[0][1], group=True)
+            await self._set_aside(channel, bad, ack=True)
+            return envs
         return []
 
     async def ack(self, channel: str, ids: Sequence[str]) -> None:
@@ -507,7 +603,9 @@ class RedisBus:
             if isinstance(exc.__cause__, ResponseError) and "NOGROUP" in str(exc):
                 return []
             raise
-        return _envelopes(got[1])
+        envs, bad = self._take(channel, got[1], group=True)
+        await self._set_aside(channel, bad, ack=True)
+        return envs
 
     async def tail(self, channel: str, after: str, *, count: int = 1000,
                    block: float = 1.0) -> tuple[list[Envelope], str]:
@@ -523,13 +621,19 @@ class RedisBus:
             return [], after
         entries = got[0][1]
         raw = entries[-1][0]
-        return _envelopes(entries), raw.decode() if isinstance(raw, bytes) else str(raw)
+        envs, bad = self._take(channel, entries, group=False)
+        # not deleted: every center reads a tail channel, and one with a wrong key
+        # must not wipe what the others can read
+        await self._set_aside(channel, bad, ack=False)
+        return envs, raw.decode() if isinstance(raw, bytes) else str(raw)
 
     async def take_all(self, channel: str) -> list[Envelope]:
         key = self.key(channel)
         got = await self._call(f"take back {channel}", self._take_all(keys=[key]))
         self._groups.discard(key)
-        return _envelopes(got)
+        envs, bad = self._take(channel, got, group=False)
+        await self._set_aside(channel, bad, ack=False)  # gone with the stream already
+        return envs
 
     async def length(self, channels: Sequence[str]) -> list[int]:
         if not channels:
@@ -549,12 +653,37 @@ class RedisBus:
 
     async def get(self, table: str, key: str) -> dict[str, Any] | None:
         raw = await self._call(f"read {table}", self._redis.hget(self.key(table), key))
-        return None if raw is None else dict(jsoncodec.loads(raw))
+        return None if raw is None else self._record(table, key, raw)
 
     async def all(self, table: str) -> dict[str, dict[str, Any]]:
         raw = await self._call(f"read {table}", self._redis.hgetall(self.key(table)))
-        return {(k.decode() if isinstance(k, bytes) else str(k)): dict(jsoncodec.loads(v))
-                for k, v in raw.items()}
+        out = {}
+        for k, v in raw.items():
+            name = k.decode("utf-8", "replace") if isinstance(k, bytes) else str(k)
+            record = self._record(table, name, v)
+            if record is not None:
+                out[name] = record
+        return out
+
+    def _record(self, table: str, key: str, raw: Any) -> dict[str, Any] | None:
+        """A stored record, or None (counted and logged once, left in place) when it is
+        not a JSON object: one bad record must not stop every read of the table."""
+        try:
+            value = jsoncodec.loads(raw)
+        except (ValueError, TypeError, RecursionError) as exc:
+            value, detail = None, f"not JSON ({exc})"
+        else:
+            detail = f"a JSON {type(value).__name__}, not an object"
+        if isinstance(value, dict):
+            return value
+        mark = (self.key(table), key, hash(raw))
+        if mark not in _BAD_RECORDS:  # read on every sync: counted once per process
+            if len(_BAD_RECORDS) > 10_000:
+                _BAD_RECORDS.clear()
+            _BAD_RECORDS.add(mark)
+            rejects.rejected(f"center:{table}", key, rejects.MALFORMED,
+                             f"{self.key(table)}: {detail}; left in place, skipped")
+        return None
 
     async def drop(self, table: str, key: str) -> bool:
         return bool(await self._call(f"drop from {table}",

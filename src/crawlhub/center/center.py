@@ -3,11 +3,14 @@
 Seed 001's allocation logic, with its corrections:
 
 1. Agents register once (channel ``register``, always processed, however old) and beat
-   separately (channel ``beats``, read by every center). The center keeps each agent's
-   last sign of life *as the agent stamped it*, never the time it processed the message,
-   and never moves it backwards; a beat older than ``dead_after`` is dropped. Every
-   ``sync_interval`` it merges the shared registry (what the other centers saw) and the
-   stored allocations into its caches.
+   separately (channel ``beats``, read by every center). A beat is a sign of life *at
+   the time this center received it*, by its own clock - never the sender's stamp, which
+   a forged or skewed beat could set a year ahead. The stamp only decides whether a beat
+   counts: one older than ``dead_after`` is dropped (replayed after a restart), one more
+   than ``max_skew`` off this clock is refused (counted in
+   ``crawlhub_stream_entries_rejected_total``). Every ``sync_interval`` it merges the
+   shared registry (what the other centers saw, never later than now) and the stored
+   allocations into its caches.
 2. ``allocate`` (synchronous for the job): the live agents are counted; ``random`` takes
    all of them (at least ``n``, default 1), ``fixed`` and ``chained`` take ``n`` at
    random. The center sends ``allocate`` to the chosen agents only and waits for their
@@ -25,6 +28,9 @@ Seed 001's allocation logic, with its corrections:
 6. Several centers read ``requests`` as one consumer group: each message is served once;
    a center that dies leaves its unacked messages to another after ``claim_after`` s.
    A request served twice that way is answered twice; the job keeps the first answer.
+7. A message the center cannot serve (a field of the wrong type, a registration without
+   an agent) is rejected on its own - counted, logged with its id, kept in the dead
+   stream, acked - and the rest of its batch is served: one bad entry never stops a loop.
 """
 
 from __future__ import annotations
@@ -40,8 +46,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from crawlhub import rejects
 from crawlhub.agents.registry.base import AgentInfo, Heartbeat
 from crawlhub.center.bus import (
+    MALFORMED,
     Bus,
     BusError,
     Envelope,
@@ -62,6 +70,7 @@ from crawlhub.center.protocol import (
     job_channel,
 )
 from crawlhub.clock import Clock, system_clock
+from crawlhub.signing import MAX_SKEW
 
 log = logging.getLogger("crawlhub.center")
 
@@ -85,7 +94,7 @@ class DownloadCenter:
                  sync_interval: float = SYNC_INTERVAL, dead_after: float = DEAD_AFTER,
                  claim_after: float = CLAIM_AFTER, check_every: float = CHECK_EVERY,
                  batch: int = 500, clock: Clock = system_clock,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, max_skew: float = MAX_SKEW) -> None:
         self.bus = bus
         self.registry = registry
         self.center_id = center_id or f"center-{socket.gethostname()}-{os.getpid()}"
@@ -94,9 +103,10 @@ class DownloadCenter:
         self.claim_after = claim_after
         self.check_every = check_every
         self.batch = batch
+        self.max_skew = max_skew
         self.clock = clock
         self.rng = rng or random.Random()
-        #: agent id -> registration (as a dict) / last sign of life (the agent's own stamp)
+        #: agent id -> registration (as a dict) / last sign of life (this center's clock)
         self.infos: dict[str, dict[str, Any]] = {}
         self.seen: dict[str, float] = {}
         self.beats: dict[str, dict[str, Any]] = {}
@@ -124,8 +134,14 @@ class DownloadCenter:
         return sorted(a for a in self.seen if self.alive(a, now))
 
     def _saw(self, agent_id: str, ts: float) -> None:
+        ts = min(ts, self.clock())  # never later than now, whoever wrote it
         if ts > self.seen.get(agent_id, float("-inf")):
             self.seen[agent_id] = ts
+
+    async def _reject(self, channel: str, env: Envelope, exc: BaseException | str,
+                      reason: str = rejects.MALFORMED) -> None:
+        detail = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+        await self.bus.reject(channel, env, reason, detail)
 
     # ------------------------------------------------------------------ running
     async def run(self, stop: asyncio.Event | None = None) -> None:
@@ -165,23 +181,31 @@ class DownloadCenter:
         now = self.clock()
         out: list[Outgoing] = []
         for env in envs:
-            h = env.header
-            kind = h.get("kind")
-            if kind == "download":
-                await self._download(h, env.body, out, now, env.raw)
-            elif kind == "allocate":
-                if float(h.get("exp") or 0) <= now:
-                    self.counters["stale"] += 1
-                    continue
-                self._spawn(self._allocate(h))
-            elif kind == "release":
-                await self._release(h, out)
-            elif kind == "stats":
-                await self._stats(h)
-            else:
-                log.warning("center %s: dropped a message of unknown kind %r", self.center_id,
-                            kind)
+            try:
+                await self._serve_one(env, out, now)
+            except MALFORMED as exc:
+                await self._reject(REQUESTS, env, exc)
         await self.bus.send_many(out, ack={REQUESTS: [e.id for e in envs]})
+
+    async def _serve_one(self, env: Envelope, out: list[Outgoing], now: float) -> None:
+        h = env.header
+        kind = h.get("kind")
+        if kind == "download":
+            await self._download(h, env.body, out, now, env.raw)
+        elif kind == "allocate":
+            if float(h.get("exp") or 0) <= now:
+                self.counters["stale"] += 1
+                return
+            # checked here: a bad field found in the spawned task would reject nothing
+            if int(h.get("n") or 0) < 0 or not isinstance(h.get("options") or {}, dict):
+                raise ValueError("n must be a count and options a mapping")
+            self._spawn(self._allocate(h))
+        elif kind == "release":
+            await self._release(h, out)
+        elif kind == "stats":
+            await self._stats(h)
+        else:
+            await self._reject(REQUESTS, env, f"unknown kind {kind!r}")
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -193,7 +217,7 @@ class DownloadCenter:
         record = self.allocations.get(job)
         if record is None:
             record = await self.bus.get(ALLOCATIONS, job)
-            if record is None or record.get("released"):
+            if record is None or not _sane(job, record) or record.get("released"):
                 return None
             self.allocations[job] = record
         return record
@@ -302,28 +326,13 @@ class DownloadCenter:
 
     async def _ctl_loop(self, stop: asyncio.Event) -> None:
         async def step() -> None:
-            envs = await self.bus.read(ctl_channel(self.center_id), self.center_id,
-                                       count=100, block=1.0)
+            channel = ctl_channel(self.center_id)
+            envs = await self.bus.read(channel, self.center_id, count=100, block=1.0)
             for env in envs:
-                h = env.header
-                if h.get("kind") != "allocated":
-                    continue
-                agent = str(h.get("agent") or "")
-                token = str(h.get("token") or "")
-                if token.startswith("join:"):
-                    await self._joined(str(h.get("job") or ""), agent, bool(h.get("ok")))
-                    continue
-                waiter = self._waiting.get(token)
-                if waiter is None or not h.get("ok"):
-                    if not h.get("ok"):
-                        log.warning("center %s: agent %s refused job %s: %s", self.center_id,
-                                    agent, h.get("job"), h.get("error"))
-                    continue
-                expected, got, done = waiter
-                if agent in expected:
-                    got.add(agent)
-                    if got >= expected:
-                        done.set()
+                try:
+                    await self._acked(env.header)
+                except MALFORMED as exc:
+                    await self._reject(channel, env, exc)
             if envs:
                 await self.bus.ack(ctl_channel(self.center_id), [e.id for e in envs])
 
@@ -332,6 +341,27 @@ class DownloadCenter:
         finally:
             with contextlib.suppress(Exception):
                 await self.bus.delete(ctl_channel(self.center_id))
+
+    async def _acked(self, h: dict[str, Any]) -> None:
+        """An agent's answer to ``allocate``."""
+        if h.get("kind") != "allocated":
+            return
+        agent = str(h.get("agent") or "")
+        token = str(h.get("token") or "")
+        if token.startswith("join:"):
+            await self._joined(str(h.get("job") or ""), agent, bool(h.get("ok")))
+            return
+        waiter = self._waiting.get(token)
+        if waiter is None or not h.get("ok"):
+            if not h.get("ok"):
+                log.warning("center %s: agent %s refused job %s: %s", self.center_id,
+                            agent, h.get("job"), h.get("error"))
+            return
+        expected, got, done = waiter
+        if agent in expected:
+            got.add(agent)
+            if got >= expected:
+                done.set()
 
     async def _joined(self, job: str, agent: str, ok: bool) -> None:
         record = await self.allocation(job)
@@ -385,21 +415,35 @@ class DownloadCenter:
         """Registrations, however old: recorded, and each agent told which of the
         allocations it holds are still current (it drops the others from its file)."""
         stored: dict[str, dict[str, Any]] | None = None  # read once per batch
+        now = self.clock()
         for env in envs:
             h = env.header
-            info = h.get("info") or {}
-            agent = str(info.get("agent_id") or "")
-            if not agent:
+            try:
+                info = dict(h.get("info") or {})
+                agent = str(info.get("agent_id") or "")
+                if not agent:
+                    await self._reject(REGISTER, env, "no info.agent_id")
+                    continue
+                ts = float(h.get("ts") or 0)
+                parsed = AgentInfo.from_dict(info)
+            except MALFORMED as exc:
+                await self._reject(REGISTER, env, exc)
                 continue
-            ts = float(h.get("ts") or 0)
-            self.infos[agent] = dict(info)
-            self._saw(agent, ts)
+            if ts - now > self.max_skew:
+                await self._reject(REGISTER, env, f"stamped {ts - now:.0f} s ahead of this"
+                                   f" clock (max {self.max_skew:g})", rejects.SKEW)
+                continue
+            # a sign of life now only if it was sent lately (else it was queued while no
+            # center ran: recorded, not alive)
+            at = now if now - ts < self.dead_after else ts
+            self.infos[agent] = info
+            self._saw(agent, at)
             if self.registry is not None:
-                await self.registry.register(AgentInfo.from_dict(info), at=ts)
+                await self.registry.register(parsed, at=at)
             if stored is None:
                 stored = await self.bus.all(ALLOCATIONS)
-            jobs = sorted(j for j, r in stored.items()
-                          if not r.get("released") and agent in (r.get("agents") or []))
+            jobs = sorted(j for j, r in stored.items() if _sane(j, r)
+                          and not r.get("released") and agent in (r.get("agents") or []))
             await self.bus.send(agent_channel(agent), {"kind": "allocations", "jobs": jobs,
                                                        "ts": self.clock()})
         await self.bus.ack(REGISTER, [e.id for e in envs])
@@ -417,24 +461,33 @@ class DownloadCenter:
         await self._forever(stop, "reading heartbeats", step)
 
     async def beat(self, envs: Sequence[Envelope]) -> None:
-        """Heartbeats: judged by their own stamp; stale ones dropped."""
+        """Heartbeats: a sign of life at receipt (this center's clock); one stamped more
+        than ``max_skew`` off is refused, one older than ``dead_after`` dropped."""
         now = self.clock()
         fresh: list[tuple[str, Heartbeat]] = []
-        stamps: list[float] = []
         for env in envs:
             h = env.header
-            agent = str(h.get("agent") or "")
-            ts = float(h.get("ts") or 0)
+            try:
+                agent = str(h.get("agent") or "")
+                ts = float(h.get("ts") or 0)
+                beat = dict(h.get("beat") or {})
+                parsed = Heartbeat.from_dict(beat)
+            except MALFORMED as exc:
+                await self._reject(BEATS, env, exc)
+                continue
+            if agent and abs(ts - now) > self.max_skew:
+                await self._reject(BEATS, env, f"stamped {ts - now:+.0f} s off this clock"
+                                   f" (max {self.max_skew:g})", rejects.SKEW)
+                continue
             if not agent or now - ts >= self.dead_after:
                 self.counters["stale_beats"] += 1
                 continue
-            self._saw(agent, ts)
-            self.beats[agent] = dict(h.get("beat") or {})
-            fresh.append((agent, Heartbeat.from_dict(h.get("beat") or {})))
-            stamps.append(ts)
+            self._saw(agent, now)
+            self.beats[agent] = beat
+            fresh.append((agent, parsed))
         if not fresh:
             return
-        known = (await self.registry.heartbeat_many(fresh, at=stamps)
+        known = (await self.registry.heartbeat_many(fresh, at=[now] * len(fresh))
                  if self.registry is not None else [False] * len(fresh))
         for (agent, _), ok in zip(fresh, known, strict=True):
             if not ok and agent not in self.infos:
@@ -457,6 +510,8 @@ class DownloadCenter:
         stored = await self.bus.all(ALLOCATIONS)
         lost = {j: r for j, r in self.allocations.items() if j not in stored}
         for job, record in stored.items():
+            if not _sane(job, record):
+                continue
             released = record.get("released")
             if released:
                 self.allocations.pop(job, None)
@@ -515,7 +570,11 @@ class DownloadCenter:
             out: list[Outgoing] = []
             for env in envs:
                 if env.header.get("kind") == "download":
-                    await self._download(env.header, env.body, out, now)
+                    try:
+                        await self._download(env.header, env.body, out, now)
+                    except MALFORMED as exc:
+                        await self._reject(agent_channel(agent), env, exc)
+                        continue
                     routed += 1
             if envs:
                 log.warning("center %s: agent %s is dead; took back %d commands, %d downloads"
@@ -581,6 +640,29 @@ async def _end(tasks: Sequence[asyncio.Task[Any]]) -> None:
         await asyncio.wait(pending, timeout=2.0)
 
 
+_insane: set[tuple[str, str]] = set()
+
+
+def _sane(job: str, record: Mapping[str, Any]) -> bool:
+    """An allocation record of the shape the center writes; another one (written by
+    something else) is skipped - counted and logged once - so it cannot make every
+    registration or upkeep that reads the table fail."""
+    agents = record.get("agents")
+    released = record.get("released")
+    ok = ((agents is None or (isinstance(agents, list)
+                              and all(isinstance(a, str) for a in agents)))
+          and (released is None or isinstance(released, int | float))
+          and isinstance(record.get("stats") or {}, dict)
+          and isinstance(record.get("options") or {}, dict))
+    if not ok and (job, repr(record)[:200]) not in _insane:
+        if len(_insane) > 10_000:
+            _insane.clear()
+        _insane.add((job, repr(record)[:200]))
+        rejects.rejected("center:allocations", job, rejects.MALFORMED,
+                         "an allocation record of the wrong shape; left in place, skipped")
+    return ok
+
+
 def _answer(h: Mapping[str, Any], status: str, error: str) -> dict[str, Any]:
     return {"kind": "reply", "rid": h.get("rid"), "job": h.get("job"),
             "attempt": h.get("attempt"), "status": status, "error": error,
@@ -592,7 +674,7 @@ async def center_jobs(bus: Bus) -> list[dict[str, Any]]:
     the counters its client last reported (sent, returned, in flight, failed)."""
     rows = []
     for job, record in sorted((await bus.all(ALLOCATIONS)).items()):
-        if record.get("released"):
+        if not _sane(job, record) or record.get("released"):
             continue
         stats = record.get("stats") or {}
         rows.append({"job": job, "strategy": record.get("strategy"), "n": record.get("n"),

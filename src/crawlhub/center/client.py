@@ -36,7 +36,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from crawlhub.center.bus import Bus, BusError, Outbox
+from crawlhub import rejects
+from crawlhub.center.bus import MALFORMED, Bus, BusError, Outbox
 from crawlhub.center.protocol import (
     FAILED,
     REQUESTS,
@@ -280,7 +281,12 @@ class CenterClient:
                 continue
             failures, pause = 0, 0.1
             for env in envs:
-                self._receive(env.header, env.body)
+                try:
+                    self._receive(env.header, env.body)
+                except MALFORMED as exc:  # one bad reply must not end the reader
+                    with contextlib.suppress(BusError):
+                        await self.bus.reject(self.channel, env, rejects.MALFORMED,
+                                              f"{type(exc).__name__}: {exc}")
             if envs:
                 with contextlib.suppress(BusError):
                     await self.bus.ack(self.channel, [e.id for e in envs])
@@ -293,8 +299,9 @@ class CenterClient:
             if fut is None or fut.done():
                 self.duplicates += 1
                 return
+            reply = Reply.from_message(h, body)  # a malformed reply raises before counting
             self.returned += 1
-            fut.set_result(Reply.from_message(h, body))
+            fut.set_result(reply)
             self._returned_event.set()
         elif kind in ("allocated", "refused"):
             waiter = self._allocating.get(str(h.get("token") or ""))

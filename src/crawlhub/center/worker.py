@@ -35,11 +35,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from crawlhub import rejects
 from crawlhub.agents.downloader import Downloader, DownloaderConfig, Fetched
 from crawlhub.agents.extract import ExtractionRules, ParseError, RuleSets
 from crawlhub.agents.proxies import ProxyPool
 from crawlhub.agents.registry.base import LoadMeter
-from crawlhub.center.bus import Bus, BusError, Envelope, Outbox, retry_forever, wait_until
+from crawlhub.center.bus import (
+    MALFORMED,
+    Bus,
+    BusError,
+    Envelope,
+    Outbox,
+    retry_forever,
+    wait_until,
+)
 from crawlhub.center.protocol import (
     BEATS,
     FAILED,
@@ -277,7 +286,12 @@ class CenterWorker:
                                        pending=pending)
             pending = False
             for env in envs:
-                await self._command(env)
+                try:
+                    await self._command(env)
+                except MALFORMED as exc:  # one bad command must not stop the others
+                    await self.bus.reject(self.channel, env, rejects.MALFORMED,
+                                          f"{type(exc).__name__}: {exc}")
+                    self.outbox.ack_nowait(self.channel, env.id)
                 if stop.is_set():
                     return
             while self._inflight >= self.concurrency and not stop.is_set():

@@ -229,8 +229,9 @@ async def _serve_center(cfg: Any, settings: Any, url: str, agent_id: str | None)
     """One agent of the download center on ``url``: its downloader settings, proxies and
     politeness from ``settings``; allocations kept in the data dir."""
     from crawlhub.center import CenterWorker, open_bus
+    from crawlhub.signing import signer_from_config
 
-    bus = open_bus(url, prefix=cfg.storage.redis_prefix)
+    bus = open_bus(url, prefix=cfg.storage.redis_prefix, signer=signer_from_config(cfg, url))
     dl = settings.downloader
     config = dl.model_copy(update={"concurrency": max(dl.concurrency, settings.concurrency)})
     polite = settings.politeness

@@ -48,15 +48,16 @@ def center_command(
 
 async def _run(cfg: Any, url: str, center_id: str | None) -> None:
     from crawlhub.center import DownloadCenter, open_bus
+    from crawlhub.signing import signer_from_config
 
-    bus = open_bus(url, prefix=cfg.storage.redis_prefix)
+    bus = open_bus(url, prefix=cfg.storage.redis_prefix, signer=signer_from_config(cfg, url))
     from crawlhub.center.center import open_center_registry
 
     registry = open_center_registry(cfg, url)
     section = cfg.center
     center = DownloadCenter(bus, registry=registry, center_id=center_id,
                             sync_interval=section.sync_interval, dead_after=section.dead_after,
-                            claim_after=section.claim_after)
+                            claim_after=section.claim_after, max_skew=section.max_skew)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -11,11 +11,14 @@ on), ``crawlhub agents`` and ``GET /agents/`` / ``GET /center/jobs/`` read it.
       claim_after: 5                  # seconds before a dead center's messages are served
       idle_release: 300               # seconds before an agent closes an unused job downloader
       beat_every: 3                   # seconds between two heartbeats of an agent
+      key: ...                        # HMAC key signing every message (or $CRAWLHUB_CENTER_KEY,
+                                      # or <data dir>/center.key); unset: unsigned, with a warning
+      max_skew: 300                   # seconds a message's or beat's stamp may be off this clock
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 
 class CenterSection(BaseModel):
@@ -30,3 +33,6 @@ class CenterSection(BaseModel):
     claim_after: float = Field(default=5.0, gt=0)
     idle_release: float = Field(default=300.0, gt=0)
     beat_every: float = Field(default=3.0, gt=0)
+    #: the message signing key shared by every center, agent and job (crawlhub.signing)
+    key: SecretStr | None = None
+    max_skew: float = Field(default=300.0, gt=0)

@@ -28,17 +28,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from crawlhub import keys
+from crawlhub import keys, rejects
 from crawlhub.control.db import ControlDB
 from crawlhub.control.protocol import RUN, STATES, write_json_atomic
 from crawlhub.errors import CrawlhubError
 from crawlhub.sdk import Control
+from crawlhub.signing import MAX_SKEW, Signer
 from crawlhub.storage.errors import is_unavailable
 
 if TYPE_CHECKING:
     from crawlhub.config.schema import CrawlhubConfig
 
 log = logging.getLogger("crawlhub.control.channel")
+
+#: The channel name announcements are signed under (one for every job: the job is in
+#: the signed data).
+_SIGNED_AS = "control"
+
+
+def _canonical(data: dict[str, Any]) -> bytes:
+    """The bytes an announcement's signature covers."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
 #: Seconds between two reads of a watched job's stored state (the safety net under the
 #: announcements).
@@ -266,20 +276,31 @@ class RedisNotifier:
     """Announcements on Redis pub/sub: PUBLISH ``{"job", "state", "changed_at"}`` on the
     job's channel; one PSUBSCRIBE connection per process hears every job. A message that
     is not such an object (a plain ``pause`` from another tool) makes watchers of its job
-    read the stored state again."""
+    read the stored state again. With a ``signer`` every announcement carries ``sig``
+    (``{"t", "s"}``, :mod:`crawlhub.signing`); one unsigned or badly signed, or stamped
+    more than ``max_skew`` ahead, is only a hint to read the stored state again - so a
+    forged one cannot pause a job, nor freeze its state with a far-future stamp. Those
+    and malformed ones are counted and logged (:mod:`crawlhub.rejects`)."""
 
-    def __init__(self, url: str, *, prefix: str = keys.DEFAULT_PREFIX) -> None:
+    def __init__(self, url: str, *, prefix: str = keys.DEFAULT_PREFIX,
+                 signer: Signer | None = None) -> None:
         from crawlhub.storage.redis import redis_client
 
         self.url = url
         self.prefix = prefix
+        self.signer = signer
+        self.dead_key = keys.dead_stream(prefix, "control")
         self.client = redis_client(url, name="control channel")
         self._stem = keys.control_channel(prefix, "")
         self._task: asyncio.Task[None] | None = None
 
     async def publish(self, change: JobState) -> None:
-        payload = json.dumps({"job": change.job, "state": change.state,
-                              "changed_at": change.changed_at})
+        data: dict[str, Any] = {"job": change.job, "state": change.state,
+                                "changed_at": change.changed_at}
+        if self.signer is not None:
+            t, sig = self.signer.sign(_SIGNED_AS, _canonical(data))
+            data["sig"] = {"t": t.decode(), "s": sig.decode()}
+        payload = json.dumps(data)
         await self.client.publish(keys.control_channel(self.prefix, change.job), payload)
 
     def listen(self, deliver: Callable[[str, JobState | None], None],
@@ -305,7 +326,9 @@ class RedisNotifier:
                     message = await pubsub.get_message(ignore_subscribe_messages=True,
                                                        timeout=1.0)
                     if message is not None:
-                        self._heard(message, deliver)
+                        bad = self._heard(message, deliver)
+                        if bad is not None:
+                            await self._set_aside(*bad)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -322,22 +345,55 @@ class RedisNotifier:
                     await pubsub.aclose()
 
     def _heard(self, message: dict[str, Any], deliver: Callable[[str, JobState | None], None]
-               ) -> None:
+               ) -> tuple[str, str, str, Any] | None:
+        """Deliver one announcement; ``(channel, reason, detail, data)`` when it was
+        rejected (delivered as a hint to read the stored state again)."""
         channel = message.get("channel")
         if isinstance(channel, bytes):
             channel = channel.decode("utf-8", "replace")
         if not isinstance(channel, str) or not channel.startswith(self._stem):
-            return
+            return None
         job = channel[len(self._stem):]
-        change: JobState | None = None
+        raw = message.get("data") or b""
         try:
-            data = json.loads(message.get("data") or b"")
-        except (TypeError, ValueError):
+            data = json.loads(raw)
+        except (TypeError, ValueError, RecursionError):
             data = None
-        if (isinstance(data, dict) and data.get("state") in STATES
+        refused: tuple[str, str] | None = None
+        if not (isinstance(data, dict) and data.get("state") in STATES
                 and isinstance(data.get("changed_at"), int | float)):
-            change = JobState(job, str(data["state"]), float(data["changed_at"]))
-        deliver(job, change)
+            refused = rejects.MALFORMED, "not a {job, state, changed_at} object"
+        elif data["changed_at"] - time.time() > self._max_skew:
+            refused = (rejects.SKEW, f"changed_at {data['changed_at'] - time.time():.0f} s"
+                       " ahead of this clock")
+        elif self.signer is not None:
+            sig = data.pop("sig", None)
+            if not isinstance(sig, dict):
+                refused = rejects.UNSIGNED, "no signature and a key is configured"
+            else:
+                t, s = sig.get("t"), sig.get("s")
+                refused = self.signer.verify(
+                    _SIGNED_AS, _canonical(data), b"",
+                    t.encode() if isinstance(t, str) else None,
+                    s.encode() if isinstance(s, str) else None)
+        if refused is not None:
+            deliver(job, None)  # the stored row is the truth: read it again
+            return channel, *refused, raw
+        deliver(job, JobState(job, str(data["state"]), float(data["changed_at"])))
+        return None
+
+    @property
+    def _max_skew(self) -> float:
+        return self.signer.max_skew if self.signer is not None else MAX_SKEW
+
+    async def _set_aside(self, channel: str, reason: str, detail: str, raw: Any) -> None:
+        rejects.rejected("control", channel, reason, detail, dead=self.dead_key)
+        try:
+            fields: Any = rejects.dead_fields(channel, "-", reason, detail, {"data": raw})
+            await self.client.xadd(self.dead_key, fields, maxlen=rejects.DEAD_MAXLEN,
+                                   approximate=True)
+        except Exception as exc:  # noqa: BLE001 - keeping it aside is best effort
+            log.debug("control: could not keep a rejected announcement: %s", exc)
 
     async def close(self) -> None:
         task, self._task = self._task, None
@@ -364,7 +420,10 @@ async def open_channel(config: CrawlhubConfig, db: ControlDB) -> ControlChannel:
     url = config.control.channel
     notifier: Notifier | None = None
     if url and not url.lower().startswith("memory://"):
-        notifier = RedisNotifier(url, prefix=config.storage.redis_prefix)
+        from crawlhub.signing import signer_from_config
+
+        notifier = RedisNotifier(url, prefix=config.storage.redis_prefix,
+                                 signer=signer_from_config(config, url))
     channel = ControlChannel(db, notifier,
                              reread=REREAD if notifier is not None else REREAD_EMBEDDED)
     try:

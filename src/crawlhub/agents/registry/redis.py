@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from crawlhub import jsoncodec
+from crawlhub import jsoncodec, rejects
 from crawlhub.agents.registry.base import (
     DEFAULT_DEAD_AFTER,
     DEFAULT_RETENTION,
@@ -16,6 +16,7 @@ from crawlhub.agents.registry.base import (
 )
 from crawlhub.clock import Clock, system_clock
 from crawlhub.keys import DEFAULT_PREFIX, agent_keys
+from crawlhub.signing import MAX_SKEW
 from crawlhub.storage.redis import redis_client
 
 # Forget agents last seen at or before ARGV[1] (KEYS: info, beat, seen); how many.
@@ -57,6 +58,12 @@ return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2]),
 """
 
 
+class _Refused(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -81,13 +88,40 @@ class RedisAgentRegistry:
         self._forget = self._redis.register_script(_FORGET)
         self._beat = self._redis.register_script(_BEAT)
         self._list = self._redis.register_script(_LIST)
+        self._reported: set[tuple[str, str, int]] = set()
 
-    def _status(self, info: Any, beat: Any, seen: Any, now: float) -> AgentStatus:
-        last = float(seen)
-        return AgentStatus(
-            info=AgentInfo.from_dict(jsoncodec.loads(info)),
-            beat=None if beat is None else Heartbeat.from_dict(jsoncodec.loads(beat)),
-            last_seen=last, alive=now - last < self.dead_after)
+    def _status(self, info: Any, beat: Any, seen: Any, now: float,
+                agent_id: str = "") -> AgentStatus | None:
+        """The agent's status, or None (counted, logged once) when its stored entry is
+        not one - not JSON, fields of the wrong type, a last sign of life in the future:
+        written by something other than crawlhub. One bad entry never hides the others."""
+        try:
+            last = float(seen)
+            if last - now > MAX_SKEW:
+                raise _Refused(rejects.SKEW, f"last seen {last - now:.0f} s in the future")
+            data = jsoncodec.loads(info)
+            status = AgentStatus(
+                info=AgentInfo.from_dict(data),
+                beat=None if beat is None else Heartbeat.from_dict(jsoncodec.loads(beat)),
+                last_seen=last, alive=now - last < self.dead_after)
+        except _Refused as exc:
+            self._rejected(agent_id, exc.reason, str(exc), (info, beat, seen))
+            return None
+        except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as exc:
+            self._rejected(agent_id, rejects.MALFORMED, f"{type(exc).__name__}: {exc}",
+                           (info, beat, seen))
+            return None
+        return status
+
+    def _rejected(self, agent_id: str, reason: str, detail: str, entry: Any) -> None:
+        mark = (agent_id, reason, hash(entry))
+        if mark in self._reported:  # read on every sync: counted and logged once
+            return
+        if len(self._reported) > 10_000:
+            self._reported.clear()
+        self._reported.add(mark)
+        rejects.rejected("agents:registry", agent_id, reason,
+                         f"{self._keys[0]}: {detail}; left in place, skipped")
 
     async def register(self, info: AgentInfo, *, at: float | None = None) -> None:
         now = self.clock() if at is None else at
@@ -132,15 +166,16 @@ class RedisAgentRegistry:
             info, beat, seen = await pipe.execute()
         if info is None or seen is None:
             return None
-        return self._status(info, beat, seen, now)
+        return self._status(info, beat, seen, now, agent_id)
 
     async def agents(self) -> list[AgentStatus]:
         now = self.clock()
         cutoff = now - self.dead_after - self.retention
         infos, beats, seen = await self._list(keys=self._keys, args=[repr(cutoff)])
         info_by_id, beat_by_id, seen_by_id = _pairs(infos), _pairs(beats), _pairs(seen)
-        return [self._status(info_by_id[i], beat_by_id.get(i), seen_by_id[i], now)
-                for i in sorted(info_by_id) if i in seen_by_id]
+        out = [self._status(info_by_id[i], beat_by_id.get(i), seen_by_id[i], now, i)
+               for i in sorted(info_by_id) if i in seen_by_id]
+        return [status for status in out if status is not None]
 
     async def live(self) -> list[str]:
         since = self.clock() - self.dead_after

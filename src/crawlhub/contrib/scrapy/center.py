@@ -23,6 +23,9 @@ In a Scrapy project's settings (or with ``-s`` on the command line)::
                                       is sent again (default 30)
 ``CRAWLHUB_CENTER_RETRIES``           sends again after a reply timeout (default 3)
 ``CRAWLHUB_CENTER_ALLOCATE_TIMEOUT``  seconds the allocation may take (default 10)
+``CRAWLHUB_CENTER_KEY``               the key signing the center's messages (default: the
+                                      environment's ``CRAWLHUB_CENTER_KEY``; see
+                                      docs/center.md)
 ====================================  =================================================
 
 How a crawl goes:
@@ -64,7 +67,7 @@ import uuid
 import weakref
 from collections.abc import AsyncIterator, Iterable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from scrapy import Request as ScrapyRequest
@@ -84,6 +87,7 @@ from crawlhub.contrib.scrapy.loop import LoopThread, engine_wait
 from crawlhub.contrib.scrapy.settings import _error, _float, _int
 from crawlhub.fetch.http import Request
 from crawlhub.keys import DEFAULT_PREFIX
+from crawlhub.signing import load_key, signer_for
 from crawlhub.storage.redact import redact_url
 
 if TYPE_CHECKING:
@@ -136,6 +140,8 @@ class CenterSettings:
     timeout: float
     retries: int
     allocate_timeout: float
+    #: the message signing key (crawlhub.signing); never shown
+    key: str | None = field(default=None, repr=False)
 
 
 def _seconds(settings: BaseSettings, name: str, default: float) -> float:
@@ -171,6 +177,7 @@ def read_center_settings(settings: BaseSettings) -> CenterSettings:
         timeout=_seconds(settings, "CRAWLHUB_CENTER_TIMEOUT", 30.0),
         retries=_int(settings, "CRAWLHUB_CENTER_RETRIES", 3, 0),
         allocate_timeout=_seconds(settings, "CRAWLHUB_CENTER_ALLOCATE_TIMEOUT", 10.0),
+        key=settings.get("CRAWLHUB_CENTER_KEY") or None,
     )
 
 
@@ -265,7 +272,8 @@ class CenterDownloadHandler:
     async def _open(self, job: str) -> CenterClient:
         """On the loop thread: the bus, the client, the allocation."""
         s = self.settings
-        bus = open_bus(s.url, prefix=s.prefix)
+        bus = open_bus(s.url, prefix=s.prefix,
+                       signer=signer_for(load_key(s.key, None), s.url))
         try:
             client = CenterClient(bus, job, strategy=s.strategy, agents=s.agents,
                                   allocate_timeout=s.allocate_timeout, timeout=s.timeout,

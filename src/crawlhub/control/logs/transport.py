@@ -34,6 +34,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from crawlhub import keys, rejects
 from crawlhub.control.logs.line import LogLine
 from crawlhub.control.logs.store import LogStore
 from crawlhub.control.logs.text import clean_line
@@ -378,6 +379,12 @@ class RedisTransport(Transport):
         await self.client.aclose()
 
 
+def _prefix_of(key: str) -> str:
+    """The key prefix of a log stream named by :func:`crawlhub.keys.log_keys`."""
+    stem = keys.log_keys("")["stream"]
+    return key[: -len(stem)] if key.endswith(stem) else f"{key}:"
+
+
 class StreamFull(RuntimeError):
     """The log stream holds :data:`STREAM_MAXLEN` unstored batches: the producer waits."""
 
@@ -403,7 +410,7 @@ class LogCollector:
     def __init__(self, client: Any, key: str, store: LogStore, *,
                  group: str = GROUP, consumer: str | None = None, count: int = 20,
                  block: float = 1.0, claim_idle: float = 30.0, claim_every: float = 5.0,
-                 written: Written | None = None) -> None:
+                 written: Written | None = None, dead_key: str | None = None) -> None:
         self.client = client
         self.key = key
         self.store = store
@@ -414,6 +421,8 @@ class LogCollector:
         self.claim_idle = claim_idle
         self.claim_every = claim_every
         self.written = written
+        #: where rejected entries are kept (keys.dead_stream): beside the stream's prefix
+        self.dead_key = dead_key or keys.dead_stream(_prefix_of(key), "logs")
         self.stored = 0
         self.entries = 0
         self.claimed = 0
@@ -487,24 +496,34 @@ class LogCollector:
         lines: list[LogLine] = []
         uids: list[str | None] = []
         done = []
+        bad: list[tuple[str, str, Any]] = []
         for entry_id, fields in entries:
             name = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
             done.append(entry_id)
-            raw = (fields or {}).get(b"lines", (fields or {}).get("lines"))
+            if not fields:  # deleted after delivery (trimmed): nothing to store
+                continue
+            raw = fields.get(b"lines", fields.get("lines"))
             try:
-                batch = decode_batch(raw) if raw is not None else []
-            except (ValueError, TypeError) as exc:
+                if raw is None:
+                    raise ValueError("no field 'lines'")
+                batch = [clean_line(line) for line in decode_batch(raw)]
+            except (ValueError, TypeError, RecursionError) as exc:
+                # acked with the others below, counted, logged once, kept aside
                 self.bad += 1
-                log.warning("log stream %s entry %s is not a batch of lines (%s); dropped",
-                            self.key, name, exc)
+                bad.append((name, f"not a batch of log lines ({exc})", fields))
                 continue
             for n, line in enumerate(batch):
                 lines.append(line)
                 uids.append(f"{name}/{n}")
-        new = await self.store.write([clean_line(line) for line in lines], uids)
+        new = await self.store.write(lines, uids)
         # Stored: now the entries may go. A crash before this line redelivers them,
         # and the uids keep the store from doubling them.
         async with self.client.pipeline(transaction=False) as pipe:
+            for name, detail, fields in bad:
+                rejects.rejected("logs", name, rejects.MALFORMED, f"{self.key}: {detail}",
+                                 dead=self.dead_key)
+                rejects.xadd_dead(pipe, self.dead_key, rejects.dead_fields(
+                    self.key, name, rejects.MALFORMED, detail, fields))
             pipe.xack(self.key, self.group, *done)
             pipe.xdel(self.key, *done)
             await pipe.execute()

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from crawlhub import jsoncodec
+from crawlhub import jsoncodec, rejects
 from crawlhub.config.kafka import aiokafka_kwargs
 from crawlhub.errors import ConfigError
 from crawlhub.hub.inbounds.base import Deliver
@@ -124,26 +124,25 @@ class KafkaInbound:
             await consumer.stop()
 
     def _decode(self, partition: Any, message: Any) -> dict[str, Any] | None:
+        """The message as a task, or None for junk: counted
+        (``crawlhub_stream_entries_rejected_total{stream="inbound:kafka"}``), logged once
+        with its offset and skipped - the topic keeps it for inspection."""
         where = f"{partition.topic}[{partition.partition}]@{message.offset}"
         try:
             task = json.loads(message.value) if message.value is not None else None
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            log.warning("inbound %s: skipping non-JSON message %s: %s", self.name, where, exc)
-            return None
+            return self._junk(where, f"not JSON: {exc}")
         if not isinstance(task, dict):
-            log.warning(
-                "inbound %s: skipping message %s: a %s, not a JSON object",
-                self.name,
-                where,
-                type(task).__name__,
-            )
-            return None
+            return self._junk(where, f"a {type(task).__name__}, not a JSON object")
         if jsoncodec.too_deep(task):
             # The hub would refuse it on every redelivery: skip it like junk.
-            log.warning("inbound %s: skipping message %s: %s", self.name, where,
-                        jsoncodec.TooDeepError("it"))
-            return None
+            return self._junk(where, str(jsoncodec.TooDeepError("it")))
         return task
+
+    def _junk(self, where: str, detail: str) -> dict[str, Any] | None:
+        rejects.rejected("inbound:kafka", where, rejects.MALFORMED,
+                         f"inbound {self.name}: {detail}; skipped")
+        return None
 
 
 def _aiokafka(where: str) -> Any:

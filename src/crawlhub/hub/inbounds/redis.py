@@ -3,6 +3,9 @@
 A list is consumed with LMOVE into a per-inbound processing list, removed only after the
 hub took the message, and recovered on start. A stream is read with a consumer group
 and XACKed after delivery; entries another consumer left pending are claimed back.
+A message that is not a JSON object, or one the hub keeps refusing, is set aside on the
+dead list ``<key>:dead:<inbound>``, counted (``crawlhub_stream_entries_rejected_total``,
+stream ``inbound:redis``) and logged once: it never stops the inbound.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import os
 import socket
 from typing import Any
 
-from crawlhub import jsoncodec
+from crawlhub import jsoncodec, rejects
 from crawlhub.hub.inbounds.base import Deliver
 
 log = logging.getLogger("crawlhub.hub.inbounds.redis")
@@ -92,7 +95,7 @@ class RedisInbound:
             await self._deliver_list(client, raws, deliver)
 
     async def _deliver_list(self, client: Any, raws: list[bytes], deliver: Deliver) -> None:
-        poison = await _deliver_guarded(deliver, raws, self.name)
+        poison = await _deliver_guarded(deliver, raws, self.name, self.dead_key)
         async with client.pipeline(transaction=False) as pipe:
             for raw in poison:
                 pipe.lpush(self.dead_key, raw)
@@ -134,7 +137,7 @@ class RedisInbound:
 
     async def _deliver_stream(self, client: Any, entries: list[Any], deliver: Deliver) -> None:
         raws = [r for r in (_stream_payload(fields) for _, fields in entries) if r is not None]
-        poison = await _deliver_guarded(deliver, raws, self.name)
+        poison = await _deliver_guarded(deliver, raws, self.name, self.dead_key)
         async with client.pipeline(transaction=True) as pipe:
             for raw in poison:
                 pipe.lpush(self.dead_key, raw)
@@ -155,28 +158,49 @@ def _transient_errors() -> tuple[type[BaseException], ...]:
 _TRANSIENT = _transient_errors()
 
 
-async def _deliver_guarded(deliver: Deliver, raws: list[bytes], name: str) -> list[bytes]:
+async def _deliver_guarded(deliver: Deliver, raws: list[bytes], name: str,
+                           dead: str = "") -> list[bytes]:
     """Deliver a batch; if the hub refuses it for a reason other than a backend being
     down, deliver one by one and return the messages it keeps refusing (poison), which
-    the caller sets aside on the dead list instead of retrying them forever."""
+    the caller sets aside on the dead list instead of retrying them forever. Messages
+    that are not JSON objects are poison from the start (counted as malformed)."""
+    poison: list[bytes] = []
+    decoded: list[tuple[bytes, dict[str, Any]]] = []
+    for raw in raws:
+        try:
+            decoded.append((raw, _decode_one(raw)))
+        except (ValueError, TypeError, RecursionError) as exc:
+            rejects.rejected("inbound:redis", f"{name}:{_digest(raw)}", rejects.MALFORMED,
+                             f"inbound {name}: {exc}: {raw[:200]!r}", dead=dead)
+            poison.append(raw)
+    if not decoded:
+        return poison
     try:
-        await deliver(_decode(raws, name))
-        return []
+        await deliver([m for _, m in decoded])
+        return poison
     except _TRANSIENT:
         raise
     except Exception:
-        log.warning("inbound %s: a batch of %d failed; retrying one by one", name, len(raws))
-    poison = []
-    for raw in raws:
+        log.warning("inbound %s: a batch of %d failed; retrying one by one", name,
+                    len(decoded))
+    for raw, message in decoded:
         try:
-            await deliver(_decode([raw], name))
+            await deliver([message])
         except _TRANSIENT:
             raise
         except Exception as exc:
-            log.error("inbound %s: set aside a message the hub refuses (%s: %s): %r", name,
-                      type(exc).__name__, exc, raw[:200])
+            rejects.rejected("inbound:redis", f"{name}:{_digest(raw)}", "refused",
+                             f"inbound {name}: the hub refuses it ({type(exc).__name__}:"
+                             f" {exc}): {raw[:200]!r}", dead=dead)
             poison.append(raw)
     return poison
+
+
+def _digest(raw: bytes) -> str:
+    """A short name for a list message (lists have no ids): its content's hash."""
+    import hashlib
+
+    return hashlib.blake2b(raw, digest_size=6).hexdigest()
 
 
 def _stream_payload(fields: dict[bytes, bytes]) -> bytes | None:
@@ -184,8 +208,9 @@ def _stream_payload(fields: dict[bytes, bytes]) -> bytes | None:
     for name in (b"data", b"message", b"task", b"json"):
         if name in fields:
             return fields[name]
-    if fields:
-        return json.dumps({k.decode(): v.decode() for k, v in fields.items()}).encode()
+    if fields:  # not UTF-8: replaced, and the hub (or its converters) judge the text
+        return json.dumps({k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
+                           for k, v in fields.items()}).encode()
     return None
 
 
@@ -193,18 +218,15 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _decode(raws: list[bytes], name: str) -> list[dict[str, Any]]:
-    messages = []
-    for raw in raws:
-        try:
-            value = json.loads(raw, parse_constant=_no_constant)
-        except (ValueError, RecursionError):
-            log.warning("inbound %s: skipped a message that is not JSON: %r", name, raw[:200])
-            continue
-        if not isinstance(value, dict):
-            log.warning("inbound %s: skipped a JSON message that is not an object", name)
-            continue
-        # Raised, not skipped: _deliver_guarded sets the message aside on the dead list.
-        jsoncodec.check_depth(value, "the message")
-        messages.append(value)
-    return messages
+def _decode_one(raw: bytes) -> dict[str, Any]:
+    """The message as a JSON object; ValueError (or RecursionError) if it is not one."""
+    try:
+        value = json.loads(raw, parse_constant=_no_constant)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text ({exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"a JSON {type(value).__name__}, not an object")
+    jsoncodec.check_depth(value, "the message")
+    return value
