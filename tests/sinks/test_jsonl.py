@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,66 @@ async def test_a_file_shorter_than_its_index_is_refused(tmp_path: Path) -> None:
     os.truncate(path, 3)
     with pytest.raises(SinkError, match="Delete the index"):
         await open_sink(path)
+
+
+LIST_ROW = {"id": 7, "title": "Rain"}
+DETAIL_ROW = {"id": 7, "title": "Rain", "body": "It rained.", "record_kind": "detail"}
+
+
+async def test_a_list_row_and_a_detail_row_of_one_id_are_written_once_each_across_runs(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "out.jsonl"
+    sink = await open_sink(path)
+    first = [await sink.write_batch([row]) for row in (LIST_ROW, DETAIL_ROW)]
+    await sink.close()
+    for _ in range(2):  # a second run, then one whose index was lost
+        sink = await open_sink(path)
+        again = [await sink.write_batch([row]) for row in (LIST_ROW, DETAIL_ROW, LIST_ROW)]
+        await sink.close()
+        assert [r.skipped for r in again] == [1, 1, 1]
+        sink.config.index_file.unlink()
+    assert [r.inserted for r in first] == [1, 1]
+    assert [line.get("record_kind") for line in lines(path)] == [None, "detail"]
+    sink = await open_sink(path)
+    changed = await sink.write_batch([{**DETAIL_ROW, "body": "It poured."}])
+    await sink.close()
+    assert changed.updated == 1  # a changed detail is a new version of the detail row only
+    assert [line.get("body") for line in lines(path)] == [None, "It rained.", "It poured."]
+
+
+async def test_an_index_from_before_record_kinds_is_rebuilt_from_the_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "out.jsonl"
+    sink = await open_sink(path)
+    await sink.write_batch([LIST_ROW])
+    await sink.write_batch([DETAIL_ROW])
+    await sink.close()
+    with sqlite3.connect(sink.config.index_file) as db:  # the index as older versions kept it
+        db.execute("DROP TABLE keyed")
+        db.execute("CREATE TABLE entries (key TEXT PRIMARY KEY, hash TEXT NOT NULL)")
+        db.execute("INSERT INTO entries VALUES ('7', 'hash-of-the-detail-row')")
+    sink = await open_sink(path)
+    again = await sink.write_batch([LIST_ROW])
+    await sink.close()
+    assert again.skipped == 1
+    assert len(lines(path)) == 2
+
+
+async def test_an_index_killed_before_its_first_commit_is_rebuilt_from_the_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "out.jsonl"
+    sink = await open_sink(path)
+    await sink.write_batch([LIST_ROW, {"id": 8}])
+    await sink.close()
+    sink.config.index_file.unlink()
+    with sqlite3.connect(sink.config.index_file) as db:  # created, killed before it indexed
+        db.execute("CREATE TABLE meta (id INTEGER PRIMARY KEY CHECK (id = 1), size INTEGER"
+                    " NOT NULL)")
+    sink = await open_sink(path)
+    again = await sink.write_batch([LIST_ROW, {"id": 8}])
+    await sink.close()
+    assert again.skipped == 2
+    assert len(lines(path)) == 2
