@@ -3,9 +3,12 @@ and a lost sidecar index is rebuilt from the file."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
+import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ import pytest
 from crawlhub.config.sinks import build_sink
 from crawlhub.errors import SinkError
 from crawlhub.sinks import JsonlSink
+from tests.helpers import wait_for
 
 
 async def open_sink(path: Path) -> JsonlSink:
@@ -146,3 +150,48 @@ async def test_an_index_killed_before_its_first_commit_is_rebuilt_from_the_file(
     await sink.close()
     assert again.skipped == 2
     assert len(lines(path)) == 2
+
+
+_WRITER = """
+import asyncio, sys
+from crawlhub.config.sinks import build_sink
+
+async def main():
+    sink = build_sink({"type": "jsonl", "path": sys.argv[1]})
+    await sink.open()
+    for start in range(0, 100_000, 50):
+        ids = range(start, start + 50)
+        await sink.write_batch([{"id": i, "title": f"t{i}"} for i in ids])
+        await sink.write_batch([{"id": i, "title": f"t{i}", "body": "b" * 200,
+                                 "record_kind": "detail"} for i in ids])
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("kill_at", [20_000, 60_000, 150_000])
+async def test_a_writer_killed_with_sigkill_mid_batch_leaves_no_line_twice_or_lost(
+        tmp_path: Path, kill_at: int) -> None:
+    path = tmp_path / "out.jsonl"
+    child = await asyncio.create_subprocess_exec(sys.executable, "-c", _WRITER, str(path))
+    try:
+        await wait_for(lambda: path.exists() and path.stat().st_size >= kill_at,
+                       f"{kill_at} bytes written")
+    finally:
+        child.kill()  # SIGKILL: wherever it is, between an append and its index commit too
+        await child.wait()
+    sink = await open_sink(path)  # cuts off a tail not committed
+    written = {(row.get("record_kind", ""), row["id"]) for row in lines(path)}
+    last = max(i for _, i in written)
+    again = []
+    for start in range(0, last + 1, 50):  # the resumed run writes everything again
+        ids = range(start, start + 50)
+        again.append(await sink.write_batch([{"id": i, "title": f"t{i}"} for i in ids]))
+        again.append(await sink.write_batch([{"id": i, "title": f"t{i}", "body": "b" * 200,
+                                              "record_kind": "detail"} for i in ids]))
+    await sink.close()
+    counts = Counter((row.get("record_kind", ""), row["id"]) for row in lines(path))
+    assert set(counts.values()) == {1}
+    top = (last // 50 + 1) * 50
+    assert set(counts) == {(kind, i) for kind in ("", "detail") for i in range(top)}
+    assert sum(r.skipped for r in again) == len(written)  # what was kept is not re-written
