@@ -137,3 +137,13 @@ def test_a_pattern_re2_refuses_in_a_config_file_is_a_config_error_naming_file_an
     assert "lookaheads are not supported" in str(err.value)
     with pytest.raises(ConfigError, match=r"extract\.fields\.p\.regex.*backreferences"):
         ExtractionRules.from_config({"fields": {"p": {"regex": r"(\d)\1"}}})
+
+
+async def test_the_dry_run_of_a_task_says_its_refused_rules_would_be_rejected(
+        client: httpx2.AsyncClient) -> None:
+    answer = await client.post("/inbound/http/check_task/", json={
+        "url": "http://127.0.0.1:9/x", "extract": {"fields": {"x": {"regex": r"(a)\1"}}}})
+    assert answer.status_code == 200, answer.text
+    report = answer.json()
+    assert report["action"] == "reject" and report["outbound"] is None
+    assert "extract.fields.x.regex" in report["reason"] and "backreferences" in report["reason"]
