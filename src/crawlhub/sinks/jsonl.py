@@ -72,10 +72,9 @@ class JsonlSink:
 
     async def open(self) -> None:
         index = self.config.index_file
-        fresh_index = not index.exists()
         self._db = SqliteDB(index, schema=_SCHEMA, synchronous="FULL",
                             name=f"sink '{self.name}' index {index}")
-        await self._db.run(lambda db: self._open(db, fresh_index))
+        await self._db.run(self._open)
 
     async def set_cache_kib(self, kib: int) -> None:
         """Bound the SQLite page cache of this store's connection (see SqliteDB)."""
@@ -108,7 +107,7 @@ class JsonlSink:
 
     # -- blocking parts, run on the index's SQLite thread ------------------------------
 
-    def _open(self, db: sqlite3.Connection, fresh_index: bool) -> None:
+    def _open(self, db: sqlite3.Connection) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         committed = db.execute("SELECT size FROM meta WHERE id = 1").fetchone()
         if not self.path.exists():
@@ -121,7 +120,7 @@ class JsonlSink:
         if committed is None:
             # No committed size: a new index, or one whose first open was killed before
             # it indexed the file. Either way the file's lines are indexed from scratch.
-            if size:
+            if size or legacy:
                 self._rebuild_index(db, drop_legacy=legacy)
             else:
                 db.execute("INSERT INTO meta (id, size) VALUES (1, ?)", (size,))
