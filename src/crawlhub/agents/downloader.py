@@ -45,7 +45,7 @@ from crawlhub.agents.codes import (
 from crawlhub.agents.proxies import ProxyConfig, ProxyPool
 from crawlhub.fetch.http import Request, Response
 from crawlhub.storage.redact import redact_url
-from crawlhub.userregex import compile_user_regex
+from crawlhub.userregex import compile_user_regex, compile_user_test
 
 _REDIRECTS = frozenset((301, 302, 303, 307, 308))
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
@@ -211,7 +211,7 @@ class Downloader:
         self._ban_statuses = frozenset(config.ban.statuses)
         body_regex = config.ban.body_regex
         # RE2: a body cannot make the match slow, whatever the pattern
-        self._ban_search = compile_user_regex(body_regex.encode()).search if body_regex else None
+        self._ban_search = compile_user_test(body_regex.encode()) if body_regex else None
         self._ban_retries = config.ban.retries
         self._ban_cooldown = config.ban.cooldown
         self._idle = config.session_idle
@@ -432,7 +432,7 @@ class Downloader:
                             error=f"body larger than max_size {self._max_size} bytes",
                         ), False
                     if status in self._ban_statuses or (
-                        self._ban_search is not None and self._ban_search(body) is not None
+                        self._ban_search is not None and self._ban_search(body)
                     ):
                         outcome = BANNED
                     elif status >= 400:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import html
 import re
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin
@@ -35,7 +35,7 @@ from w3lib.encoding import html_to_unicode, http_content_type_encoding
 
 from crawlhub.agents.codes import config_error
 from crawlhub.errors import ConfigError, CrawlhubError
-from crawlhub.userregex import Pattern, compile_user_regex
+from crawlhub.userregex import FieldRegex, Pattern, compile_user_regex, compile_user_test
 
 
 class ParseError(CrawlhubError):
@@ -156,6 +156,13 @@ def _compile_xpath(xpath: str) -> etree.XPath:
 
 def _compile_regex(pattern: str) -> Pattern:
     return compile_user_regex(pattern)  # ValueError: RE2's reason, named by the caller
+
+
+def _any_of(patterns: list[str]) -> Callable[[str], bool]:
+    """Whether any of ``patterns`` (each valid on its own) is found in a text."""
+    if len(patterns) == 1:
+        return compile_user_test(patterns[0])
+    return compile_user_test("|".join(f"(?:{p})" for p in patterns))
 
 
 _JSON_STEP = re.compile(r"([^.\[\]]+)|\[(\*|-?\d+)\]|(\.)")
@@ -351,7 +358,7 @@ class ExtractionRules:
     def __init__(self, config: ExtractionConfig | None = None) -> None:
         self.config = config = config or ExtractionConfig()
         self._tree_fields: list[tuple[str, etree.XPath, bool]] = []
-        self._regex_fields: list[tuple[str, Pattern, bool]] = []
+        self._regex_fields: list[tuple[str, FieldRegex, bool]] = []
         self._json_fields: list[tuple[str, tuple[str | int, ...], bool]] = []
         for name, rule in config.fields.items():
             if rule.css is not None:
@@ -359,14 +366,15 @@ class ExtractionRules:
             elif rule.xpath is not None:
                 self._tree_fields.append((name, _compile_xpath(rule.xpath), rule.all))
             elif rule.regex is not None:
-                self._regex_fields.append((name, _compile_regex(rule.regex), rule.all))
+                self._regex_fields.append((name, FieldRegex(rule.regex), rule.all))
             elif rule.json_path is not None:
                 self._json_fields.append((name, compile_json_path(rule.json_path), rule.all))
         links = config.links
         self.follow = links.follow
         self._same_domain = links.same_domain
-        self._allow = [compile_user_regex(p).search for p in links.allow]
-        self._deny = [compile_user_regex(p).search for p in links.deny]
+        # one RE2 pattern per list (an alternation): one call per link, not one per entry
+        self._allow = [_any_of(links.allow)] if links.allow else []
+        self._deny = [_any_of(links.deny)] if links.deny else []
         self._max_depth = links.max_depth
         self._max_links = links.max_links
 
@@ -414,11 +422,7 @@ class ExtractionRules:
                 values = [_to_text(v) for v in result]
                 fields[name] = values if every else (values[0] if values else None)
         for name, pattern, every in self._regex_fields:
-            if every:
-                fields[name] = [_match_value(m) for m in pattern.finditer(text)]
-            else:
-                hit = pattern.search(text)
-                fields[name] = _match_value(hit) if hit is not None else None
+            fields[name] = pattern.every(text) if every else pattern.first(text)
         if self._json_fields:
             try:
                 doc = orjson.loads(body)
@@ -619,10 +623,6 @@ def _to_text(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     return value  # numbers and booleans of XPath functions like count()
-
-
-def _match_value(m: Any) -> str | None:
-    return m.group(1) if m.re.groups else m.group(0)
 
 
 __all__ = [
