@@ -22,13 +22,30 @@ names the input, the place and, where there is one, the fix::
 
 The API maps the last three kinds once (``crawlhub.api.errors``): ``NotFoundError`` 404,
 ``ConflictError`` 409, ``BackendUnavailable`` 503; routers raise, they do not translate.
+
+Every message is masked when the error is made (:mod:`crawlhub.storage.redact`): URL
+passwords and secret query values of any error, and in a ``ConfigError`` also
+``'password': '...'`` pairs, so no path that prints, logs or answers an error - ``crawlhub
+check-config``, a 4xx body - shows a secret the input held.
 """
 
 from __future__ import annotations
 
 
+def _masked(message: str, *, config: bool = False) -> str:
+    # imported here: crawlhub.storage, redact's package, imports this module
+    from crawlhub.storage.redact import redact_text, redact_url
+
+    return redact_text(message) if config else redact_url(message)
+
+
 class CrawlhubError(Exception):
-    """Base of every error crawlhub raises on purpose."""
+    """Base of every error crawlhub raises on purpose; its message is masked."""
+
+    def __init__(self, *args: object) -> None:
+        if args and isinstance(args[0], str):
+            args = (_masked(args[0], config=isinstance(self, ConfigError)), *args[1:])
+        super().__init__(*args)
 
 
 class ConfigError(CrawlhubError):
@@ -49,7 +66,7 @@ class ConfigError(CrawlhubError):
         self.file = file
         self.entry = entry
         self.key = key
-        self.reason = message
+        self.reason = message = _masked(message, config=True)
         where = ", ".join(
             part
             for part in (

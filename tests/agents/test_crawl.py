@@ -89,7 +89,7 @@ async def test_crawl_resumed_after_sigkill_fetches_nothing_twice_that_was_writte
                 return set()
             index = sqlite3.connect(index_path, timeout=0.2)
             try:
-                return {key for (key,) in index.execute("SELECT key FROM entries")}
+                return {key for (key,) in index.execute("SELECT key FROM keyed")}
             except sqlite3.OperationalError:  # not created yet, or locked by the writer
                 return set()
             finally:

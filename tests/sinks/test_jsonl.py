@@ -3,8 +3,12 @@ and a lost sidecar index is rebuilt from the file."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import sqlite3
+import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,7 @@ import pytest
 from crawlhub.config.sinks import build_sink
 from crawlhub.errors import SinkError
 from crawlhub.sinks import JsonlSink
+from tests.helpers import wait_for
 
 
 async def open_sink(path: Path) -> JsonlSink:
@@ -82,3 +87,111 @@ async def test_a_file_shorter_than_its_index_is_refused(tmp_path: Path) -> None:
     os.truncate(path, 3)
     with pytest.raises(SinkError, match="Delete the index"):
         await open_sink(path)
+
+
+LIST_ROW = {"id": 7, "title": "Rain"}
+DETAIL_ROW = {"id": 7, "title": "Rain", "body": "It rained.", "record_kind": "detail"}
+
+
+async def test_a_list_row_and_a_detail_row_of_one_id_are_written_once_each_across_runs(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "out.jsonl"
+    sink = await open_sink(path)
+    first = [await sink.write_batch([row]) for row in (LIST_ROW, DETAIL_ROW)]
+    await sink.close()
+    for _ in range(2):  # a second run, then one whose index was lost
+        sink = await open_sink(path)
+        again = [await sink.write_batch([row]) for row in (LIST_ROW, DETAIL_ROW, LIST_ROW)]
+        await sink.close()
+        assert [r.skipped for r in again] == [1, 1, 1]
+        sink.config.index_file.unlink()
+    assert [r.inserted for r in first] == [1, 1]
+    assert [line.get("record_kind") for line in lines(path)] == [None, "detail"]
+    sink = await open_sink(path)
+    changed = await sink.write_batch([{**DETAIL_ROW, "body": "It poured."}])
+    await sink.close()
+    assert changed.updated == 1  # a changed detail is a new version of the detail row only
+    assert [line.get("body") for line in lines(path)] == [None, "It rained.", "It poured."]
+
+
+async def test_an_index_from_before_record_kinds_is_rebuilt_from_the_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "out.jsonl"
+    sink = await open_sink(path)
+    await sink.write_batch([LIST_ROW])
+    await sink.write_batch([DETAIL_ROW])
+    await sink.close()
+    with sqlite3.connect(sink.config.index_file) as db:  # the index as older versions kept it
+        db.execute("DROP TABLE keyed")
+        db.execute("CREATE TABLE entries (key TEXT PRIMARY KEY, hash TEXT NOT NULL)")
+        db.execute("INSERT INTO entries VALUES ('7', 'hash-of-the-detail-row')")
+    sink = await open_sink(path)
+    again = await sink.write_batch([LIST_ROW])
+    await sink.close()
+    assert again.skipped == 1
+    assert len(lines(path)) == 2
+
+
+async def test_an_index_killed_before_its_first_commit_is_rebuilt_from_the_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "out.jsonl"
+    sink = await open_sink(path)
+    await sink.write_batch([LIST_ROW, {"id": 8}])
+    await sink.close()
+    sink.config.index_file.unlink()
+    with sqlite3.connect(sink.config.index_file) as db:  # created, killed before it indexed
+        db.execute("CREATE TABLE meta (id INTEGER PRIMARY KEY CHECK (id = 1), size INTEGER"
+                    " NOT NULL)")
+    sink = await open_sink(path)
+    again = await sink.write_batch([LIST_ROW, {"id": 8}])
+    await sink.close()
+    assert again.skipped == 2
+    assert len(lines(path)) == 2
+
+
+_WRITER = """
+import asyncio, sys
+from crawlhub.config.sinks import build_sink
+
+async def main():
+    sink = build_sink({"type": "jsonl", "path": sys.argv[1]})
+    await sink.open()
+    for start in range(0, 100_000, 50):
+        ids = range(start, start + 50)
+        await sink.write_batch([{"id": i, "title": f"t{i}"} for i in ids])
+        await sink.write_batch([{"id": i, "title": f"t{i}", "body": "b" * 200,
+                                 "record_kind": "detail"} for i in ids])
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("kill_at", [20_000, 60_000, 150_000])
+async def test_a_writer_killed_with_sigkill_mid_batch_leaves_no_line_twice_or_lost(
+        tmp_path: Path, kill_at: int) -> None:
+    path = tmp_path / "out.jsonl"
+    child = await asyncio.create_subprocess_exec(sys.executable, "-c", _WRITER, str(path))
+    try:
+        await wait_for(lambda: path.exists() and path.stat().st_size >= kill_at,
+                       f"{kill_at} bytes written")
+    finally:
+        child.kill()  # SIGKILL: wherever it is, between an append and its index commit too
+        await child.wait()
+    sink = await open_sink(path)  # cuts off a tail not committed
+    written = {(row.get("record_kind", ""), row["id"]) for row in lines(path)}
+    last = max(i for _, i in written)
+    again = []
+    for start in range(0, last + 1, 50):  # the resumed run writes everything again
+        ids = range(start, start + 50)
+        again.append(await sink.write_batch([{"id": i, "title": f"t{i}"} for i in ids]))
+        again.append(await sink.write_batch([{"id": i, "title": f"t{i}", "body": "b" * 200,
+                                              "record_kind": "detail"} for i in ids]))
+    await sink.close()
+    counts = Counter((row.get("record_kind", ""), row["id"]) for row in lines(path))
+    assert set(counts.values()) == {1}
+    top = (last // 50 + 1) * 50
+    assert set(counts) == {(kind, i) for kind in ("", "detail") for i in range(top)}
+    assert sum(r.skipped for r in again) == len(written)  # what was kept is not re-written

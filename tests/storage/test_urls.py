@@ -79,8 +79,8 @@ def test_a_backend_the_caller_cannot_open_is_refused_with_only_its_schemes() -> 
     [
         ("sqlite:///", "no file path"),
         ("sqlite://host/q.db", "a host is not allowed"),
-        ("redis://:s3cret@h:port/0", "Port could not be cast"),
-        ("redis://:s3cret@h:99999/0", "Port out of range"),
+        ("redis://:s3cret@h:port/0", "the port is not a number"),
+        ("redis://:s3cret@h:99999/0", "port out of range"),
         ("redis:///0", "no host"),
         ("valkey://h/zero", "database 'zero' is not a number"),
         ("unix://", "no socket path"),

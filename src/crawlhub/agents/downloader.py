@@ -21,7 +21,6 @@ CPU per page, ~15-25 us above a bare ``aiohttp`` request loop on the same machin
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from crawlhub.agents.codes import (
 from crawlhub.agents.proxies import ProxyConfig, ProxyPool
 from crawlhub.fetch.http import Request, Response
 from crawlhub.storage.redact import redact_url
+from crawlhub.userregex import compile_user_regex, compile_user_test
 
 _REDIRECTS = frozenset((301, 302, 303, 307, 308))
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
@@ -79,10 +79,7 @@ class BanRules(BaseModel):
     @classmethod
     def _regex(cls, value: str | None) -> str | None:
         if value is not None:
-            try:
-                re.compile(value.encode())
-            except re.error as exc:
-                raise ValueError(f"{value!r} is not a valid regular expression: {exc}") from None
+            compile_user_regex(value.encode())  # ValueError: why RE2 refuses it
         return value
 
 
@@ -213,7 +210,8 @@ class Downloader:
         self._max_redirects = config.max_redirects
         self._ban_statuses = frozenset(config.ban.statuses)
         body_regex = config.ban.body_regex
-        self._ban_search = re.compile(body_regex.encode()).search if body_regex else None
+        # RE2: a body cannot make the match slow, whatever the pattern
+        self._ban_search = compile_user_test(body_regex.encode()) if body_regex else None
         self._ban_retries = config.ban.retries
         self._ban_cooldown = config.ban.cooldown
         self._idle = config.session_idle
@@ -434,7 +432,7 @@ class Downloader:
                             error=f"body larger than max_size {self._max_size} bytes",
                         ), False
                     if status in self._ban_statuses or (
-                        self._ban_search is not None and self._ban_search(body) is not None
+                        self._ban_search is not None and self._ban_search(body)
                     ):
                         outcome = BANNED
                     elif status >= 400:

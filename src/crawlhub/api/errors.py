@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -36,7 +37,7 @@ from crawlhub.errors import (
 )
 from crawlhub.queues.common import QueueNameError
 from crawlhub.storage.errors import is_unavailable, unavailable, unavailable_types
-from crawlhub.storage.redact import redact_url
+from crawlhub.storage.redact import redact_text, redact_url
 
 log = logging.getLogger("crawlhub.api")
 
@@ -60,6 +61,19 @@ def install(app: FastAPI) -> None:
     for error_type in (BackendUnavailable, CrawlhubError, OSError, *unavailable_types()):
         app.add_exception_handler(error_type, backend_error)
     app.add_exception_handler(Exception, _crash)
+
+
+def masked(body: Any) -> Any:
+    """An error body with the secrets of every text in it masked (URL passwords, secret
+    query values, ``'password': '...'`` pairs): a 4xx may quote what the client sent -
+    a URL, a value, a path."""
+    if isinstance(body, str):
+        return redact_text(body)
+    if isinstance(body, dict):
+        return {k: masked(v) for k, v in body.items()}
+    if isinstance(body, list | tuple):
+        return [masked(v) for v in body]
+    return body
 
 
 def retry_after_header(seconds: float) -> str:
@@ -114,7 +128,7 @@ async def _crash(request: Request, exc: Exception) -> JSONResponse:
 
 async def _client_error(request: Request, exc: Exception) -> JSONResponse:
     status = next(CLIENT_ERRORS[t] for t in type(exc).__mro__ if t in CLIENT_ERRORS)
-    return JSONResponse({"detail": str(exc)}, status_code=status)
+    return JSONResponse(masked({"detail": str(exc)}), status_code=status)
 
 
 async def _backpressure(request: Request, exc: BackpressureError) -> JSONResponse:
@@ -126,8 +140,8 @@ async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
     headers = dict(exc.headers or {})
     if "retry_after" in exc.extra:
         headers["Retry-After"] = retry_after_header(float(exc.extra["retry_after"]))
-    return JSONResponse({"detail": exc.detail, **exc.extra}, status_code=exc.status_code,
-                        headers=headers or None)
+    return JSONResponse(masked({"detail": exc.detail, **exc.extra}),
+                        status_code=exc.status_code, headers=headers or None)
 
 
 async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -137,9 +151,9 @@ async def _invalid(request: Request, exc: RequestValidationError) -> JSONRespons
         for err in exc.errors()
     ]
     first = problems[0] if problems else {"where": "body", "problem": "invalid"}
-    return JSONResponse(
+    return JSONResponse(masked(
         {"detail": f"invalid request: {first['where']}: {first['problem']}",
-         "errors": problems}, status_code=422)
+         "errors": problems}), status_code=422)
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -148,5 +162,5 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
         detail = f"no such endpoint: {request.method} {request.url.path}"
     elif exc.status_code == 405:
         detail = f"{request.method} is not allowed on {request.url.path}"
-    return JSONResponse({"detail": detail}, status_code=exc.status_code,
+    return JSONResponse(masked({"detail": detail}), status_code=exc.status_code,
                         headers=getattr(exc, "headers", None))

@@ -49,6 +49,7 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from crawlhub.config.frontier import Duration
+from crawlhub.storage.redact import redact_url
 
 DEFAULT_TAG_PATTERN = "release/{name}/{version}"
 
@@ -123,7 +124,7 @@ class ControlSection(BaseModel):
     def _sql_url(cls, value: str) -> str:
         scheme = value.split("://", 1)[0].lower() if "://" in value else ""
         if scheme not in ("sqlite", "postgres", "postgresql"):
-            raise ValueError(f"URL {value!r} must start with sqlite://, postgres:// or"
+            raise ValueError(f"URL {redact_url(value)!r} must start with sqlite://, postgres:// or"
                              " postgresql://")
         return value
 
@@ -146,6 +147,6 @@ class ControlSection(BaseModel):
             return None
         scheme = value.split("://", 1)[0].lower() if "://" in value else ""
         if scheme not in ("redis", "rediss", "valkey", "memory"):
-            raise ValueError(f"channel URL {value!r} must start with redis:// (or be null"
+            raise ValueError(f"channel URL {redact_url(value)!r} must start with redis:// (or be null"
                              " for the in-process channel)")
         return value

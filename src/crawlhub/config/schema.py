@@ -32,7 +32,7 @@ from crawlhub.config.jobs import CollectJobConfig
 from crawlhub.config.pipeline import PipelineSection
 from crawlhub.config.settings import DEFAULT_DATA_DIR, Settings
 from crawlhub.errors import ConfigError
-from crawlhub.storage.redact import SecretNames
+from crawlhub.storage.redact import SecretNames, redact_url
 from crawlhub.storage.urls import SCHEMES, Kind
 from crawlhub.task import BUILTIN_KEY_SET
 
@@ -107,7 +107,8 @@ def _check_scheme(value: str, allowed: tuple[str, ...], what: str) -> str:
     scheme = value.split("://", 1)[0].lower() if "://" in value else ""
     if scheme not in allowed:
         raise ValueError(
-            f"{what} URL {value!r} must start with one of " + ", ".join(f"{s}://" for s in allowed)
+            f"{what} URL {redact_url(value)!r} must start with one of "
+            + ", ".join(f"{s}://" for s in allowed)
         )
     return value
 

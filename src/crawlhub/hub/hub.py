@@ -31,7 +31,7 @@ from crawlhub.hub.converters import build_converter
 from crawlhub.hub.failures import FailureLog
 from crawlhub.hub.inbounds import Inbound, build_source
 from crawlhub.hub.inbounds.base import InboundSource
-from crawlhub.hub.intake import IntakeStage, SubmitResult
+from crawlhub.hub.intake import IntakeStage, SubmitResult, extract_problem
 from crawlhub.hub.metrics import HubMetrics
 from crawlhub.hub.outbounds import OutboundTransport, build_transport
 from crawlhub.hub.plan import (
@@ -275,6 +275,10 @@ class Hub(IntakeStage, ResultsStage):
             return report
         task = Task(_derived(data) if derive else data).ensure_identity(self.submitter)
         task.pop(RESULT_KEY, None)
+        problem = extract_problem(task.get("extract"))
+        if problem is not None:  # submit() rejects it before routing
+            report.update(action="reject", outbound=None, reason=problem)
+            return report
         decision = self.router.route(task, explain=True)
         report["action"] = "derive" if derive else "route"
         report["candidates"] = [

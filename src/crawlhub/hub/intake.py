@@ -39,7 +39,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from crawlhub import jsoncodec
-from crawlhub.errors import BackpressureError, CrawlhubError, FrontierError, QueueError
+from crawlhub.errors import (
+    BackpressureError,
+    ConfigError,
+    CrawlhubError,
+    FrontierError,
+    QueueError,
+)
 from crawlhub.frontier.store import Entry
 from crawlhub.hub.dispatch import DispatchStage, _int
 from crawlhub.hub.outbounds import QueueOutbound
@@ -62,6 +68,7 @@ from crawlhub.storage.redact import redact_url
 from crawlhub.task import RESULT_KEY, Task
 
 if TYPE_CHECKING:
+    from crawlhub.agents.extract import RuleSets
     from crawlhub.frontier.manager import Frontier
 
 log = logging.getLogger("crawlhub.hub")
@@ -138,6 +145,30 @@ def _same_redis(a: str, b: str) -> bool:
     return bool(a) and bool(b) and not a.startswith("sqlite") and norm(a) == norm(b)
 
 
+_INLINE_RULES: RuleSets | None = None
+
+
+def extract_problem(spec: Any) -> str | None:
+    """Why every agent would refuse a task's inline ``extract`` rules, or None.
+
+    Checked at intake so a client learns it at once (a 4xx), and so a pattern RE2 cannot
+    run (a backreference, a lookaround) never reaches an agent. A rule set's name
+    (a string) is each agent's business. Cost: one canonical JSON dump and a dict lookup
+    for a set already seen (an LRU of compiled sets, as at the agent)."""
+    if spec is None or isinstance(spec, str):
+        return None
+    global _INLINE_RULES
+    if _INLINE_RULES is None:
+        from crawlhub.agents.extract import RuleSets
+
+        _INLINE_RULES = RuleSets()
+    try:
+        _INLINE_RULES.for_task(spec)
+    except ConfigError as exc:
+        return f"extract rules refused: {exc}"
+    return None
+
+
 class IntakeStage(DispatchStage):
     """Takes new tasks in (see the module docstring); :class:`crawlhub.hub.hub.Hub` sets
     the attributes."""
@@ -166,6 +197,11 @@ class IntakeStage(DispatchStage):
             task = Task(raw).ensure_identity(self.submitter)
             task.pop(RESULT_KEY, None)
             results[i].task_uuid = task.task_uuid
+            problem = extract_problem(task.get("extract"))
+            if problem is not None:
+                results[i].status, results[i].reason = "rejected", problem
+                self.metrics.rejected.inc()
+                continue
             decision = self.router.route(task)
             if decision.outbound is None:
                 results[i].status, results[i].reason = "rejected", decision.reason

@@ -20,6 +20,7 @@ from crawlhub.fetch.http import Response
 from crawlhub.fetch.joblog import JobLog
 from crawlhub.pipeline.result import RunResult
 from crawlhub.pipeline.writer import BatchWriter
+from crawlhub.sinks.records import KIND_FIELD
 
 #: ``process(item)`` returns records: an iterable of dicts, one dict, or None (nothing).
 Process = Callable[[Any], Iterable[dict[str, Any]] | dict[str, Any] | None
@@ -55,6 +56,7 @@ class ProcessingPool:
         result: RunResult,
         log: JobLog,
         add_metadata: bool = True,
+        record_kind: str | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"pipeline.workers must be >= 1, got {workers!r}")
@@ -67,6 +69,8 @@ class ProcessingPool:
         self.result = result
         self.log = log
         self.add_metadata = add_metadata
+        #: set on every record (unless it has its own): sinks key by (kind, key)
+        self.record_kind = record_kind
         self.active = 0
         self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=queue_size)
         self._tasks: list[asyncio.Task[None]] = []
@@ -171,6 +175,8 @@ class ProcessingPool:
                                       error=f"record is a {type(record).__name__}, not a dict")
                 self.log.error("processing failed", item=describe(item),
                                error=f"record is a {type(record).__name__}, not a dict")
+        if self.record_kind is not None:
+            meta[KIND_FIELD] = self.record_kind
         if meta:
             for record in good:
                 for key, value in meta.items():

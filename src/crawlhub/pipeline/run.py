@@ -169,6 +169,8 @@ class Pipeline:
             result=self.result,
             log=self.log,
             add_metadata=self.add_metadata,
+            # a detail row and the list row of one id are two records, not two versions
+            record_kind="detail" if stage == "detail" else None,
         )
         self._writer.start()
         self._pool.start()

@@ -1,7 +1,8 @@
 """JSON lines sink (the embedded default): one line per new or changed record.
 
-A SQLite sidecar index holds each written key's content hash and the file size of the
-last committed batch, so redelivery writes nothing and a half-written batch is cut off.
+A SQLite sidecar index holds each written (record kind, key)'s content hash and the file
+size of the last committed batch, so redelivery writes nothing and a half-written batch
+is cut off.
 """
 
 from __future__ import annotations
@@ -35,8 +36,13 @@ class JsonlSinkConfig(SinkConfig):
     def index_file(self) -> Path:
         return self.index_path or self.path.with_name(self.path.name + ".index.sqlite")
 
+# ``keyed``: one row per (record kind, key) in the file ('' = no kind: list records,
+# crawl items). Indexes of older versions had ``entries`` (key only, so a list row and a
+# detail row of one id replaced each other's hash); open() rebuilds those from the file.
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, hash TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS keyed (
+  kind TEXT NOT NULL, key TEXT NOT NULL, hash TEXT NOT NULL, PRIMARY KEY (kind, key)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (id INTEGER PRIMARY KEY CHECK (id = 1), size INTEGER NOT NULL);
 """
 _LOOKUP_CHUNK = 500
@@ -45,10 +51,17 @@ _LOOKUP_CHUNK = 500
 class JsonlSink:
     """Appends records as JSON lines; one batch = one fsync'd append + one index commit.
 
+    What a key promises, across batches, runs and crashes: a record is keyed by its
+    ``record_kind`` (none for list records, ``detail`` for a job's detail records) and
+    its key fields. A (kind, key) already in the file with the same content hash is
+    skipped; with a changed hash a new line is appended (the last line of a (kind, key)
+    is its current version). So a list row and a detail row of one id are two lines,
+    written once each.
+
     Order of a batch: append and fsync the lines, then commit the index with the new file
     size. A failure before the commit truncates the file back; a crash before it leaves a
-    tail longer than the committed size, which ``open()`` cuts off. A changed record
-    appends a new line (the last line of a key is its current version).
+    tail longer than the committed size, which ``open()`` cuts off, so a line is never in
+    the file without its index row, nor the reverse.
     """
 
     def __init__(self, config: JsonlSinkConfig, *, name: str = "jsonl") -> None:
@@ -59,10 +72,9 @@ class JsonlSink:
 
     async def open(self) -> None:
         index = self.config.index_file
-        fresh_index = not index.exists()
         self._db = SqliteDB(index, schema=_SCHEMA, synchronous="FULL",
                             name=f"sink '{self.name}' index {index}")
-        await self._db.run(lambda db: self._open(db, fresh_index))
+        await self._db.run(self._open)
 
     async def set_cache_kib(self, kib: int) -> None:
         """Bound the SQLite page cache of this store's connection (see SqliteDB)."""
@@ -78,32 +90,38 @@ class JsonlSink:
 
     async def write_batch(self, records: Sequence[dict[str, Any]]) -> BatchResult:
         batch = prepare_batch(
-            records, self.config.key, sink=self.name, hash_exclude=self.config.hash_exclude
+            records, self.config.key, sink=self.name, hash_exclude=self.config.hash_exclude,
+            by_kind=True,
         )
         if self._db is None:
             raise SinkError(f"sink '{self.name}': write_batch before open(); open the sink first")
         return await self._db.run(lambda db: self._write(db, batch))
 
-    async def written(self, keys: Sequence[str]) -> set[str]:
-        """Which of ``keys`` (key texts, e.g. URLs for ``key: url``) the file holds (one
-        index query per 500 keys): a resumed crawl skips fetching those."""
+    async def written(self, keys: Sequence[str], kind: str = "") -> set[str]:
+        """Which of ``keys`` (key texts, e.g. URLs for ``key: url``) of record ``kind``
+        the file holds (one index query per 500 keys): a resumed crawl skips those."""
         if self._db is None:
             raise SinkError(f"sink '{self.name}': written() before open(); open the sink first")
-        wanted = list(keys)
-        return set(await self._db.run(lambda db: self._known_hashes(db, wanted)))
+        wanted = [(kind, key) for key in keys]
+        return {key for _, key in await self._db.run(lambda db: self._known_hashes(db, wanted))}
 
     # -- blocking parts, run on the index's SQLite thread ------------------------------
 
-    def _open(self, db: sqlite3.Connection, fresh_index: bool) -> None:
+    def _open(self, db: sqlite3.Connection) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         committed = db.execute("SELECT size FROM meta WHERE id = 1").fetchone()
         if not self.path.exists():
             self.path.touch()
             _fsync_dir(self.path.parent)
         size = self.path.stat().st_size
+        legacy = db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'entries'"
+        ).fetchone() is not None
         if committed is None:
-            if fresh_index and size:
-                self._rebuild_index(db)
+            # No committed size: a new index, or one whose first open was killed before
+            # it indexed the file. Either way the file's lines are indexed from scratch.
+            if size or legacy:
+                self._rebuild_index(db, drop_legacy=legacy)
             else:
                 db.execute("INSERT INTO meta (id, size) VALUES (1, ?)", (size,))
             return
@@ -122,10 +140,17 @@ class JsonlSink:
                 f"{self.config.index_file} records ({committed[0]}); it was truncated outside crawlhub. Delete "
                 f"the index to rebuild it from the file"
             )
+        if legacy:
+            log.info("sink %s: index %s keys by key only (an older crawlhub); rebuilding it "
+                     "by (record kind, key) from %s", self.name, self.config.index_file,
+                     self.path)
+            self._rebuild_index(db, drop_legacy=True)
 
-    def _rebuild_index(self, db: sqlite3.Connection) -> None:
-        """Index an existing file that has no sidecar: the last line of a key wins."""
-        hashes: dict[str, str] = {}
+    def _rebuild_index(self, db: sqlite3.Connection, *, drop_legacy: bool = False) -> None:
+        """Index the file's lines (an index lost, never committed, or of an older
+        version): the last line of a (kind, key) wins. One transaction, so a kill midway
+        leaves the index as it was and the next open rebuilds again."""
+        hashes: dict[tuple[str, str], str] = {}
         good = 0
         with open(self.path, "rb") as f:
             for number, line in enumerate(f, 1):
@@ -145,13 +170,17 @@ class JsonlSink:
                         f"sink '{self.name}': cannot rebuild the index from {self.path} line "
                         f"{number}: {exc}; fix or move the file"
                     ) from exc
-                hashes[record.key_text] = record.content_hash
+                hashes[record.kind, record.key_text] = record.content_hash
                 good += len(line)
         if good < self.path.stat().st_size:
             os.truncate(self.path, good)
         db.execute("BEGIN IMMEDIATE")
-        db.executemany("INSERT OR REPLACE INTO entries (key, hash) VALUES (?, ?)", hashes.items())
-        db.execute("INSERT INTO meta (id, size) VALUES (1, ?)", (good,))
+        if drop_legacy:
+            db.execute("DROP TABLE entries")
+        db.execute("DELETE FROM keyed")
+        db.executemany("INSERT INTO keyed (kind, key, hash) VALUES (?, ?, ?)",
+                       [(kind, key, h) for (kind, key), h in hashes.items()])
+        db.execute("INSERT OR REPLACE INTO meta (id, size) VALUES (1, ?)", (good,))
         db.execute("COMMIT")
         log.info("sink %s: rebuilt index of %d keys from %s", self.name, len(hashes), self.path)
 
@@ -160,16 +189,16 @@ class JsonlSink:
         db.execute("BEGIN IMMEDIATE")
         size_before: int | None = None
         try:
-            known = self._known_hashes(db, [r.key_text for r in batch.records])
+            known = self._known_hashes(db, [(r.kind, r.key_text) for r in batch.records])
             lines: list[bytes] = []
-            changes: list[tuple[str, str]] = []
+            changes: list[tuple[str, str, str]] = []
             for record in batch.records:
-                old = known.get(record.key_text)
+                old = known.get((record.kind, record.key_text))
                 if old == record.content_hash:
                     result.skipped += 1
                     continue
                 lines.append(record.full_json().encode() + b"\n")
-                changes.append((record.key_text, record.content_hash))
+                changes.append((record.kind, record.key_text, record.content_hash))
                 if old is None:
                     result.inserted += 1
                 else:
@@ -179,8 +208,8 @@ class JsonlSink:
                 payload = b"".join(lines)
                 self._append(payload)
                 db.executemany(
-                    "INSERT INTO entries (key, hash) VALUES (?, ?) "
-                    "ON CONFLICT (key) DO UPDATE SET hash = excluded.hash",
+                    "INSERT INTO keyed (kind, key, hash) VALUES (?, ?, ?) "
+                    "ON CONFLICT (kind, key) DO UPDATE SET hash = excluded.hash",
                     changes,
                 )
                 db.execute("UPDATE meta SET size = ? WHERE id = 1", (size_before + len(payload),))
@@ -205,12 +234,20 @@ class JsonlSink:
                 os.fsync(f.fileno())
 
     @staticmethod
-    def _known_hashes(db: sqlite3.Connection, keys: list[str]) -> dict[str, str]:
-        known: dict[str, str] = {}
+    def _known_hashes(
+        db: sqlite3.Connection, keys: list[tuple[str, str]]
+    ) -> dict[tuple[str, str], str]:
+        """The hash of each (kind, key) the index holds: one query per 500 keys."""
+        known: dict[tuple[str, str], str] = {}
         for start in range(0, len(keys), _LOOKUP_CHUNK):
             chunk = keys[start : start + _LOOKUP_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            known.update(db.execute(f"SELECT key, hash FROM entries WHERE key IN ({marks})", chunk))
+            marks = ",".join("(?, ?)" for _ in chunk)
+            params = [part for pair in chunk for part in pair]
+            rows = db.execute(
+                f"SELECT kind, key, hash FROM keyed WHERE (kind, key) IN (VALUES {marks})",
+                params,
+            )
+            known.update(((kind, key), h) for kind, key, h in rows)
         return known
 
 

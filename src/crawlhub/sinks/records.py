@@ -29,6 +29,13 @@ from crawlhub.errors import SinkError
 #: a refetch of unchanged data is skipped although ``fetched_at`` moved.
 METADATA_FIELDS: tuple[str, ...] = ("source_endpoint", "fetched_at", "source_file")
 
+#: The kind of a record, when a source delivers more than one shape per key: a
+#: collection job's detail stage sets ``"record_kind": "detail"`` (list records carry
+#: none). Kept out of the data and its hash like the metadata; sinks that index keys
+#: (JSON lines) key by (kind, key), so a list row and a detail row of one id never
+#: replace each other.
+KIND_FIELD = "record_kind"
+
 
 def _json_default(value: Any) -> Any:
     if isinstance(value, dt.datetime | dt.date | dt.time):
@@ -147,7 +154,7 @@ class Preparer:
     ) -> None:
         self.sink = sink
         self.key_fields = tuple(key_fields)
-        self.left_out = frozenset(METADATA_FIELDS).union(drop)
+        self.left_out = frozenset(METADATA_FIELDS).union(drop, (KIND_FIELD,))
         self.excluded = frozenset(hash_exclude)
 
     def key(self, record: Any, index: int) -> tuple[tuple[Any, ...], str]:
@@ -240,15 +247,20 @@ class Preparer:
             last[text] = (i, values)
         return last
 
-    def batch(self, records: Sequence[Any], *, lazy: bool = False) -> PreparedBatch:
+    def batch(
+        self, records: Sequence[Any], *, lazy: bool = False, by_kind: bool = False
+    ) -> PreparedBatch:
         """Prepare every record; a repeated key keeps its last record (earlier ones are
-        skips). With ``lazy`` only the keys are read now, the rest when first used."""
-        by_key: dict[str, PreparedRecord] = {}
+        skips). With ``by_kind`` a key repeats only within one record kind (sinks that
+        index (kind, key)). With ``lazy`` only the keys are read now, the rest when first
+        used."""
+        by_key: dict[tuple[str, str], PreparedRecord] = {}
         key = self.key
         make = PreparedRecord._from
         for i, record in enumerate(records):
             values, text = key(record, i)
-            prepared = by_key[text] = make(values, text, record, self, i)
+            prepared = make(values, text, record, self, i)
+            by_key[prepared.kind if by_kind else "", text] = prepared
             if not lazy:
                 prepared.encode()
         return PreparedBatch(list(by_key.values()), len(records) - len(by_key))
@@ -278,7 +290,7 @@ class PreparedRecord:
     cannot be stored raises ``SinkError`` where it is read.
     """
 
-    __slots__ = ("key", "key_text", "_raw", "_data", "_metadata", "_json", "_hash",
+    __slots__ = ("key", "key_text", "kind", "_raw", "_data", "_metadata", "_json", "_hash",
                  "_preparer", "_index")
 
     def __init__(
@@ -293,6 +305,7 @@ class PreparedRecord:
     ) -> None:
         self.key = key
         self.key_text = key_text
+        self.kind = ""
         self._raw: Mapping[str, Any] | None = None
         self._data: dict[str, Any] | None = data
         self._metadata: dict[str, Any] | None = metadata
@@ -313,6 +326,8 @@ class PreparedRecord:
         self = cls.__new__(cls)
         self.key = key
         self.key_text = text
+        kind = raw.get(KIND_FIELD)
+        self.kind = kind if type(kind) is str else "" if kind is None else str(kind)
         self._raw = raw
         self._data = self._metadata = None
         self._json = self._hash = None
@@ -358,9 +373,11 @@ class PreparedRecord:
         self._json, self._hash = self._preparer.encode(self.data, self._index)
 
     def full(self) -> dict[str, Any]:
-        """Data plus the metadata that is set: what JSON-shaped sinks store."""
+        """Data plus the metadata and the kind that are set: what JSON-shaped sinks store."""
         merged = dict(self.data)
         merged.update({k: v for k, v in self.metadata.items() if v is not None})
+        if self.kind:
+            merged[KIND_FIELD] = self.kind
         return merged
 
     def full_json(self) -> str:
@@ -401,11 +418,13 @@ def prepare_batch(
     hash_exclude: Iterable[str] = (),
     drop: Iterable[str] = (),
     lazy: bool = False,
+    by_kind: bool = False,
 ) -> PreparedBatch:
-    """Prepare every record; a repeated key keeps its last record (earlier ones are skips).
+    """Prepare every record; a repeated key keeps its last record (earlier ones are skips;
+    with ``by_kind``, repeats within one record kind only).
 
     With ``lazy`` only the keys are read now; the rest when first used (PreparedRecord).
     """
     preparer = Preparer(key_fields, sink=sink, hash_exclude=hash_exclude, drop=drop)
-    return preparer.batch(records, lazy=lazy)
+    return preparer.batch(records, lazy=lazy, by_kind=by_kind)
 

@@ -74,10 +74,18 @@ def is_secret_key(key: object, names: SecretNames | None = None) -> bool:
     return (names or _names)(key, config_key=True)
 
 
-# scheme://user:password@host -> scheme://user:***@host (user may be empty: redis://:pw@h)
-_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):(?P<pw>[^@\s/]+)@")
-# ?name=value, &name=value, ;name=value
-_QUERY_PARAM = re.compile(r"(?P<head>[?&;](?P<name>[^=&#;?\s'\"<>]+)=)(?P<value>[^&#;\s'\"<>]*)")
+# scheme://user:password@host -> scheme://user:***@host (user may be empty: redis://:pw@h).
+# The password runs to the last '@' of the URL: one written raw may hold '@', '/', '?' or
+# '#' (redis://:p@ss/w0rd@h); a URL with an '@' in its query loses more to the mask than
+# its password, which is the safe side.
+_URL_PASSWORD = re.compile(
+    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s'\"<>]*):(?P<pw>[^\s'\"<>]+)@"
+)
+# ?name=value, &name=value, ;name=value (also after a percent-encoded ? or &: a URL in a path)
+_QUERY_PARAM = re.compile(
+    r"(?P<head>(?:[?&;]|%3[Ff]|%26)(?P<name>[^=&#;?\s'\"<>]+)=)"
+    r"(?P<value>(?:(?!%26)[^&#;\s'\"<>])*)"
+)
 # 'name': 'value' / "name": "value" (dict reprs and JSON inside a message)
 _QUOTED_PAIR = re.compile(
     r"(?P<head>(?P<q>['\"])(?P<name>[^'\"\n]{1,100})(?P=q)\s*:\s*(?P<vq>['\"]))"

@@ -113,11 +113,20 @@ def parse_backend_url(
         if not servers or any(not s.strip() for s in servers.split(",")):
             raise bad("no host:port")
         return BackendURL(text, kind, scheme, dsn=servers)
+    # The reasons below never quote a part of the URL: with a raw '/' in the password,
+    # urlsplit takes the password's tail for the path (and its head for the port).
+    authority = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    cut_password = bad("its password holds '/', '?' or '#'; percent-encode them as %2F, %3F,"
+                       " %23")
+    if "@" in rest and "@" not in authority and ":" in authority and \
+            not authority.rsplit(":", 1)[1].isdigit():
+        raise cut_password
     try:
         parts = urlsplit(f"{client_scheme}://{rest}")
         parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError as exc:
-        raise bad(str(exc)) from None
+    except ValueError as exc:  # its text quotes the port, maybe a piece of the password
+        raise bad("port out of range 0-65535" if "range" in str(exc) else
+                  "the port is not a number, or the host is malformed") from None
     if kind == "redis":
         if client_scheme == "unix" and not parts.path:
             raise bad("no socket path")
@@ -125,7 +134,7 @@ def parse_backend_url(
             raise bad("no host")
         db = parts.path.strip("/")
         if client_scheme != "unix" and db and not db.isdigit():
-            raise bad(f"database {db!r} is not a number")
+            raise cut_password if "@" in db else bad(f"database {db!r} is not a number")
     return BackendURL(text, kind, scheme, dsn=f"{client_scheme}://{rest}")
 
 
