@@ -2,9 +2,10 @@
 
 Everything lives in the data dir (queue, hub ledger, frontier, the items file's index), so
 the same command on the same data dir continues a killed run: the killed run's leases are
-taken back at start (the data dir is locked to one crawl), the frontier remembers what
-was admitted, and a leased page whose URL the items file already holds is reported done
-without being fetched again.
+taken back at start (the data dir is locked to one crawl), and so are what its hub left
+undone (links recorded and not pushed yet, retries settled and not pushed) and its
+robots.txt fetches; the frontier remembers what was admitted, and a leased page whose URL
+the items file already holds is reported done without being fetched again.
 
 Cost per flush of ~200 pages: one lookup of the leased URLs in the items index, one
 frontier-gated ``Hub.submit`` of the links not seen lately (links the frontier admitted
@@ -228,8 +229,13 @@ class Crawl:
                 await gate.reset()  # the lock is ours: a killed run's slots are free now
             hub = services.hub
             queue = services.queues.queue(QUEUE)
-            # the lock says a killed run is dead: its leases need not wait out their timeout
+            # the lock says a killed run is dead: its leases need not wait out their timeout,
+            # nor the tasks it recorded and did not push, nor its results' follow-ups
             await queue.requeue_leased()
+            await hub.take_over()
+            # and the hub's own loops: heartbeat, recovery of what an outage left undone,
+            # the sweep of follow-ups (stopped by services.close)
+            await hub.start()
             store = services.frontiers[QUEUE].store
             if isinstance(store, SqliteSeedStore):  # (the data dir's frontier.db)
                 await store.set_cache_kib(FRONTIER_CACHE_KIB)
