@@ -272,10 +272,11 @@ class DomainGate:
                         await task
 
     async def reset(self) -> None:
-        """Free every slot and end every pace and backoff on the store, at once. Only
-        for a process that knows no other agent uses the store: the one-process crawl,
-        holding its data dir's lock, takes back the slots of a run that was killed
-        instead of waiting out their leases."""
+        """Free every slot, end every pace and backoff and every robots.txt fetch claim
+        on the store, at once. Only for a process that knows no other agent uses the
+        store: the one-process crawl, holding its data dir's lock, takes back the slots
+        and robots.txt claims of a run that was killed instead of waiting out their
+        leases."""
         await self.store.reset()
 
     async def held(self, domain: str) -> int:
