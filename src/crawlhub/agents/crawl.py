@@ -28,9 +28,10 @@ from typing import Any
 
 from crawlhub import sdk
 from crawlhub.agents.agent import Agent, HubReport, Page, link_tasks
-from crawlhub.agents.codes import ROBOTS_DISALLOWED, ResultCodes
+from crawlhub.agents.codes import CONNECTION_ERROR, ROBOTS_DISALLOWED, ResultCodes
 from crawlhub.agents.downloader import Downloader, DownloaderConfig
 from crawlhub.agents.extract import ExtractionRules
+from crawlhub.agents.politeness.robots import Refusal
 from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.config.sinks import JsonlSinkConfig
 from crawlhub.errors import CrawlhubError
@@ -126,8 +127,15 @@ class Progress:
     items: int = 0
     errors: int = 0
     skipped: int = 0
-    #: URLs not fetched because robots.txt disallows them (not pages, not errors)
+    #: URLs not fetched because robots.txt's rules disallow them (not pages, not errors)
     robots: int = 0
+    #: URLs not fetched because their site's robots.txt could not be had (no answer, or
+    #: 5xx: RFC 9309 disallows everything then), and why, by origin
+    robots_unavailable: int = 0
+    robots_failures: dict[str, Refusal] = field(default_factory=dict)
+    #: start URLs whose server could not be reached (no answer to the page or to its
+    #: robots.txt), and why: ``crawlhub crawl`` exits 1 naming them
+    unreachable: dict[str, str] = field(default_factory=dict)
     links: int = 0
     queued: int = 0
     #: the run's control said exit: stopped after flushing what was in flight (resumable)
@@ -193,6 +201,7 @@ class Crawl:
         self.rules = ExtractionRules.from_config(extract)
         self.codes = ResultCodes()
         self.progress = Progress()
+        self.starts = set(opts.urls)
         self.seen = Seen()
         self.services: Services | None = None
         self.sink: Any = None
@@ -364,7 +373,7 @@ class Crawl:
         p = self.progress
         sdk.set_counters({"pages": p.pages, "items": p.items, "errors": p.errors,
                           "links": p.links, "queued": p.queued, "skipped": p.skipped,
-                          "robots": p.robots})
+                          "robots": p.robots, "robots_unavailable": p.robots_unavailable})
         if flush:
             sdk.flush()
 
@@ -374,6 +383,17 @@ class Crawl:
             return set()
         urls = [str(m.payload.get("url")) for m in messages]
         return set(await written(urls))
+
+    def _note_start(self, page: Page) -> None:
+        """Whether a start URL's server answered (a later try may, after one that did not)."""
+        url = str(page.task.get("url"))
+        refusal, fetched = page.refusal, page.fetched
+        if refusal is not None and refusal.status == 0:
+            self.progress.unreachable[url] = refusal.error or "no answer"
+        elif refusal is None and fetched.outcome == CONNECTION_ERROR and not fetched.status:
+            self.progress.unreachable[url] = fetched.error or "no answer"
+        else:
+            self.progress.unreachable.pop(url, None)
 
     async def _on_pages(self, pages: list[Page]) -> None:
         """Admit the links found, then write the items (links first: a kill after the
@@ -386,8 +406,15 @@ class Crawl:
             if page.skipped:
                 progress.skipped += 1
                 continue
+            if page.task.get("url") in self.starts:
+                self._note_start(page)
             if page.fetched.outcome == ROBOTS_DISALLOWED:
-                progress.robots += 1
+                refusal = page.refusal
+                if refusal is not None and refusal.unavailable:
+                    progress.robots_unavailable += 1
+                    progress.robots_failures.setdefault(refusal.origin, refusal)
+                else:
+                    progress.robots += 1
                 continue
             progress.pages += 1
             if extracted is None:

@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from crawlhub.agents.politeness.base import DomainRules, GateStore, Release
-from crawlhub.agents.politeness.robots import RobotsCache
+from crawlhub.agents.politeness.robots import Refusal, RobotsCache
 from crawlhub.clock import Clock, system_clock
 
 Sleep = Callable[[float], Awaitable[Any]]
@@ -289,6 +289,13 @@ class DomainGate:
         if self.robots is None:
             return True
         return await self.robots.allowed(url, user_agent or self.user_agent)
+
+    async def refusal(self, url: str, user_agent: str | None = None) -> Refusal | None:
+        """Why robots.txt keeps ``user_agent`` (default: the gate's) from ``url``, or None
+        (always None when the gate was opened without robots)."""
+        if self.robots is None:
+            return None
+        return await self.robots.refusal(url, user_agent or self.user_agent)
 
     async def close(self) -> None:
         """Stop serving acquires (those still waiting are cancelled), send the releases
