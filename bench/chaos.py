@@ -9,7 +9,12 @@ Afterwards every queue is read from its backend.
 The peer here is the promise itself: lost and doubled must be 0. The table also shows
 how many requests failed during the outages, and with which status.
 
-Run:  python bench/chaos.py [--n 100000] [--kills 5] [--batch 100] [--only sqlite,redis]
+The crawl row: ``crawlhub crawl`` over a 5,000-page local site SIGKILLed at 20 random
+points (one per run, each then resumed by the same command): every resumed run must
+finish by itself with every page once in its ``--out`` file (tests/chaos/crawl.py).
+
+Run:  python bench/chaos.py [--n 100000] [--kills 5] [--batch 100]
+                            [--only sqlite,redis,crawl] [--crawl-pages 5000] [--crawl-kills 20]
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
+from tests.chaos.crawl import CrawlChaosReport, CrawlChaosSpec, run_crawl_chaos  # noqa: E402
 from tests.chaos.harness import ChaosReport, ChaosSpec, run_chaos  # noqa: E402
 
 
@@ -42,6 +48,29 @@ def table(reports: list[ChaosReport], n: int) -> Table:
     return t
 
 
+def crawl_table(r: CrawlChaosReport) -> Table:
+    t = Table(title=f"crawlhub crawl under SIGKILL: a {r.spec.pages:,}-page site, one kill per"
+              " run, then the same command again")
+    for column in ("kills", "kills mid-intake", "resumed runs that finished by themselves",
+                   "pages expected", "pages found", "lost", "doubled", "undisturbed run"):
+        t.add_column(column, justify="right")
+    t.add_row(str(r.kills), str(r.mid_intake), f"{r.finished} of {r.spec.kills}",
+              f"{r.expected:,}", f"{r.found:,}", str(r.lost), str(r.doubled),
+              f"{r.clean_seconds:.1f} s")
+    return t
+
+
+async def crawl_row(args: argparse.Namespace) -> bool:
+    """The crawl row (see the module docstring); True when it is clean."""
+    spec = CrawlChaosSpec(pages=args.crawl_pages, kills=args.crawl_kills, seed=args.seed)
+    Console(stderr=True).print(f"running crawl ({spec.kills} kills, {spec.pages:,} pages) ...")
+    r = await run_crawl_chaos(spec)
+    Console(width=220).print(crawl_table(r))
+    for problem in r.problems:
+        print(f"FAILED crawl: {problem}")
+    return r.finished == spec.kills and not r.lost and not r.doubled
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=100_000, help="tasks per run")
@@ -50,23 +79,28 @@ async def main() -> int:
     parser.add_argument("--clients", type=int, default=4, help="concurrent clients")
     parser.add_argument("--redis-restarts", type=int, default=1,
                         help="restarts of the Redis server per Redis run")
-    parser.add_argument("--only", default="sqlite,redis", help="backends to run")
+    parser.add_argument("--only", default="sqlite,redis,crawl", help="rows to run")
+    parser.add_argument("--crawl-pages", type=int, default=5000, help="pages of the crawl site")
+    parser.add_argument("--crawl-kills", type=int, default=20, help="crawls SIGKILLed")
     parser.add_argument("--seed", type=int, default=1, help="random seed of the kill points")
     args = parser.parse_args()
     reports = []
-    for backend in args.only.split(","):
+    only = args.only.split(",")
+    crawl_ok = await crawl_row(args) if "crawl" in only else True
+    for backend in [b for b in only if b != "crawl"]:
         for frontier in (False, True):
             spec = ChaosSpec(backend=backend, frontier=frontier, tasks=args.n,
                              batch=args.batch, clients=args.clients, kills=args.kills,
                              redis_restarts=args.redis_restarts, seed=args.seed)
             Console(stderr=True).print(f"running {spec.label} ...")
             reports.append(await run_chaos(spec))
-    Console(width=220).print(table(reports, args.n))
+    if reports:
+        Console(width=220).print(table(reports, args.n))
     bad = [r for r in reports if r.lost or r.doubled or r.answered != args.n]
     for r in bad:
         print(f"FAILED {r.spec.label}: lost {r.lost} (e.g. {r.lost_sample}),"
               f" doubled {r.doubled}, answered {r.answered}/{args.n}")
-    return 1 if bad else 0
+    return 1 if bad or not crawl_ok else 0
 
 
 if __name__ == "__main__":
