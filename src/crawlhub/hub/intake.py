@@ -16,7 +16,8 @@ client's retry of the URL takes it over and is pushed (the frontier keeps the ad
 a bloom filter cannot take it back). A process killed between 1 and 3 leaves records it
 owns unpushed; once it has not beaten for ``ALIVE_TTL`` seconds, ``recover_intake`` of
 any hub process (every ``RECOVER_EVERY``, and at start) pushes them - a gated one only
-if the frontier admitted its URL for it. Meanwhile a retry is answered
+if the frontier admitted its URL for it; ``Hub.take_over`` pushes them at once for a
+caller that knows the process is dead (``crawlhub crawl``: its data dir's lock). Meanwhile a retry is answered
 ``already_routed`` / ``duplicate``: the task will be pushed.
 
 Cost per batch: 3 round trips (record, push, mark pushed), 4 with a frontier (+ admit).
