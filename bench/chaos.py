@@ -15,6 +15,7 @@ finish by itself with every page once in its ``--out`` file (tests/chaos/crawl.p
 
 Run:  python bench/chaos.py [--n 100000] [--kills 5] [--batch 100]
                             [--only sqlite,redis,crawl] [--crawl-pages 5000] [--crawl-kills 20]
+                            [--crawl-aim]
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def crawl_table(r: CrawlChaosReport) -> Table:
 
 async def crawl_row(args: argparse.Namespace) -> bool:
     """The crawl row (see the module docstring); True when it is clean."""
-    spec = CrawlChaosSpec(pages=args.crawl_pages, kills=args.crawl_kills, seed=args.seed)
+    spec = CrawlChaosSpec(pages=args.crawl_pages, kills=args.crawl_kills, seed=args.seed,
+                          aim=args.crawl_aim)
     Console(stderr=True).print(f"running crawl ({spec.kills} kills, {spec.pages:,} pages) ...")
     r = await run_crawl_chaos(spec)
     Console(width=220).print(crawl_table(r))
@@ -82,6 +84,8 @@ async def main() -> int:
     parser.add_argument("--only", default="sqlite,redis,crawl", help="rows to run")
     parser.add_argument("--crawl-pages", type=int, default=5000, help="pages of the crawl site")
     parser.add_argument("--crawl-kills", type=int, default=20, help="crawls SIGKILLed")
+    parser.add_argument("--crawl-aim", action="store_true", help="every other crawl kill"
+                        " waits for links recorded and not pushed (the intake window)")
     parser.add_argument("--seed", type=int, default=1, help="random seed of the kill points")
     args = parser.parse_args()
     reports = []

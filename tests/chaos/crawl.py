@@ -40,6 +40,9 @@ class CrawlChaosSpec:
     seed: int = 0
     #: seconds a resumed crawl gets to finish by itself before it counts as hung
     timeout: float = 300.0
+    #: every other kill waits (after its random moment) until the crawl holds links
+    #: recorded and not pushed yet, the window a resumed run must recover
+    aim: bool = False
 
 
 @dataclass
@@ -80,6 +83,24 @@ def _unpushed_rows(data_dir: Path) -> int:
         finally:
             db.close()
     return 0
+
+
+async def _until_mid_intake(proc: asyncio.subprocess.Process, data_dir: Path) -> None:
+    """Wait until the crawl holds links recorded and not pushed (or has ended)."""
+    path = data_dir / "hub.db"
+    while proc.returncode is None:
+        if path.exists():
+            with contextlib.suppress(sqlite3.Error):
+                db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=0.05)
+                try:
+                    while proc.returncode is None:
+                        if db.execute("SELECT 1 FROM unpushed LIMIT 1").fetchone():
+                            return
+                        await asyncio.sleep(0.002)
+                finally:
+                    db.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), 0.01)
 
 
 def _unpushed(data_dir: Path) -> str:
@@ -124,6 +145,8 @@ async def _trial(spec: CrawlChaosSpec, url: str, workdir: Path, rng: random.Rand
             # a random moment of the run (the output grows in batches: a time, not a count)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(first.wait(), moment)
+            if spec.aim and n % 2:
+                await _until_mid_intake(first, data)
             if first.returncode is None:
                 first.send_signal(signal.SIGKILL)
                 await first.wait()
