@@ -40,6 +40,19 @@ async def test_a_start_url_nothing_listens_on_is_one_line_naming_the_host_and_ex
                      " connection refused"]
 
 
+async def test_a_start_url_redirecting_to_a_host_out_of_reach_names_where_it_led(
+        tmp_path: Path) -> None:
+    port = free_port()
+    async with Site() as site:
+        start = f"{site.url}/to?url=http://127.0.0.1:{port}/gone"
+        code, lines = await crawl(start, "--no-robots", "--out", str(tmp_path / "i.jsonl"),
+                                  "--data-dir", str(tmp_path / "data"))
+    assert code == 1
+    assert lines == [f"error cannot reach 127.0.0.1:{site.port} (start URL {start}):"
+                     f" redirected to 127.0.0.1:{port}, which gave no answer: connection"
+                     " refused"]
+
+
 class FailingRobots(_Server):
     """A page at / and a robots.txt that answers ``status``."""
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from crawlhub import sdk
 from crawlhub.agents.agent import Agent, HubReport, Page, link_tasks
@@ -391,7 +392,11 @@ class Crawl:
         if refusal is not None and refusal.status == 0:
             self.progress.unreachable[url] = refusal.error or "no answer"
         elif refusal is None and fetched.outcome == CONNECTION_ERROR and not fetched.status:
-            self.progress.unreachable[url] = fetched.error or "no answer"
+            why = fetched.error or "no answer"
+            went = urlsplit(fetched.final_url).netloc
+            if went and went != urlsplit(url).netloc:  # a redirect led off to it
+                why = f"redirected to {went}, which gave no answer: {why}"
+            self.progress.unreachable[url] = why
         else:
             self.progress.unreachable.pop(url, None)
 
