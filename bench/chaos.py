@@ -9,9 +9,15 @@ Afterwards every queue is read from its backend.
 The peer here is the promise itself: lost and doubled must be 0. The table also shows
 how many requests failed during the outages, and with which status.
 
-Run:  python bench/chaos.py [--n 100000] [--kills 5] [--batch 100] [--only sqlite,redis]
+The crawl row: ``crawlhub crawl`` over a 5,000-page local site SIGKILLed at 20 random
+points (one per run, each then resumed by the same command): every resumed run must
+finish by itself with every page once in its ``--out`` file (tests/chaos/crawl.py).
 
-``--only scrapy`` (or ``sqlite,redis,scrapy``) adds the Scrapy table of
+Run:  python bench/chaos.py [--n 100000] [--kills 5] [--batch 100]
+                            [--only sqlite,redis,crawl,scrapy] [--crawl-pages 5000] [--crawl-kills 20]
+                            [--crawl-aim]
+
+``--only scrapy`` (or ``sqlite,redis,crawl,scrapy``) adds the Scrapy table of
 ``bench/scrapy_chaos.py``: spiders SIGKILLed, items counted in the user's output.
 """
 
@@ -26,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
+from tests.chaos.crawl import CrawlChaosReport, CrawlChaosSpec, run_crawl_chaos  # noqa: E402
 from tests.chaos.harness import ChaosReport, ChaosSpec, run_chaos  # noqa: E402
 
 
@@ -45,6 +52,30 @@ def table(reports: list[ChaosReport], n: int) -> Table:
     return t
 
 
+def crawl_table(r: CrawlChaosReport) -> Table:
+    t = Table(title=f"crawlhub crawl under SIGKILL: a {r.spec.pages:,}-page site, one kill per"
+              " run, then the same command again")
+    for column in ("kills", "kills mid-intake", "resumed runs that finished by themselves",
+                   "pages expected", "pages found", "lost", "doubled", "undisturbed run"):
+        t.add_column(column, justify="right")
+    t.add_row(str(r.kills), str(r.mid_intake), f"{r.finished} of {r.spec.kills}",
+              f"{r.expected:,}", f"{r.found:,}", str(r.lost), str(r.doubled),
+              f"{r.clean_seconds:.1f} s")
+    return t
+
+
+async def crawl_row(args: argparse.Namespace) -> bool:
+    """The crawl row (see the module docstring); True when it is clean."""
+    spec = CrawlChaosSpec(pages=args.crawl_pages, kills=args.crawl_kills, seed=args.seed,
+                          aim=args.crawl_aim)
+    Console(stderr=True).print(f"running crawl ({spec.kills} kills, {spec.pages:,} pages) ...")
+    r = await run_crawl_chaos(spec)
+    Console(width=220).print(crawl_table(r))
+    for problem in r.problems:
+        print(f"FAILED crawl: {problem}")
+    return r.finished == spec.kills and not r.lost and not r.doubled
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=100_000, help="tasks per run")
@@ -53,7 +84,11 @@ async def main() -> int:
     parser.add_argument("--clients", type=int, default=4, help="concurrent clients")
     parser.add_argument("--redis-restarts", type=int, default=1,
                         help="restarts of the Redis server per Redis run")
-    parser.add_argument("--only", default="sqlite,redis", help="backends to run")
+    parser.add_argument("--only", default="sqlite,redis,crawl", help="rows to run")
+    parser.add_argument("--crawl-pages", type=int, default=5000, help="pages of the crawl site")
+    parser.add_argument("--crawl-kills", type=int, default=20, help="crawls SIGKILLed")
+    parser.add_argument("--crawl-aim", action="store_true", help="every other crawl kill"
+                        " waits for links recorded and not pushed (the intake window)")
     parser.add_argument("--seed", type=int, default=1, help="random seed of the kill points")
     from scrapy_chaos import add_arguments, main_scrapy
 
@@ -61,7 +96,9 @@ async def main() -> int:
     args = parser.parse_args()
     scrapy_failed = main_scrapy(args) if "scrapy" in args.only.split(",") else 0
     reports = []
-    for backend in [b for b in args.only.split(",") if b != "scrapy"]:
+    only = args.only.split(",")
+    crawl_ok = await crawl_row(args) if "crawl" in only else True
+    for backend in [b for b in only if b not in ("scrapy", "crawl")]:
         for frontier in (False, True):
             spec = ChaosSpec(backend=backend, frontier=frontier, tasks=args.n,
                              batch=args.batch, clients=args.clients, kills=args.kills,
@@ -74,7 +111,7 @@ async def main() -> int:
     for r in bad:
         print(f"FAILED {r.spec.label}: lost {r.lost} (e.g. {r.lost_sample}),"
               f" doubled {r.doubled}, answered {r.answered}/{args.n}")
-    return 1 if bad or scrapy_failed else 0
+    return 1 if bad or scrapy_failed or not crawl_ok else 0
 
 
 if __name__ == "__main__":

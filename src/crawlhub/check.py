@@ -1,6 +1,7 @@
 """Everything ``crawlhub check-config`` checks beyond the schema, without building anything:
 the hub's compile (:func:`crawlhub.hub.plan.compile_config`: rules, selectors, classes
-and converters), frontier key functions and segment resolvers, collection jobs' sinks.
+and converters), frontier key functions and segment resolvers, collection jobs' sinks,
+and the client package of every backend the config names (its extra installed).
 
 User code is imported and inspected, never called (see :mod:`crawlhub.loading`); no
 queue, state or connection is opened.
@@ -29,6 +30,7 @@ def check_config(config: CrawlhubConfig) -> None:
         except ConfigError as exc:
             errors.append(exc)
     _raise(errors)
+    check_extras(config)
 
 
 def check_hub(config: CrawlhubConfig) -> None:
@@ -77,6 +79,44 @@ def check_job_sinks(config: CrawlhubConfig) -> None:
             except ConfigError as exc:
                 errors.append(exc)
     _raise(errors)
+
+
+#: Backend URL scheme -> (client module, the extra that installs it, what it is).
+_CLIENTS = {"redis": ("redis", "redis", "Redis"), "rediss": ("redis", "redis", "Redis"),
+            "valkey": ("redis", "redis", "Valkey"), "valkeys": ("redis", "redis", "Valkey"),
+            "postgres": ("asyncpg", "postgres", "PostgreSQL"),
+            "postgresql": ("asyncpg", "postgres", "PostgreSQL")}
+#: Sink type -> (client module, extra).
+_SINK_CLIENTS = {"postgres": ("asyncpg", "postgres"), "redis_stream": ("redis", "redis"),
+                 "kafka": ("aiokafka", "kafka")}
+
+
+def check_extras(config: CrawlhubConfig) -> None:
+    """Every backend the config names (storage URLs, job sinks, kafka and redis inbounds)
+    has its client installed: else :class:`MissingExtraError` naming the first missing one
+    and the ``pip install`` that adds it (checked once the config itself is right)."""
+    from crawlhub.extras import require
+
+    needs: list[tuple[str, str, str]] = []
+    storage = config.storage
+    for key in ("queues", "state", "frontier", "agents", "metadata"):
+        url = getattr(storage, key)
+        client = _CLIENTS.get(str(url or "").split("://", 1)[0].lower())
+        if client is not None:
+            needs.append((client[0], client[1], f"the {client[2]} backend of storage.{key}"))
+    for job in config.jobs:
+        specs = [job.sink] + ([job.detail.sink] if job.detail.enabled and job.detail.sink else [])
+        for spec in specs:
+            sink = _SINK_CLIENTS.get(str(spec.get("type") or ""))
+            if sink is not None:
+                needs.append((sink[0], sink[1], f"the {spec['type']} sink of job '{job.name}'"))
+    for inbound in config.inbound:
+        kind = inbound.class_.split(".", 1)[0]
+        inbound_client = {"kafka": ("aiokafka", "kafka"), "redis": ("redis", "redis")}.get(kind)
+        if inbound_client is not None and not inbound.disable:
+            needs.append((*inbound_client, f"the {kind} inbound '{inbound.name}'"))
+    for module, extra, what in needs:
+        require(module, extra, needed_by=what)
 
 
 def _raise(errors: list[ConfigError]) -> None:

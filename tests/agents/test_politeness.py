@@ -288,6 +288,22 @@ async def test_reset_frees_every_slot_and_backoff_at_once(
     assert (await store.acquire("b.test", 1, clock(), RULES, "y")).ids == ["y:0"]
 
 
+async def test_reset_ends_robots_fetch_claims_and_keeps_the_files_cached(
+        store: GateStore, clock: FakeClock) -> None:
+    from crawlhub.agents.politeness import RobotsEntry
+
+    now = clock()
+    # a killed crawl's claim to fetch a robots.txt, and a file another run cached
+    assert await store.robots_claim("http://a.test", now, now + 3600)
+    await store.robots_put("http://b.test", RobotsEntry(200, b"User-agent: *\n", now + 3600),
+                           now)
+    await store.reset()
+    assert await store.robots_claim("http://a.test", now, now + 30)
+    assert await store.robots_get("http://a.test") is None
+    assert await store.robots_get("http://b.test") == RobotsEntry(200, b"User-agent: *\n",
+                                                                  now + 3600)
+
+
 async def test_extend_moves_held_slots_and_never_brings_back_an_expired_one(
         store: GateStore, clock: FakeClock) -> None:
     now = clock()

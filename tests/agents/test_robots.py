@@ -10,7 +10,13 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from crawlhub.agents.politeness import DomainGate, RobotsEntry, open_gate, origin_of
+from crawlhub.agents.politeness import (
+    DomainGate,
+    Refusal,
+    RobotsEntry,
+    open_gate,
+    origin_of,
+)
 from tests.agents.servers import _Server
 from tests.agents.stores import Backend, backend_fixture  # noqa: F401 - the fixture
 from tests.helpers import FakeClock
@@ -151,6 +157,28 @@ async def test_an_unreachable_host_disallows_everything(backend: Backend, clock:
     gate = gate_on(backend, clock)  # the server is gone: connection refused
     try:
         assert await gate.allowed(f"{url}/public") is False
+    finally:
+        await gate.close()
+
+
+async def test_a_refusal_says_whether_the_rules_or_an_unavailable_file_refused(
+        backend: Backend, clock: FakeClock) -> None:
+    async with RobotsSite() as site, RobotsSite(status=501) as failing:
+        gate = gate_on(backend, clock)
+        try:
+            assert await gate.refusal(f"{site.url}/public") is None
+            assert await gate.refusal(f"{site.url}/private") == Refusal(site.url, 200)
+            assert str(await gate.refusal(f"{site.url}/private")) == "disallowed by robots.txt"
+            answered = await gate.refusal(f"{failing.url}/public")
+            assert answered == Refusal(failing.url, 501) and answered.unavailable
+            assert "answered 501" in str(answered) and "RFC 9309" in str(answered)
+        finally:
+            await gate.close()
+    async with RobotsSite() as stopped:
+        gone = stopped.url
+    gate = gate_on(backend, clock)  # the server is gone: connection refused
+    try:
+        assert await gate.refusal(f"{gone}/public") == Refusal(gone, 0, "connection refused")
     finally:
         await gate.close()
 

@@ -111,3 +111,30 @@ def test_the_kafka_sink_without_aiokafka_names_the_kafka_extra() -> None:
                           timeout=60)
     assert done.stdout.strip() == ("sink 'events' needs the Python package 'aiokafka', which "
                                    "is not installed: pip install 'crawlhub[kafka]'")
+
+
+@pytest.mark.parametrize("command", [
+    ["crawl", "http://127.0.0.1:9/", "--center", "redis://127.0.0.1:6379/0", "--quiet"],
+    ["center", "--center", "redis://127.0.0.1:6379/0"],
+    ["agent", "--center", "redis://127.0.0.1:6379/0"],
+], ids=["crawl", "center", "agent"])
+def test_the_extra_keeps_its_brackets_in_crawl_center_and_agent(
+        tmp_path: Path, command: list[str]) -> None:
+    # (Rich markup took "[redis]" for a tag: the hint read pip install 'crawlhub')
+    done = crawlhub_without("redis", *command, cwd=tmp_path)
+    assert done.returncode != 0
+    assert done.stderr.splitlines() == [
+        "error download center bus needs the Python package 'redis', which is not"
+        " installed: pip install 'crawlhub[redis]'"]
+
+
+def test_check_config_names_a_configured_backend_whose_package_is_missing(
+        tmp_path: Path) -> None:
+    config = write_yaml(tmp_path / "redis.yaml", {
+        "data_dir": str(tmp_path / "data"), "storage": {"state": "redis://127.0.0.1:6379/0"}})
+    done = crawlhub_without("redis", "check-config", str(config), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "error the Redis backend of storage.state needs the Python package 'redis', which is"
+        " not installed: pip install 'crawlhub[redis]'"]

@@ -177,6 +177,24 @@ async def test_a_follow_up_left_unfinished_is_claimed_with_what_is_left_to_do(
     assert late.task["task_uuid"] == "r" and late.pending == "timeout"
 
 
+async def test_end_leases_hands_a_dead_processs_follow_ups_to_the_next_claim_at_once(
+        pair: tuple[HubState, HubState]) -> None:
+    state, other = pair
+    now = time.time()
+    await state.record([entry("r"), entry("w")])
+    push = LedgerEntry({"task_uuid": "r", "routed_count": 2}, "o", None, pending="push")
+    assert await state.settle(await read(state, "r"), push, lease_until=now + 30)
+    # killed here; the next run knows it is dead (crawlhub crawl's lock) and takes over
+    assert await other.claim_expired(now) == []
+    assert await other.end_leases(now) == 1
+    [found] = await other.claim_expired(now)
+    assert found.task["task_uuid"] == "r" and found.pending == "push"
+    # the claim leases it anew; an entry waiting for its result has no lease to end
+    assert await other.end_leases(now) == 1
+    assert await other.end_leases(now) == 0
+    assert (await read(other, "w")).pending is None
+
+
 async def test_dispatch_counts_are_shared_per_second(
         pair: tuple[HubState, HubState]) -> None:
     first, second = pair

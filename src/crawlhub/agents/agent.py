@@ -33,6 +33,7 @@ from typing import Any
 from crawlhub.agents.codes import PARSE_ERROR, ROBOTS_DISALLOWED, SUCCESS, ResultCodes
 from crawlhub.agents.downloader import Downloader, Fetched
 from crawlhub.agents.extract import Extracted, ExtractionRules, ParseError, RuleSets
+from crawlhub.agents.politeness.robots import Refusal, origin_of
 from crawlhub.clock import Clock, system_clock
 from crawlhub.control.protocol import EXIT, PAUSE, RUN
 from crawlhub.errors import ConfigError
@@ -63,6 +64,8 @@ class Page:
     code: int
     #: done before (``skip`` said so): reported as a success, not fetched
     skipped: bool = False
+    #: not fetched because of robots.txt: why (its rules, or the file unavailable)
+    refusal: Refusal | None = None
 
     @property
     def task(self) -> dict[str, Any]:
@@ -386,10 +389,13 @@ class Agent:
                 rules = self.rule_sets.for_task(task["extract"])
             except ConfigError as exc:
                 return self._bad_rules(name, message, url, exc)
-        if self.robots is not None and not await self._robots_allow(url):
-            refused = Fetched(url, url, 0, {}, b"", 0.0, None, ROBOTS_DISALLOWED,
-                              attempts=0, error="disallowed by robots.txt")
-            return Page(name, message, refused, None, self.codes.code(ROBOTS_DISALLOWED))
+        if self.robots is not None:
+            refusal = await self._robots_refusal(url)
+            if refusal is not None:
+                refused = Fetched(url, url, 0, {}, b"", 0.0, None, ROBOTS_DISALLOWED,
+                                  attempts=0, error=str(refusal))
+                return Page(name, message, refused, None, self.codes.code(ROBOTS_DISALLOWED),
+                            refusal=refusal)
         slot = None
         gate: Any = self.gate
         if gate is not None:
@@ -449,12 +455,17 @@ class Agent:
                           error=f"invalid extraction rules: {exc}")
         return Page(name, message, refused, None, self.codes.code(PARSE_ERROR))
 
-    async def _robots_allow(self, url: str) -> bool:
+    async def _robots_refusal(self, url: str) -> Refusal | None:
+        """Why robots.txt keeps this agent from ``url`` (None: it may fetch it)."""
+        robots: Any = self.robots
         try:
-            robots: Any = self.robots
-            return bool(await robots.allowed(url, self.user_agent))
+            if hasattr(robots, "refusal"):
+                return await robots.refusal(url, self.user_agent)  # type: ignore[no-any-return]
+            if await robots.allowed(url, self.user_agent):
+                return None
         except ValueError:
-            return True  # not an absolute http(s) URL: the downloader reports it
+            return None  # not an absolute http(s) URL: the downloader reports it
+        return Refusal(origin_of(url), 200)
 
     # ------------------------------------------------------------------ control
     async def _follow_control(self, stop: asyncio.Event) -> None:

@@ -2,9 +2,10 @@
 
 Everything lives in the data dir (queue, hub ledger, frontier, the items file's index), so
 the same command on the same data dir continues a killed run: the killed run's leases are
-taken back at start (the data dir is locked to one crawl), the frontier remembers what
-was admitted, and a leased page whose URL the items file already holds is reported done
-without being fetched again.
+taken back at start (the data dir is locked to one crawl), and so are what its hub left
+undone (links recorded and not pushed yet, retries settled and not pushed) and its
+robots.txt fetches; the frontier remembers what was admitted, and a leased page whose URL
+the items file already holds is reported done without being fetched again.
 
 Cost per flush of ~200 pages: one lookup of the leased URLs in the items index, one
 frontier-gated ``Hub.submit`` of the links not seen lately (links the frontier admitted
@@ -24,12 +25,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from crawlhub import sdk
 from crawlhub.agents.agent import Agent, HubReport, Page, link_tasks
-from crawlhub.agents.codes import ROBOTS_DISALLOWED, ResultCodes
+from crawlhub.agents.codes import CONNECTION_ERROR, ROBOTS_DISALLOWED, ResultCodes
 from crawlhub.agents.downloader import Downloader, DownloaderConfig
 from crawlhub.agents.extract import ExtractionRules
+from crawlhub.agents.politeness.robots import Refusal
 from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.config.sinks import JsonlSinkConfig
 from crawlhub.errors import CrawlhubError
@@ -125,8 +128,15 @@ class Progress:
     items: int = 0
     errors: int = 0
     skipped: int = 0
-    #: URLs not fetched because robots.txt disallows them (not pages, not errors)
+    #: URLs not fetched because robots.txt's rules disallow them (not pages, not errors)
     robots: int = 0
+    #: URLs not fetched because their site's robots.txt could not be had (no answer, or
+    #: 5xx: RFC 9309 disallows everything then), and why, by origin
+    robots_unavailable: int = 0
+    robots_failures: dict[str, Refusal] = field(default_factory=dict)
+    #: start URLs whose server could not be reached (no answer to the page or to its
+    #: robots.txt), and why: ``crawlhub crawl`` exits 1 naming them
+    unreachable: dict[str, str] = field(default_factory=dict)
     links: int = 0
     queued: int = 0
     #: the run's control said exit: stopped after flushing what was in flight (resumable)
@@ -192,6 +202,7 @@ class Crawl:
         self.rules = ExtractionRules.from_config(extract)
         self.codes = ResultCodes()
         self.progress = Progress()
+        self.starts = set(opts.urls)
         self.seen = Seen()
         self.services: Services | None = None
         self.sink: Any = None
@@ -228,8 +239,13 @@ class Crawl:
                 await gate.reset()  # the lock is ours: a killed run's slots are free now
             hub = services.hub
             queue = services.queues.queue(QUEUE)
-            # the lock says a killed run is dead: its leases need not wait out their timeout
+            # the lock says a killed run is dead: its leases need not wait out their timeout,
+            # nor the tasks it recorded and did not push, nor its results' follow-ups
             await queue.requeue_leased()
+            await hub.take_over()
+            # and the hub's own loops: heartbeat, recovery of what an outage left undone,
+            # the sweep of follow-ups (stopped by services.close)
+            await hub.start()
             store = services.frontiers[QUEUE].store
             if isinstance(store, SqliteSeedStore):  # (the data dir's frontier.db)
                 await store.set_cache_kib(FRONTIER_CACHE_KIB)
@@ -361,7 +377,7 @@ class Crawl:
         p = self.progress
         sdk.set_counters({"pages": p.pages, "items": p.items, "errors": p.errors,
                           "links": p.links, "queued": p.queued, "skipped": p.skipped,
-                          "robots": p.robots})
+                          "robots": p.robots, "robots_unavailable": p.robots_unavailable})
         if flush:
             sdk.flush()
 
@@ -371,6 +387,21 @@ class Crawl:
             return set()
         urls = [str(m.payload.get("url")) for m in messages]
         return set(await written(urls))
+
+    def _note_start(self, page: Page) -> None:
+        """Whether a start URL's server answered (a later try may, after one that did not)."""
+        url = str(page.task.get("url"))
+        refusal, fetched = page.refusal, page.fetched
+        if refusal is not None and refusal.status == 0:
+            self.progress.unreachable[url] = refusal.error or "no answer"
+        elif refusal is None and fetched.outcome == CONNECTION_ERROR and not fetched.status:
+            why = fetched.error or "no answer"
+            went = urlsplit(fetched.final_url).netloc
+            if went and went != urlsplit(url).netloc:  # a redirect led off to it
+                why = f"redirected to {went}, which gave no answer: {why}"
+            self.progress.unreachable[url] = why
+        else:
+            self.progress.unreachable.pop(url, None)
 
     async def _on_pages(self, pages: list[Page]) -> None:
         """Admit the links found, then write the items (links first: a kill after the
@@ -383,8 +414,15 @@ class Crawl:
             if page.skipped:
                 progress.skipped += 1
                 continue
+            if page.task.get("url") in self.starts:
+                self._note_start(page)
             if page.fetched.outcome == ROBOTS_DISALLOWED:
-                progress.robots += 1
+                refusal = page.refusal
+                if refusal is not None and refusal.unavailable:
+                    progress.robots_unavailable += 1
+                    progress.robots_failures.setdefault(refusal.origin, refusal)
+                else:
+                    progress.robots += 1
                 continue
             progress.pages += 1
             if extracted is None:

@@ -43,7 +43,7 @@ from crawlhub.agents.codes import (
     config_error,
 )
 from crawlhub.agents.proxies import ProxyConfig, ProxyPool
-from crawlhub.fetch.http import Request, Response
+from crawlhub.fetch.http import Request, Response, unreachable_reason
 from crawlhub.storage.redact import redact_url
 from crawlhub.userregex import compile_user_regex, compile_user_test
 
@@ -455,7 +455,7 @@ class Downloader:
                                 f"proxy failed: {type(exc).__name__}: {exc}"[:300]), True
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             return self._failed(req, url, started, proxy, hops, CONNECTION_ERROR,
-                                f"{type(exc).__name__}: {exc}"[:300]), False
+                                unreachable_reason(exc)[:300]), False
 
     @staticmethod
     def _failed(

@@ -22,6 +22,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, get_config
 from crawlhub.errors import ConfigError, CrawlhubError
@@ -97,7 +98,7 @@ def agent_command(
             return
         asyncio.run(_run(cfg, settings, rules))
     except CrawlhubError as exc:
-        err.print(f"[bold red]error[/] {exc}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 

@@ -8,10 +8,12 @@ import logging
 import signal
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 
 from crawlhub.control.protocol import EXIT
 from crawlhub.errors import ConfigError, CrawlhubError
@@ -103,28 +105,65 @@ def crawl_command(
         opts.control = TermControl(opts.control)
         crawl = Crawl(opts)
     except CrawlhubError as exc:
-        err.print(f"[bold red]error[/] {exc}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     logging.getLogger("crawlhub").setLevel(logging.WARNING)
+    # a robots.txt that cannot be had is named in the summary (and a start URL's host
+    # that cannot be reached is the error): no warning for it on the way
+    logging.getLogger("crawlhub.agents.robots").setLevel(logging.ERROR)
     progress: Progress
     previous = signal.signal(signal.SIGTERM, opts.control.terminate)
     try:
-        progress = asyncio.run(crawl.run()) if quiet else _run_with_bar(crawl)
+        # (no bar when stderr is not a terminal: a log file gets the summary alone)
+        bar = not quiet and err.is_terminal
+        progress = _run_with_bar(crawl) if bar else asyncio.run(crawl.run())
     except CrawlhubError as exc:
-        err.print(f"[bold red]error[/] {exc}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        p = crawl.progress
+        err.print(f"interrupted: {p.items:,} items of this run are in {crawl.sink_name} and"
+                  f" the crawl's state in {data_dir}; the same command resumes it, fetching"
+                  " nothing again that is written", highlight=False, markup=False,
+                  soft_wrap=True)
+        raise typer.Exit(130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
-    seconds = max(progress.rate and progress.pages / progress.rate, 0.0)
-    err.print(f"crawled {progress.pages:,} pages in {seconds:.1f} s"
-              f" ({progress.rate:,.0f}/s): {progress.items:,} items to"
-              f" {crawl.sink_name},"
-              f" {progress.errors:,} errors, {progress.robots:,} skipped by robots,"
-              f" {progress.skipped:,} already written"
-              f" (data: {data_dir})", highlight=False)
+    unreachable = progress.unreachable
+    if not unreachable or progress.items or progress.robots or progress.skipped:
+        # (a crawl whose only start URL is out of reach has nothing else to say)
+        err.print(summary(progress, crawl.sink_name, data_dir), highlight=False,
+                  markup=False, soft_wrap=True)
     if progress.exited:
         err.print("stopped on request (exit) after the pages in flight were written; the"
                   " same command with the same --data-dir resumes", highlight=False)
+    for url, why in unreachable.items():
+        err.print(f"[bold red]error[/] cannot reach {escape(urlsplit(url).netloc)}"
+                  f" (start URL {escape(url)}): {escape(why)}", highlight=False,
+                  soft_wrap=True)
+    if unreachable:
+        raise typer.Exit(1)
+
+
+def summary(progress: Any, sink_name: str, data_dir: Path) -> str:
+    """The crawl's last line: what was fetched, written, refused and why."""
+    seconds = max(progress.rate and progress.pages / progress.rate, 0.0)
+    text = (f"crawled {progress.pages:,} pages in {seconds:.1f} s ({progress.rate:,.0f}/s):"
+            f" {progress.items:,} items to {sink_name}, {progress.errors:,} errors,"
+            f" {progress.robots:,} disallowed by robots.txt")
+    if progress.robots_unavailable:
+        why = "; ".join(_unavailable(r) for r in list(progress.robots_failures.values())[:3])
+        more = len(progress.robots_failures) - 3
+        text += (f", {progress.robots_unavailable:,} not fetched because robots.txt could"
+                 f" not be had ({why}{f'; {more} more sites' if more > 0 else ''}: RFC 9309"
+                 " disallows everything then)")
+    return text + f", {progress.skipped:,} already written (data: {data_dir})"
+
+
+def _unavailable(refusal: Any) -> str:
+    if refusal.status == 0:
+        return f"{refusal.origin}/robots.txt unreachable: {refusal.error or 'no answer'}"
+    return f"{refusal.origin}/robots.txt answered {refusal.status}"
 
 
 class TermControl:
@@ -192,13 +231,13 @@ def _run_with_bar(crawl: Any) -> Any:
 
     columns = (TextColumn("[bold]crawl"), BarColumn(),
                TextColumn("{task.fields[text]}"), TimeElapsedColumn())
-    with Progress(*columns, console=err, transient=False) as bar:
+    with Progress(*columns, console=err, transient=True) as bar:  # the summary follows
         task = bar.add_task("crawl", total=None, text="starting")
 
         def show(p: object) -> None:
             pages, items, errors = p.pages, p.items, p.errors  # type: ignore[attr-defined]
             queued, rate = p.queued, p.rate  # type: ignore[attr-defined]
-            robots = p.robots  # type: ignore[attr-defined]
+            robots = p.robots + p.robots_unavailable  # type: ignore[attr-defined]
             bar.update(task, completed=pages, total=pages + queued,
                        text=f"pages {pages:,}  items {items:,}  errors {errors:,}"
                             f"  robots {robots:,}"

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from crawlhub.demo import DEFAULT_PORT, DemoConfig, DemoError, parse_latency, run_demo
 
@@ -46,7 +47,7 @@ def demo_command(
                             error_rate=error_rate, seed=seed)
         run_demo(config, host, port, ready=lambda url: _banner(url, config))
     except DemoError as exc:
-        err.print(f"[bold red]error[/] {exc}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 

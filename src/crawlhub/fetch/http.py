@@ -238,6 +238,24 @@ def _params(params: Mapping[str, Any] | None) -> dict[str, str] | None:
     return {str(k): str(v) for k, v in params.items() if v is not None}
 
 
+def unreachable_reason(exc: BaseException) -> str:
+    """Why a request got no answer, in a few words: ``connection refused``, ``name not
+    resolved (...)``, ``no answer within 10 s``; else the error's type and text."""
+    import errno
+    import os
+    import socket
+
+    if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
+        return "no answer in time"
+    cause = getattr(exc, "os_error", None) or exc
+    if isinstance(cause, socket.gaierror):
+        return f"name not resolved ({cause.strerror or cause})"
+    number = getattr(cause, "errno", None)
+    if isinstance(number, int) and number in errno.errorcode:
+        return os.strerror(number).lower()
+    return f"{type(exc).__name__}: {exc}"
+
+
 __all__ = [
     "CurlCffiClient",
     "HttpClient",
@@ -247,4 +265,5 @@ __all__ = [
     "Transport",
     "TransportError",
     "make_client",
+    "unreachable_reason",
 ]

@@ -41,7 +41,7 @@ from crawlhub.hub.plan import (
     check_frontier,
     compile_config,
 )
-from crawlhub.hub.results import ResultsStage
+from crawlhub.hub.results import SWEEP_BATCH, ResultsStage
 from crawlhub.hub.routing import Router, decide_result
 from crawlhub.hub.state import CLAIM_LEASE, HubState
 from crawlhub.queues.base import QueueBackend
@@ -164,6 +164,20 @@ class Hub(IntakeStage, ResultsStage):
         self._tasks.append(asyncio.create_task(self._sweep_forever(), name="hub:sweeper"))
         self._tasks.append(asyncio.create_task(self._beat_forever(), name="hub:beat"))
         self._tasks.append(asyncio.create_task(self._recover_forever(), name="hub:intake"))
+
+    async def take_over(self) -> None:
+        """Finish at once what stopped hub processes left undone: push the tasks they
+        recorded and did not push, and the follow-ups (next dispatch, failure line) of
+        the results they settled. Only for a caller that knows no other hub process uses
+        this state: ``crawlhub crawl`` holds its data dir's lock, so the run it resumes
+        is dead, however recently it beat (otherwise the records wait for ALIVE_TTL of
+        silence, the follow-ups for their leases to end, and for :meth:`start`'s loops).
+        Costs a claim per 500 records, one write to end the leases, a sweep per 500."""
+        now = self.clock()
+        await self.recover_intake(now, everyone=True)
+        if await self.state.end_leases(now):
+            while await self.sweep_lost(now) >= SWEEP_BATCH:
+                pass
 
     async def stop(self) -> None:
         self._stop.set()

@@ -16,7 +16,8 @@ client's retry of the URL takes it over and is pushed (the frontier keeps the ad
 a bloom filter cannot take it back). A process killed between 1 and 3 leaves records it
 owns unpushed; once it has not beaten for ``ALIVE_TTL`` seconds, ``recover_intake`` of
 any hub process (every ``RECOVER_EVERY``, and at start) pushes them - a gated one only
-if the frontier admitted its URL for it. Meanwhile a retry is answered
+if the frontier admitted its URL for it; ``Hub.take_over`` pushes them at once for a
+caller that knows the process is dead (``crawlhub crawl``: its data dir's lock). Meanwhile a retry is answered
 ``already_routed`` / ``duplicate``: the task will be pushed.
 
 Cost per batch: 3 round trips (record, push, mark pushed), 4 with a frontier (+ admit).
@@ -81,6 +82,8 @@ BEAT_EVERY = 0.5
 RECOVER_EVERY = 1.0
 #: Tasks per script of the one-script push (a batch goes as several, overlapped).
 FUSED_CHUNK = 50
+#: Records of dead processes one recovery step claims at most.
+CLAIM_BATCH = 500
 #: Push marks (SQLite queues) a process drops with one push at most.
 FORGET_MAX = 5000
 #: Seconds an inbound source waits before sending tasks whose push failed again.
@@ -674,14 +677,26 @@ class IntakeStage(DispatchStage):
                          " nothing of it was kept, retry it")
 
     # ------------------------------------------------------------------ recovery
-    async def recover_intake(self, now: float | None = None) -> int:
+    async def recover_intake(self, now: float | None = None, *, everyone: bool = False
+                             ) -> int:
         """Push the tasks a hub process recorded and did not mark pushed before it died
         (silent for :data:`ALIVE_TTL`); a gated one only if its URL was admitted for it
         (or its gate inherited). Also finishes what this process left to do after a
-        backend outage. Returns how many were pushed."""
+        backend outage. Returns how many were pushed.
+
+        ``everyone``: every other process is known dead (``crawlhub crawl`` holds its data
+        dir's lock), so all their records are pushed now, however recently they beat."""
         now = self.clock() if now is None else now
         await self._leftovers(now)
-        claimed = await self.state.intake_claim(now, now - ALIVE_TTL, self.instance)
+        pushed = 0
+        while True:
+            claimed = await self.state.intake_claim(now, now if everyone else now - ALIVE_TTL,
+                                                    self.instance, limit=CLAIM_BATCH)
+            pushed += await self._recover_claimed(claimed, now)
+            if not everyone or len(claimed) < CLAIM_BATCH:
+                return pushed
+
+    async def _recover_claimed(self, claimed: Sequence[Intake], now: float) -> int:
         todo: list[_Todo] = []
         for intake in claimed:
             rule = self.router.by_name.get(intake.outbound)

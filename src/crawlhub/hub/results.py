@@ -33,6 +33,8 @@ TIMEOUT_STATUS = "timeout"
 SETTLED_FIELD = {ResultOutcome.SUCCESS: "success", ResultOutcome.FAILED: "failed",
                  ResultOutcome.RETRY: "retried", ResultOutcome.FAILBACK: "failback",
                  ResultOutcome.REROUTE: "rerouted"}
+#: Entries one sweep claims at most.
+SWEEP_BATCH = 500
 #: Times a result is judged again when its entry changed under it before giving up.
 SETTLE_TRIES = 3
 
@@ -219,7 +221,7 @@ class ResultsStage(DispatchStage):
         fails or is killed comes back when its lease ends. Returns how many were claimed.
         """
         claimed = await self.state.claim_expired(now if now is not None else self.clock(),
-                                                 lease=self.lease)
+                                                 SWEEP_BATCH, lease=self.lease)
         for entry in claimed:
             uuid = entry.task.get("task_uuid")
             try:

@@ -102,7 +102,8 @@ class GateStore(Protocol):
         ...
 
     async def reset(self) -> None:
-        """Forget every slot, pace and backoff of every domain (robots.txt stays)."""
+        """Forget every slot, pace and backoff of every domain, and every claim to fetch a
+        robots.txt (the robots.txt files cached stay)."""
         ...
 
     async def held(self, domain: str, now: float) -> int:

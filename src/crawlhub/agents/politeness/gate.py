@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from crawlhub.agents.politeness.base import DomainRules, GateStore, Release
-from crawlhub.agents.politeness.robots import RobotsCache
+from crawlhub.agents.politeness.robots import Refusal, RobotsCache
 from crawlhub.clock import Clock, system_clock
 
 Sleep = Callable[[float], Awaitable[Any]]
@@ -272,10 +272,11 @@ class DomainGate:
                         await task
 
     async def reset(self) -> None:
-        """Free every slot and end every pace and backoff on the store, at once. Only
-        for a process that knows no other agent uses the store: the one-process crawl,
-        holding its data dir's lock, takes back the slots of a run that was killed
-        instead of waiting out their leases."""
+        """Free every slot, end every pace and backoff and every robots.txt fetch claim
+        on the store, at once. Only for a process that knows no other agent uses the
+        store: the one-process crawl, holding its data dir's lock, takes back the slots
+        and robots.txt claims of a run that was killed instead of waiting out their
+        leases."""
         await self.store.reset()
 
     async def held(self, domain: str) -> int:
@@ -288,6 +289,13 @@ class DomainGate:
         if self.robots is None:
             return True
         return await self.robots.allowed(url, user_agent or self.user_agent)
+
+    async def refusal(self, url: str, user_agent: str | None = None) -> Refusal | None:
+        """Why robots.txt keeps ``user_agent`` (default: the gate's) from ``url``, or None
+        (always None when the gate was opened without robots)."""
+        if self.robots is None:
+            return None
+        return await self.robots.refusal(url, user_agent or self.user_agent)
 
     async def close(self) -> None:
         """Stop serving acquires (those still waiting are cancelled), send the releases

@@ -142,6 +142,9 @@ class RedisGateStore:
         keys = [k async for k in self._redis.scan_iter(match=f"{self._domain}*", count=1000)]
         for start in range(0, len(keys), 500):
             await self._redis.delete(*keys[start:start + 500])
+        # robots.txt claims go, the files stay (a hash holding only a claim goes with it)
+        async for key in self._redis.scan_iter(match=f"{self._robots}*", count=1000):
+            await self._redis.hdel(key, "claim")
 
     async def held(self, domain: str, now: float) -> int:
         return int(await self._redis.zcount(f"{self._domain}{domain}:slots",

@@ -14,6 +14,7 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -35,6 +36,40 @@ CLAIM_LEASE = 30.0
 LOCAL_ENTRIES = 10_000
 #: Bodies at least this large are parsed on a worker thread, off the event loop.
 THREAD_PARSE = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why robots.txt keeps a URL from being fetched: its origin's rules disallow it
+    (``status`` 2xx), or its robots.txt could not be had - no answer (``status`` 0,
+    ``error`` says why) or a 5xx - which RFC 9309 reads as everything disallowed until
+    the file is fetched again."""
+
+    origin: str
+    status: int
+    error: str = ""
+
+    @property
+    def unavailable(self) -> bool:
+        """The file could not be had (no answer, or 5xx): not the site's rules."""
+        return self.status == 0 or self.status >= 500
+
+    def __str__(self) -> str:
+        if self.status == 0:
+            return (f"robots.txt of {self.origin} unreachable ({self.error or 'no answer'}):"
+                    " everything disallowed until it is fetched again (RFC 9309)")
+        if self.status >= 500:
+            return (f"robots.txt of {self.origin} answered {self.status}: everything"
+                    " disallowed until it is fetched again (RFC 9309)")
+        return "disallowed by robots.txt"
+
+
+@dataclass(frozen=True, slots=True)
+class _Unavailable:
+    """The rules of an origin whose robots.txt could not be had: none at all."""
+
+    status: int
+    error: str
 
 
 def origin_of(url: str) -> str:
@@ -115,24 +150,36 @@ class RobotsCache:
         self.clock = clock
         self.sleep = sleep
         self.poll = poll
-        #: origin -> (expires, parser, or True / False: everything allowed / disallowed)
+        #: origin -> (expires, parser, or True: everything allowed, or _Unavailable:
+        #: everything disallowed)
         self._local: OrderedDict[str, tuple[float, Any]] = OrderedDict()
+        #: origin -> why this process's last fetch of its robots.txt got no answer
+        self._errors: dict[str, str] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         #: Fetches this process made (tests read it; the servers count theirs).
         self.fetches = 0
 
     async def allowed(self, url: str, user_agent: str) -> bool:
         """Whether ``user_agent`` may fetch ``url`` by its origin's robots.txt."""
+        return await self.refusal(url, user_agent) is None
+
+    async def refusal(self, url: str, user_agent: str) -> Refusal | None:
+        """Why ``user_agent`` may not fetch ``url`` by its origin's robots.txt (None: it
+        may): the site's rules, or a robots.txt that could not be had."""
         origin = origin_of(url)
         rules = await self._rules(origin)
-        if rules is True or rules is False:
-            return rules
+        if rules is True:
+            return None
+        if isinstance(rules, _Unavailable):
+            return Refusal(origin, rules.status, rules.error)
         try:
-            return bool(rules.can_fetch(url, user_agent))
+            if rules.can_fetch(url, user_agent):
+                return None
         except Exception:  # noqa: BLE001 - a rule Protego cannot apply blocks nothing
             log.warning("robots.txt of %s: cannot check %s; allowed", origin, url,
                         exc_info=True)
-            return True
+            return None
+        return Refusal(origin, 200)
 
     async def _rules(self, origin: str) -> Any:
         now = self.clock()
@@ -177,6 +224,9 @@ class RobotsCache:
         try:
             status, body = await self.fetcher(f"{origin}/robots.txt", self.max_bytes)
         except Exception as exc:  # noqa: BLE001 - any failure means "no answer"
+            from crawlhub.fetch.http import unreachable_reason
+
+            self._errors[origin] = unreachable_reason(exc)
             log.warning("robots.txt of %s: no answer (%s: %s); everything disallowed for"
                         " %s s", origin, type(exc).__name__, exc, self.error_ttl)
             status, body = 0, b""
@@ -186,7 +236,7 @@ class RobotsCache:
 
     async def _interpret(self, origin: str, entry: RobotsEntry) -> Any:
         if entry.status == 0 or entry.status >= 500:
-            return False
+            return _Unavailable(entry.status, self._errors.pop(origin, ""))
         if not 200 <= entry.status < 300:
             return True
         try:

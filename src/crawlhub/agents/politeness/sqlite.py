@@ -99,6 +99,7 @@ class SqliteGateStore:
         def _reset(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM gate_slots")
             conn.execute("DELETE FROM gate_pace")
+            conn.execute("UPDATE gate_robots SET claim = 0 WHERE claim > 0")
 
         await self._db.transaction(_reset)
 

@@ -117,6 +117,13 @@ class HubState(Protocol):
         until ``now + lease``: one claimer at a time handles it, and settles it."""
         ...
 
+    async def end_leases(self, now: float) -> int:
+        """End every lease at ``now``, so that the next :meth:`claim_expired` takes the
+        entries over: for a caller that knows every holder is dead (``crawlhub crawl``
+        holds its data dir's lock), instead of waiting out their leases. Returns how
+        many it ended."""
+        ...
+
     async def settle(self, current: LedgerEntry, after: LedgerEntry | None,
                      counters: Sequence[tuple[str, str, int]] = (), *,
                      lease_until: float = 0.0) -> bool:

@@ -60,6 +60,15 @@ end
 return out
 """
 
+# Every lease ends now (KEYS: leases; ARGV: now): the next claim takes the entries over.
+_END_LEASES_LUA = """
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf')
+for _, id in ipairs(ids) do
+  redis.call('ZADD', KEYS[1], ARGV[1], id)
+end
+return #ids
+"""
+
 # Settle one entry if it is still exactly what the caller read (KEYS: ledger, deadlines,
 # retention, leases, pending, counters, unpushed; ARGV: uuid, expected entry, next entry
 # ("" = remove), its deadline ("" = none), what its lease is for ("" = no lease: it waits
@@ -178,6 +187,7 @@ class RedisHubState(RedisIntake):
         self._prefix = prefix
         self._record = self._redis.register_script(_RECORD_LUA)
         self._claim = self._redis.register_script(_CLAIM_LUA)
+        self._end_leases = self._redis.register_script(_END_LEASES_LUA)
         self._settle = self._redis.register_script(_SETTLE_LUA)
         self._resolve = self._redis.register_script(_RESOLVE_LUA)
         self._tokens = self._redis.register_script(_TOKENS_LUA)
@@ -218,6 +228,9 @@ class RedisHubState(RedisIntake):
         out = await self._claim(keys=[*self._ledger_keys, k["leases"], k["pending"]],
                                 args=[repr(now), limit, repr(now + lease)])
         return [_loads(out[i + 1], out[i]) for i in range(0, len(out), 2)]
+
+    async def end_leases(self, now: float) -> int:
+        return int(await self._end_leases(keys=[self._keys["leases"]], args=[repr(now)]))
 
     async def get_many(self, task_uuids: Sequence[str]) -> dict[str, LedgerEntry]:
         uuids = list(dict.fromkeys(task_uuids))

@@ -151,6 +151,13 @@ class SqliteHubState(SqliteIntake):
 
         return [_loads(raw, pending) for raw, pending in await self._db.transaction(_claim)]
 
+    async def end_leases(self, now: float) -> int:
+        def _end(conn: sqlite3.Connection) -> int:
+            return int(conn.execute("UPDATE leases SET until = ? WHERE until > ?",
+                                    (now, now)).rowcount)
+
+        return await self._db.transaction(_end)  # type: ignore[no-any-return]
+
     async def get_many(self, task_uuids: Sequence[str]) -> dict[str, LedgerEntry]:
         uuids = list(dict.fromkeys(task_uuids))
 
