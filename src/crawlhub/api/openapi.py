@@ -68,6 +68,9 @@ _ANSWERS: dict[int, dict[str, Any]] = {
           " schema, an item is not a JSON object, or no outbound takes the task"},
     401: {"model": ErrorBody, "description": "Missing or wrong bearer token (server.token"
           " is set)"},
+    429: {"model": ErrorBody, "description": "Too many at once from this client: wrong"
+          " tokens, or open log tails (server.max_tails_per_client, server.max_tails);"
+          " retry after Retry-After seconds", "headers": _RETRY_AFTER},
     503: {"model": RetryLater, "description": "A backend is out of reach (or an outbound is"
           " over its max_lag): retry after Retry-After seconds", "headers": _RETRY_AFTER},
 }
