@@ -177,7 +177,11 @@ async def test_scripts_the_cli_and_the_servers_own_page_still_pass(app: App) -> 
     named = await app.client.post("/task/", json={"url": "http://127.0.0.1/d"}, headers={
         "Host": "crawlhub.example.com", "Origin": "https://crawlhub.example.com"})
     assert named.status_code == 200, named.text
-    assert await app.svc.queues.queue("default").length() == 4
+    # a proxy that passes Host: 127.0.0.1:8526 on: the page's origin is a listed name
+    proxied = await app.client.post("/task/", json={"url": "http://127.0.0.1/e"}, headers={
+        "Origin": "https://crawlhub.example.com", "Sec-Fetch-Site": "same-origin"})
+    assert proxied.status_code == 200, proxied.text
+    assert await app.svc.queues.queue("default").length() == 5
 
 
 async def test_webhooks_may_come_from_anywhere_but_not_under_a_foreign_host(app: App) -> None:

@@ -68,8 +68,9 @@ class Hosts:
         names = {n.strip().lower() for n in allowed}
         self.any = "*" in names
         self.suffixes = tuple(n for n in names if n.startswith("."))
-        self.names = {n.strip("[]") for n in names if not n.startswith(".")} \
-            | {n.strip("[]") for n in LOOPBACK_NAMES}
+        #: the names listed one by one: a page there is ours (a proxy's public name)
+        self.listed = {n.strip("[]") for n in names if not n.startswith(".") and n != "*"}
+        self.names = self.listed | {n.strip("[]") for n in LOOPBACK_NAMES}
         bind = bind.strip().lower().strip("[]")
         if bind and bind not in ("0.0.0.0", "::"):
             self.names.add(bind)
@@ -142,7 +143,7 @@ class RequestGuard:
         path: str = scope["path"]
         if path.startswith(CROSS_SITE_PREFIXES):
             return None
-        if not self.same_origin(scope, host):
+        if not self.same_origin(scope, host, self.hosts.listed):
             return 403, (f"{scope['method']} from a page of another origin is refused"
                          " (cross-site request guard): use this server's own web page, or a"
                          " client that is not a browser")
@@ -158,7 +159,10 @@ class RequestGuard:
         return None
 
     @staticmethod
-    def same_origin(scope: Scope, host: str) -> bool:
+    def same_origin(scope: Scope, host: str, listed: Iterable[str] = ()) -> bool:
+        """No sign of another origin: ``Origin`` is this ``Host`` (or a name listed in
+        ``server.allowed_hosts``: a proxy that passes ``Host: 127.0.0.1:8526`` on), and
+        the browser does not call it cross-site or same-site."""
         fetch_site = _header(scope, b"sec-fetch-site").strip().lower()
         if fetch_site in (b"cross-site", b"same-site"):
             return False
@@ -167,7 +171,10 @@ class RequestGuard:
             return True  # not a browser, or a same-origin request of an old one
         parts = urlsplit(origin)
         # "null" (a sandboxed frame, a file: page) and any other netloc are foreign
-        return bool(parts.netloc) and parts.netloc.lower() == host.strip().lower()
+        if not parts.netloc:
+            return False
+        return parts.netloc.lower() == host.strip().lower() \
+            or host_name(parts.netloc) in listed
 
 
 def _has_body(scope: Scope) -> bool:
