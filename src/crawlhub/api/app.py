@@ -147,7 +147,8 @@ def create_app(config: Any | None = None, *, services: Services | None = None) -
                        max_bytes=int(cfg.server.max_body_bytes))
     if token:
         app.add_middleware(BearerToken, token=token, throttle=app.state.throttle)
-    app.add_middleware(RequestGuard, hosts=Hosts(cfg.server.bind, cfg.server.allowed_hosts))
+    app.state.hosts = Hosts(cfg.server.bind, cfg.server.allowed_hosts)
+    app.add_middleware(RequestGuard, hosts=app.state.hosts)
 
     errors.install(app)
     docs.install(app)

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
+from crawlhub.api.guard import Hosts, RequestGuard
 from crawlhub.api.throttle import Throttle, client_of, retry_after
 from crawlhub.web import session
 from crawlhub.web.render import HEADERS, page
@@ -78,10 +79,8 @@ def _form(request: Request, *, next: str, error: str | None, status: int = 200) 
 
 def _same_site(request: Request) -> bool:
     """The login form was posted from a page of this server (login CSRF: another site
-    must not log a browser in with a token of its choosing)."""
-    if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
-        return False
-    origin = request.headers.get("origin")
-    if not origin or origin == "null":
-        return origin is None
-    return urlsplit(origin).netloc == request.headers.get("host", "")
+    must not log a browser in with a token of its choosing): the API's own rule
+    (:meth:`crawlhub.api.guard.RequestGuard.same_origin`), which has already run."""
+    hosts: Hosts = request.app.state.hosts
+    return RequestGuard.same_origin(request.scope, request.headers.get("host", ""),
+                                    hosts.listed)
