@@ -128,3 +128,15 @@ async def test_a_client_is_forgiven_after_a_quiet_quarter_hour(app: App) -> None
         assert (await client.get("/queues/", headers=bearer("guess-after-00000"))
                 ).status_code == 401
         assert (await client.get("/queues/", headers=bearer(TOKEN))).status_code == 200
+
+
+async def test_addresses_of_one_ipv6_64_count_as_one_client(app: App) -> None:
+    """One host holds a whole /64: a new address for every guess gains nothing."""
+    for i in range(FREE_FAILURES):
+        async with app.client(f"2001:db8:1:2::{i + 1:x}") as client:
+            assert (await client.get("/queues/", headers=bearer(f"guess-{i:012d}"))
+                    ).status_code == 401
+    async with app.client("2001:db8:1:2:ffff::9") as client:
+        assert (await client.get("/queues/", headers=bearer(TOKEN))).status_code == 429
+    async with app.client("2001:db8:1:3::1") as neighbour:  # the next /64
+        assert (await neighbour.get("/queues/", headers=bearer(TOKEN))).status_code == 200

@@ -8,6 +8,7 @@ the proxy's: docs/security.md).
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import time
 from collections.abc import Callable
@@ -83,9 +84,19 @@ class Throttle:
 
 
 def client_of(scope: object) -> str:
-    """The client address of an ASGI scope (``?`` when the server gave none)."""
+    """The client of an ASGI scope, as counted: its IPv4 address, or its IPv6 /64 (one
+    host holds a whole /64 and could take a new address for every try); ``?`` when the
+    server gave none."""
     client = scope.get("client") if isinstance(scope, dict) else None
-    return str(client[0]) if client else "?"
+    if not client:
+        return "?"
+    host = str(client[0])
+    if ":" in host:
+        try:
+            return str(ipaddress.IPv6Network(f"{host.partition('%')[0]}/64", strict=False))
+        except ValueError:
+            return host
+    return host
 
 
 def retry_after(seconds: float) -> str:
