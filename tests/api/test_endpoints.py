@@ -193,7 +193,8 @@ async def test_over_a_real_socket_tasks_route_and_a_chunked_oversized_body_is_41
         async with session.post(f"{base}/task/", json=[{"url": "a"}, {"url": "b"}]) as resp:
             assert resp.status == 200
             assert (await resp.json())["accepted"] == 2
-        async with session.post(f"{base}/task/", data=chunks()) as resp:
+        async with session.post(f"{base}/task/", data=chunks(),
+                                headers={"Content-Type": "application/json"}) as resp:
             assert resp.request_info.headers.get("Transfer-Encoding") == "chunked"
             assert resp.status == 413
             assert "max_body_bytes" in (await resp.json())["detail"]

@@ -25,7 +25,7 @@ from tests.control.gitremote import Remote, make_remote
 
 PASSWORD = "pw-Kx9-hidden-always"
 SECRET = "whsec-aa81-bb72-cc63"
-TOKEN = "api-token-5f1e"
+TOKEN = "api-token-5f1e-9c2d"
 
 
 class App:

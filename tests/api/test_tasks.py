@@ -12,6 +12,9 @@ from crawlhub.task import BUILTIN_KEYS
 
 from .conftest import MakeApi
 
+#: What a client says of a JSON body (without it the body is refused: 415).
+JSON = {"Content-Type": "application/json"}
+
 ROUTES = [
     {"name": "gd", "selector": ["province == 'GD'"], "init": {"key": "q_gd"}, "task_src": 3},
     {"name": "urls", "selector": ["url"], "init": {"key": "q_urls"}},
@@ -80,7 +83,7 @@ async def test_malformed_json_is_400(make_api: MakeApi, raw: bytes) -> None:
 async def test_a_body_that_is_not_an_object_or_list_of_objects_is_422_naming_the_item(
         make_api: MakeApi, body: object, named: str) -> None:
     api = await make_api()
-    r = await api.client.post("/task/", content=json.dumps(body))
+    r = await api.client.post("/task/", content=json.dumps(body), headers=JSON)
     assert r.status_code == 422
     assert r.json()["detail"].startswith(named)
     assert await api.queued("default") == 0
@@ -89,7 +92,7 @@ async def test_a_body_that_is_not_an_object_or_list_of_objects_is_422_naming_the
 @pytest.mark.parametrize("raw", [b"", b"   \n", b"[]"])
 async def test_an_empty_body_or_empty_list_is_4xx(make_api: MakeApi, raw: bytes) -> None:
     api = await make_api()
-    r = await api.client.post("/task/", content=raw)
+    r = await api.client.post("/task/", content=raw, headers=JSON)
     assert 400 <= r.status_code < 500
     assert r.json()["detail"]
 
@@ -103,7 +106,7 @@ def _big_list(size: int) -> bytes:
 
 async def test_a_body_over_max_body_bytes_is_413(make_api: MakeApi) -> None:
     api = await make_api(**LIMITED)
-    r = await api.client.post("/task/", content=_big_list(2000))
+    r = await api.client.post("/task/", content=_big_list(2000), headers=JSON)
     assert r.status_code == 413
     assert "max_body_bytes" in r.json()["detail"]
     assert await api.queued("default") == 0
@@ -111,7 +114,7 @@ async def test_a_body_over_max_body_bytes_is_413(make_api: MakeApi) -> None:
 
 async def test_a_body_under_max_body_bytes_is_accepted(make_api: MakeApi) -> None:
     api = await make_api(**LIMITED)
-    r = await api.client.post("/task/", content=_big_list(100))
+    r = await api.client.post("/task/", content=_big_list(100), headers=JSON)
     assert r.status_code == 200 and r.json()["accepted"] == 5
 
 
@@ -124,7 +127,7 @@ async def test_a_streamed_body_without_content_length_over_the_limit_is_413(
         for start in range(0, len(body), 100):
             yield body[start:start + 100]
 
-    r = await api.client.post("/task/", content=chunks())
+    r = await api.client.post("/task/", content=chunks(), headers=JSON)
     assert r.request.headers.get("transfer-encoding") == "chunked"
     assert "content-length" not in r.request.headers
     assert r.status_code == 413
@@ -134,7 +137,7 @@ async def test_a_streamed_body_without_content_length_over_the_limit_is_413(
 async def test_a_body_longer_than_its_content_length_says_is_413(make_api: MakeApi) -> None:
     api = await make_api(**LIMITED)
     r = await api.client.post("/task/", content=_big_list(2000),
-                              headers={"content-length": "20"})
+                              headers={"content-length": "20", **JSON})
     assert r.status_code == 413
     assert await api.queued("default") == 0
 
@@ -152,7 +155,7 @@ async def test_more_tasks_than_max_tasks_per_request_is_413(make_api: MakeApi) -
                                  b'{"url": "x", "routed_count": 1e999}'])
 async def test_numbers_json_cannot_carry_are_400(make_api: MakeApi, raw: bytes) -> None:
     api = await make_api()
-    r = await api.client.post("/task/", content=raw)
+    r = await api.client.post("/task/", content=raw, headers=JSON)
     assert r.status_code == 400
     assert "number" in r.json()["detail"]
     assert await api.queued("default") == 0
@@ -161,14 +164,15 @@ async def test_numbers_json_cannot_carry_are_400(make_api: MakeApi, raw: bytes) 
 
 async def test_an_integer_too_long_to_read_is_400(make_api: MakeApi) -> None:
     api = await make_api()
-    r = await api.client.post("/task/", content=b'{"n": ' + b"7" * 5000 + b"}")
+    r = await api.client.post("/task/", content=b'{"n": ' + b"7" * 5000 + b"}",
+                              headers=JSON)
     assert r.status_code == 400
 
 
 async def test_json_nested_too_deeply_is_400(make_api: MakeApi) -> None:
     api = await make_api()
     r = await api.client.post("/task/", content=b'{"a": ' + b"[" * 100_000 + b"]" * 100_000
-                              + b"}")
+                              + b"}", headers=JSON)
     assert r.status_code == 400
     assert "nested" in r.json()["detail"]
 
@@ -177,7 +181,7 @@ async def test_json_nested_too_deeply_is_400(make_api: MakeApi) -> None:
                                  b'[{"url": "x", "deep": [{"k": "a\\udbffb"}]}]'])
 async def test_text_with_a_lone_surrogate_is_400(make_api: MakeApi, raw: bytes) -> None:
     api = await make_api()
-    r = await api.client.post("/task/", content=raw)
+    r = await api.client.post("/task/", content=raw, headers=JSON)
     assert r.status_code == 400
     assert "surrogate" in r.json()["detail"]
     assert await api.queued("default") == 0
@@ -187,7 +191,8 @@ async def test_escaped_surrogate_pairs_and_backslashes_are_plain_text(make_api: 
                                                                       ) -> None:
     api = await make_api()
     r = await api.client.post("/task/",
-                              content=b'{"url": "\\ud83d\\ude00", "path": "C:\\\\ud800"}')
+                              content=b'{"url": "\\ud83d\\ude00", "path": "C:\\\\ud800"}',
+                              headers=JSON)
     assert r.status_code == 200
     [message] = await api.payloads("default")
     assert message["url"] == "\U0001f600" and message["path"] == "C:\\ud800"

@@ -43,7 +43,7 @@ def test_long_values_are_printed_on_one_line(cli: Cli, tmp_path: Path) -> None:
 
 def test_secrets_are_masked(cli: Cli, tmp_path: Path) -> None:
     config = write_yaml(tmp_path / "main.yaml", {
-        "server": {"token": "tok-very-secret"},
+        "server": {"token": "tok-very-secret-4d2a"},
         "outbound": [{"name": "o", "class": "redis_list",
                       "init": {"url": "redis://:pw-very-secret@127.0.0.1:6379/0", "key": "k"}}]})
     result = cli("check-config", str(config))

@@ -129,11 +129,11 @@ def test_submit_prints_the_index_status_and_reason_of_every_task_not_taken(
 
 def test_the_server_token_is_sent_when_given(cli: Cli, tmp_path: Path) -> None:
     config = write_yaml(tmp_path / "locked.yaml", {
-        "data_dir": str(tmp_path / "data"), "server": {"token": "s3cret-cli"},
+        "data_dir": str(tmp_path / "data"), "server": {"token": "s3cret-cli-8e1f0b27"},
         "outbound": [{"name": "default", "init": {"key": "default"}}]})
     with crawlhub_serve(["-c", str(config)], log=tmp_path / "serve.log") as served:
         refused = cli("submit", "-", "--url", served.url, input='{"n": 1}')
-        accepted = cli("submit", "-", "--url", served.url, "--token", "s3cret-cli",
+        accepted = cli("submit", "-", "--url", served.url, "--token", "s3cret-cli-8e1f0b27",
                        input='{"n": 2}')
     assert refused.exit_code == 1 and "401" in one_line(refused.stderr)
     assert accepted.exit_code == 0

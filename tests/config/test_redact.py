@@ -82,20 +82,20 @@ def test_dump_never_contains_the_server_token_or_url_passwords(write: WriteFiles
         }
     )
     cfg = load_config(
-        main, env={"HUB_TOKEN": "tok-123", "REDIS_PASSWORD": "rpw-456", "PG_PASSWORD": "pgpw-789"}
+        main, env={"HUB_TOKEN": "tok-123-4f9e-8a7b", "REDIS_PASSWORD": "rpw-456", "PG_PASSWORD": "pgpw-789"}
     )
     assert cfg.server.token is not None
-    assert cfg.server.token.get_secret_value() == "tok-123"
+    assert cfg.server.token.get_secret_value() == "tok-123-4f9e-8a7b"
     assert cfg.storage.queues == "redis://:rpw-456@127.0.0.1:6379/0"  # the hub gets the real URL
 
     shown = json.dumps(dump_config(cfg))
-    for secret in ("tok-123", "rpw-456", "pgpw-789", '"pw"'):
+    for secret in ("tok-123-4f9e-8a7b", "rpw-456", "pgpw-789", '"pw"'):
         assert secret not in shown
     assert dump_config(cfg)["server"]["token"] == "***"
     assert dump_config(cfg)["storage"]["metadata"] == "postgresql://crawl:***@127.0.0.1/test"
 
     # Even unredacted, a SecretStr field dumps as ***.
-    assert "tok-123" not in json.dumps(dump_config(cfg, redacted=False))
+    assert "tok-123-4f9e-8a7b" not in json.dumps(dump_config(cfg, redacted=False))
     assert dump_config(cfg, redacted=False)["server"]["token"] == "***"
 
 

@@ -36,6 +36,8 @@ from crawlhub.api import (
     tasks,
 )
 from crawlhub.api.body import BodyGuard
+from crawlhub.api.guard import Hosts, RequestGuard
+from crawlhub.api.throttle import Throttle, client_of, retry_after
 from crawlhub.service import Services
 from crawlhub.web import session
 
@@ -56,12 +58,14 @@ class BearerToken:
     """Pure ASGI middleware: every path but :data:`PUBLIC_PATHS` needs the bearer token
     (no per-request Request object or task, unlike ``@app.middleware``), or the web
     page's session cookie (:mod:`crawlhub.web.session`, with its CSRF rule); a browser
-    with neither is sent to the login page."""
+    with neither is sent to the login page. Wrong tokens are counted per client
+    (:class:`crawlhub.api.throttle.Throttle`): past a few, tries wait (429)."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, token: str, throttle: Throttle | None = None) -> None:
         self.app = app
         self.token = token.encode()
         self.sessions = session.Sessions(token)
+        self.throttle = throttle if throttle is not None else Throttle()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # lifespan scopes have no path: check the type first, or serve never starts
@@ -71,10 +75,21 @@ class BearerToken:
             return
         header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
         scheme, _, given = header.partition(b" ")
-        if scheme.lower() == b"bearer" and secrets.compare_digest(given.strip(), self.token):
-            await self.app(scope, receive, send)
-            return
         response: Response
+        if scheme.lower() == b"bearer":
+            client = client_of(scope)
+            wait = self.throttle.wait(client)
+            if wait > 0:  # not even compared: a guesser learns nothing while it waits
+                response = JSONResponse(
+                    {"detail": f"too many wrong tokens from {client}: try again in"
+                     f" {retry_after(wait)} s"}, status_code=429,
+                    headers={"Retry-After": retry_after(wait)})
+                await response(scope, receive, send)
+                return
+            if secrets.compare_digest(given.strip(), self.token):
+                await self.app(scope, receive, send)
+                return
+            self.throttle.failed(client, "bearer token")
         if self.sessions.valid(scope):
             if session.csrf_ok(scope):
                 await self.app(scope, receive, send)
@@ -120,12 +135,20 @@ def create_app(config: Any | None = None, *, services: Services | None = None) -
         app.state.services = services
     token = cfg.server.token.get_secret_value() if cfg.server.token else None
     app.state.token = token
+    #: wrong tokens per client, of the bearer header and the login form alike
+    app.state.throttle = Throttle()
+    #: open log tails, per client and in total (crawlhub.api.logs)
+    app.state.tails = logs.Tails(per_client=cfg.server.max_tails_per_client,
+                                 total=cfg.server.max_tails)
 
-    # Added last = runs first: a client without the token never gets to send a body.
+    # Added last = runs first: a client without the token never gets to send a body,
+    # and a foreign page or Host is refused before the token is looked at.
     app.add_middleware(BodyGuard, timeout=float(cfg.server.body_timeout),
                        max_bytes=int(cfg.server.max_body_bytes))
     if token:
-        app.add_middleware(BearerToken, token=token)
+        app.add_middleware(BearerToken, token=token, throttle=app.state.throttle)
+    app.state.hosts = Hosts(cfg.server.bind, cfg.server.allowed_hosts)
+    app.add_middleware(RequestGuard, hosts=app.state.hosts)
 
     errors.install(app)
     docs.install(app)

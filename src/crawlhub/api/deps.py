@@ -20,6 +20,7 @@ from typing import Annotated, Any
 from fastapi import Depends, HTTPException, Request
 
 from crawlhub import jsoncodec
+from crawlhub.api.guard import is_json_type
 from crawlhub.control.plane import ControlPlane
 from crawlhub.errors import BackendUnavailable
 from crawlhub.service import Services
@@ -54,7 +55,14 @@ class ApiError(HTTPException):
 
 async def json_body(request: Request) -> Any:
     """The request body as JSON, or a 400 that says what is wrong (size, time and UTF-8
-    are checked as it arrives: :class:`crawlhub.api.body.BodyGuard`)."""
+    are checked as it arrives: :class:`crawlhub.api.body.BodyGuard`). It must say
+    ``Content-Type: application/json`` (415 otherwise): a page of another site can post
+    a form or ``text/plain`` without asking, never JSON."""
+    kind = request.headers.get("content-type", "")
+    if not is_json_type(kind):
+        shown = kind.partition(";")[0].strip()[:100] or "none"
+        raise ApiError(415, f"request body must be JSON: send 'Content-Type: application/json'"
+                       f" (got {shown})")
     chunks = [chunk async for chunk in request.stream()]
     body = b"".join(chunks)
     if not body.strip():

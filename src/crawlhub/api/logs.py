@@ -5,19 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Depends, Header, Query
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
+from starlette.types import Receive, Scope, Send
 
 from crawlhub.api.deps import ApiError, services
 from crawlhub.api.openapi import BACKEND, errors
+from crawlhub.api.throttle import client_of
 from crawlhub.control.logs import LogQuery, LogQueryError, LogService, parse_when
 from crawlhub.errors import NotFoundError
 from crawlhub.service import Services
 
+log = logging.getLogger("crawlhub.api")
 router = APIRouter(tags=["logs"])
 
 #: Seconds without a line after which the tail sends a comment (proxies keep it open).
@@ -125,8 +129,9 @@ _SSE_ANSWER: dict[int | str, dict[str, Any]] = {200: {
 
 @router.get("/logs/tail", summary="Follow new log lines (Server-Sent Events)",
             response_class=StreamingResponse,
-            responses={**_SSE_ANSWER, **errors(404, 422, *BACKEND)})
+            responses={**_SSE_ANSWER, **errors(404, 422, 429, *BACKEND)})
 async def tail_logs(
+    request: Request,
     job: str | None = _JOB, run: str | None = _RUN, task: str | None = _TASK,
     level: str | None = _LEVEL, source: str | None = _SOURCE, q: str | None = _Q,
     after: int | None = Query(None, ge=0, description="start after this line id (default:"
@@ -149,9 +154,72 @@ async def tail_logs(
         if after < 0:
             raise ApiError(422, f"Last-Event-ID {after} is negative: line ids start at 1")
     start = await logs.store.last_id() if after is None else after
-    return StreamingResponse(_events(logs, query, start), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache",
-                                      "X-Accel-Buffering": "no"})
+    tails: Tails = request.app.state.tails
+    client = client_of(request.scope)
+    refused = tails.refusal(client)
+    if refused is not None:
+        log.warning("refused a log tail for %s: %s", client, refused)
+        raise ApiError(429, refused, retry_after=5)
+    return _HeldStream(tails, client, _events(logs, query, start),
+                       media_type="text/event-stream",
+                       headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+class Tails:
+    """Open ``GET /logs/tail`` streams, counted per client address and in total: each
+    costs a store search every 0.3 s, so past ``server.max_tails_per_client`` or
+    ``server.max_tails`` a new one is refused (429) until one closes."""
+
+    def __init__(self, *, per_client: int, total: int) -> None:
+        self.per_client = per_client
+        self.total = total
+        self.open: dict[str, int] = {}
+
+    def count(self) -> int:
+        return sum(self.open.values())
+
+    def refusal(self, client: str) -> str | None:
+        """Why ``client`` may not open one more tail now (None: it may), and if it may,
+        its tail is counted from now: :meth:`release` it when it ends."""
+        if self.open.get(client, 0) >= self.per_client:
+            return (f"{client} has {self.per_client} log tails open already"
+                    " (server.max_tails_per_client): close one, or search with GET /logs")
+        if self.count() >= self.total:
+            return (f"{self.total} log tails are open already (server.max_tails): try again"
+                    " when one closes, or search with GET /logs")
+        self.open[client] = self.open.get(client, 0) + 1
+        return None
+
+    def release(self, client: str) -> None:
+        left = self.open.get(client, 0) - 1
+        if left > 0:
+            self.open[client] = left
+        else:
+            self.open.pop(client, None)
+
+
+class _HeldStream(StreamingResponse):
+    """A tail that gives its place back however it ends: the client gone, the server
+    stopping, or never started at all."""
+
+    def __init__(self, tails: Tails, client: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tails, self.client = tails, client
+        self.held = True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.tails.release(self.client)
+
+    def __del__(self) -> None:  # built but never sent (an error between): not leaked
+        self.release()
 
 
 async def _events(logs: LogService, query: LogQuery, cursor: int) -> AsyncIterator[bytes]:

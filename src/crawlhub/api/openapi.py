@@ -66,8 +66,17 @@ _ANSWERS: dict[int, dict[str, Any]] = {
           " holds more items than server.max_tasks_per_request"},
     422: {"model": ValidationErrorBody, "description": "The request does not match its"
           " schema, an item is not a JSON object, or no outbound takes the task"},
+    403: {"model": ErrorBody, "description": "Sent from a page of another origin (Origin,"
+          " Sec-Fetch-Site), or with the session cookie alone and no CSRF header"},
+    415: {"model": ErrorBody, "description": "A body that is not JSON: send Content-Type:"
+          " application/json"},
+    421: {"model": ErrorBody, "description": "Host is not a name this server answers to"
+          " (loopback names, its address, server.allowed_hosts): DNS-rebinding guard"},
     401: {"model": ErrorBody, "description": "Missing or wrong bearer token (server.token"
           " is set)"},
+    429: {"model": ErrorBody, "description": "Too many at once from this client: wrong"
+          " tokens, or open log tails (server.max_tails_per_client, server.max_tails);"
+          " retry after Retry-After seconds", "headers": _RETRY_AFTER},
     503: {"model": RetryLater, "description": "A backend is out of reach (or an outbound is"
           " over its max_lag): retry after Retry-After seconds", "headers": _RETRY_AFTER},
 }
@@ -100,8 +109,9 @@ def json_request(description: str, *, max_items: int | None = None) -> dict[str,
 
 def install(app: FastAPI, *, token_paths: Callable[[str], bool] | None = None) -> None:
     """Make ``app.openapi()`` describe the 422 the validation handler really sends
-    (FastAPI's default ``HTTPValidationError`` becomes :class:`ValidationErrorBody`) and
-    list 401 on the paths for which ``token_paths`` says a bearer token is needed."""
+    (FastAPI's default ``HTTPValidationError`` becomes :class:`ValidationErrorBody`), the
+    request guard's 421 (and 403, 415 on what changes something), and 401 on the paths
+    for which ``token_paths`` says a bearer token is needed."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -109,6 +119,17 @@ def install(app: FastAPI, *, token_paths: Callable[[str], bool] | None = None) -
             return app.openapi_schema
         doc = generate()
         schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+        for path, item in doc.get("paths", {}).items():
+            # the request guard's answers (crawlhub.api.guard), before any route
+            for method, operation in item.items():
+                if not isinstance(operation, dict):
+                    continue
+                answers = operation.setdefault("responses", {})
+                answers.setdefault("421", _response(421))
+                if method.upper() not in ("GET", "HEAD", "OPTIONS") \
+                        and not path.startswith("/hooks/"):
+                    answers.setdefault("403", _response(403))
+                    answers.setdefault("415", _response(415))
         if token_paths is not None:
             for path, item in doc.get("paths", {}).items():
                 if token_paths(path):

@@ -129,6 +129,7 @@ def serve(
         cfg.server.bind = bind
     if port:
         cfg.server.port = port
+    _check_exposure(cfg, serving=True, bind_given=bool(bind))
     configure_secrets(cfg.logging.secret_names, cfg.logging.public_names)
     setup_logging(cfg.logging.level, cfg.logging.format, cfg.logging.file)
     err.print(f"crawlhub {cfg.project}: http://{cfg.server.bind}:{cfg.server.port}"
@@ -189,9 +190,31 @@ def check_config(
     """
     cfg = get_config(file, None, sets)
     _check_hub(cfg)
+    _check_exposure(cfg, serving=False)
     # soft_wrap: Rich must not fold long lines, or the YAML printed is not the config.
     out.print(yaml.safe_dump(dump_config(cfg), allow_unicode=True, sort_keys=False),
               highlight=False, markup=False, soft_wrap=True)
+
+
+def _check_exposure(cfg: Any, *, serving: bool, bind_given: bool = False) -> None:
+    """A non-loopback ``server.bind`` without a token: ``serve`` refuses it (exit 2) unless
+    ``server.insecure_no_token: true`` says so in words, and then warns; ``check-config``
+    warns either way (``serve --bind`` may still choose another address)."""
+    problem = cfg.server.exposure()
+    if problem is None:
+        return
+    where = {} if bind_given else {"file": cfg.file_of("server", "bind"), "entry": "server",
+                                   "key": "bind"}
+    fix = ("set server.token (at least 16 random characters), bind 127.0.0.1, or write"
+           " 'server.insecure_no_token: true' to serve it anyway (docs/security.md)")
+    if cfg.server.insecure_no_token:
+        err.print(f"[bold yellow]warning[/] {escape(problem)}; server.insecure_no_token is"
+                  " set, so it is served anyway", markup=True, highlight=False, soft_wrap=True)
+        return
+    if serving:
+        fail(ConfigError(f"{problem}: refused; {fix}", **where))
+    err.print(f"[bold yellow]warning[/] {escape(problem)}: 'crawlhub serve' refuses this"
+              f" config; {escape(fix)}", markup=True, highlight=False, soft_wrap=True)
 
 
 def _check_hub(cfg: Any) -> None:

@@ -146,10 +146,45 @@ class StorageConfig(_Section):
         return _check_scheme(value, _METADATA_SCHEMES, "metadata")
 
 
+#: The shortest ``server.token`` accepted: a token is the only lock on a server that runs
+#: commands, and a short one is guessed (even throttled: docs/security.md).
+MIN_TOKEN_LENGTH = 16
+#: What a user types to get a good token (said in the errors that ask for one).
+MAKE_TOKEN = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+#: Names of this machine that a page on another site can never make a browser use for us.
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost``, ``127.0.0.0/8`` and ``::1``: addresses only this machine
+    reaches. Any other name or address (``0.0.0.0``, ``::``, a LAN address, a host name)
+    may be reached from elsewhere."""
+    import ipaddress
+
+    host = host.strip().lower().strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class ServerConfig(_Section):
     bind: str = "127.0.0.1"
     port: int = Field(default=8526, ge=1, le=65535)
     token: SecretStr | None = None
+    #: Serve an address other machines reach without a token: only when said in words
+    #: (``serve`` refuses otherwise; both it and ``check-config`` warn then).
+    insecure_no_token: bool = False
+    #: Host names (the ``Host`` header) the server answers to besides loopback names and
+    #: the address a request came in on: a proxy's public name, a compose service name.
+    #: ``.example.com`` takes every sub-domain too; ``*`` takes any (no DNS-rebinding
+    #: guard: only behind a proxy that checks ``Host`` itself).
+    allowed_hosts: StrList = Field(default_factory=list)
+    #: Open ``GET /logs/tail`` streams allowed per client address and in total (429 past).
+    max_tails_per_client: int = Field(default=8, ge=1)
+    max_tails: int = Field(default=32, ge=1)
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1)
     max_tasks_per_request: int = Field(default=10000, ge=1)
     #: Seconds a request body may take to arrive in full; slower bodies are cut off
@@ -165,7 +200,32 @@ class ServerConfig(_Section):
                 "the token is empty (a placeholder that resolved to '' counts): set a"
                 " non-empty token, or write 'token: null' (or remove it) to run without auth"
             )
+        if token is not None and len(token.get_secret_value().strip()) < MIN_TOKEN_LENGTH:
+            # the length only: the error must not show any of the token
+            raise ValueError(
+                f"the token is {len(token.get_secret_value().strip())} characters long;"
+                f" use at least {MIN_TOKEN_LENGTH} random ones (make one with: {MAKE_TOKEN})")
         return token
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts_are_names(cls, hosts: list[str]) -> list[str]:
+        cleaned = [h.strip().lower() for h in hosts]
+        for host in cleaned:
+            if not host or "/" in host or " " in host:
+                raise ValueError(f"{host!r} is not a host name: list names like"
+                                 " 'crawlhub.example.com' or '.example.com' (no scheme,"
+                                 " no path)")
+        return cleaned
+
+    def exposure(self) -> str | None:
+        """Why serving this section is unsafe, or None: a non-loopback ``bind`` without a
+        token lets anyone who reaches the port run commands (jobs run argv)."""
+        if self.token is not None or is_loopback(self.bind):
+            return None
+        return (f"server.bind is {self.bind!r} (reachable from other machines) and"
+                " server.token is not set: anyone who reaches the port could start jobs,"
+                " which run commands")
 
     @field_serializer("token", when_used="json")
     def _mask_token(self, token: SecretStr | None) -> str | None:

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
+from crawlhub.api.guard import Hosts, RequestGuard
+from crawlhub.api.throttle import Throttle, client_of, retry_after
 from crawlhub.web import session
 from crawlhub.web.render import HEADERS, page
 
@@ -38,7 +40,16 @@ async def login(request: Request) -> Response:
     fields = parse_qs(body, max_num_fields=10)
     given = (fields.get("token") or [""])[0]
     target = session.safe_next((fields.get("next") or ["/"])[0])
+    throttle: Throttle = request.app.state.throttle
+    client = client_of(request.scope)
+    wait = throttle.wait(client)
+    if wait > 0:  # not even compared: a guesser learns nothing while it waits
+        answer = _form(request, status=429, next=target, error="too many wrong tokens from"
+                       f" this address: try again in {retry_after(wait)} s")
+        answer.headers["Retry-After"] = retry_after(wait)
+        return answer
     if not given or not session.token_matches(token, given):
+        throttle.failed(client, "login")
         return _form(request, status=401, next=target, error="wrong token: paste the"
                      " server's token (server.token in its config)")
     answer = RedirectResponse(target, status_code=303, headers=HEADERS)
@@ -68,10 +79,8 @@ def _form(request: Request, *, next: str, error: str | None, status: int = 200) 
 
 def _same_site(request: Request) -> bool:
     """The login form was posted from a page of this server (login CSRF: another site
-    must not log a browser in with a token of its choosing)."""
-    if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
-        return False
-    origin = request.headers.get("origin")
-    if not origin or origin == "null":
-        return origin is None
-    return urlsplit(origin).netloc == request.headers.get("host", "")
+    must not log a browser in with a token of its choosing): the API's own rule
+    (:meth:`crawlhub.api.guard.RequestGuard.same_origin`), which has already run."""
+    hosts: Hosts = request.app.state.hosts
+    return RequestGuard.same_origin(request.scope, request.headers.get("host", ""),
+                                    hosts.listed)
