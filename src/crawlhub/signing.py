@@ -126,21 +126,25 @@ def load_key(setting: str | None, data_dir: str | Path | None) -> bytes | None:
 _warned = False
 
 
-def signer_for(key: bytes | None, url: str | None, *, max_skew: float = MAX_SKEW
+def signer_for(key: bytes | None, url: str | None = None, *, max_skew: float = MAX_SKEW
                ) -> Signer | None:
-    """The signer of ``key``, or None without one - then, for a broker other than
-    ``memory://``, one loud warning per process."""
+    """The signer of ``key``, or None without one (the Redis bus or channel that then
+    opens unsigned says so: :func:`warn_unsigned`)."""
+    return None if key is None else Signer(key, max_skew=max_skew)
+
+
+def warn_unsigned(url: str) -> None:
+    """One loud warning per process that messages on ``url`` are not signed. Called by a
+    Redis bus or control channel opened without a signer, once its client exists (a
+    missing ``redis`` package is the one error then, not a warning before it)."""
     global _warned
-    if key is None:
-        if url and not url.startswith("memory://") and not _warned:
-            _warned = True
-            log.warning("no message signing key (center.key / %s / <data dir>/%s): center,"
-                        " agent and control messages on %s are NOT signed, and anyone who can"
-                        " write to that Redis can forge them; set one shared key on every"
-                        " process (see docs/center.md)", KEY_ENV, KEY_FILE,
-                        redact_url(url))
-        return None
-    return Signer(key, max_skew=max_skew)
+    if _warned or url.startswith("memory://"):
+        return
+    _warned = True
+    log.warning("no message signing key (center.key / %s / <data dir>/%s): center,"
+                " agent and control messages on %s are NOT signed, and anyone who can"
+                " write to that Redis can forge them; set one shared key on every"
+                " process (see docs/center.md)", KEY_ENV, KEY_FILE, redact_url(url))
 
 
 def signer_from_config(config: CrawlhubConfig, url: str | None = None) -> Signer | None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -84,20 +83,11 @@ async def test_a_robots_txt_answering_501_is_named_in_the_summary_not_as_disallo
 async def test_ctrl_c_says_what_was_saved_and_that_the_same_command_resumes(
         tmp_path: Path) -> None:
     out, data = tmp_path / "items.jsonl", tmp_path / "data"
-    index = out.with_name(out.name + ".index.sqlite")
     argv = [*crawlhub_command(), "crawl", "--follow", "--concurrency", "2", "--out", str(out),
             "--data-dir", str(data)]
 
-    def written() -> int:
-        if not index.exists():
-            return 0
-        db = sqlite3.connect(index, timeout=0.2)
-        try:
-            return int(db.execute("SELECT count(*) FROM entries").fetchone()[0])
-        except sqlite3.OperationalError:  # not created yet, or locked by the writer
-            return 0
-        finally:
-            db.close()
+    def written() -> int:  # items in the user's output
+        return out.read_bytes().count(b"\n") if out.exists() else 0
 
     async with Site(pages=300) as site:
         argv.insert(2, f"{site.url}/page/0")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from crawlhub import signing
+from crawlhub.center.bus import open_bus
 from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.errors import ConfigError
 from crawlhub.signing import KEY_ENV, Signer, load_key, signer_from_config
@@ -39,9 +40,12 @@ def test_without_a_key_a_redis_fleet_is_warned_once_and_nothing_is_made_up(
     monkeypatch.setattr(signing, "_warned", False)
     with caplog.at_level(logging.WARNING, logger="crawlhub.signing"):
         assert signer_from_config(config(tmp_path), "memory://x") is None
+        open_bus("memory://x")
         assert not caplog.records  # in process: nothing to warn about
         assert signer_from_config(config(tmp_path), "redis://:pw@127.0.0.1:6379/0") is None
-        assert signer_from_config(config(tmp_path), "redis://127.0.0.1:6379/0") is None
+        assert not caplog.records  # the bus that opens unsigned says so, not the lookup
+        open_bus("redis://:pw@127.0.0.1:6379/0")  # a client; nothing is sent yet
+        open_bus("redis://127.0.0.1:6379/0")
     [record] = caplog.records
     assert "NOT signed" in record.getMessage() and "pw" not in record.getMessage()
     assert not (tmp_path / "center.key").exists()

@@ -42,7 +42,7 @@ from typing import Any, Protocol
 from crawlhub import jsoncodec, rejects
 from crawlhub.errors import CrawlhubError
 from crawlhub.keys import DEFAULT_PREFIX, dead_stream
-from crawlhub.signing import Signer
+from crawlhub.signing import Signer, warn_unsigned
 from crawlhub.storage.redact import redact_url
 
 #: The consumer group of every group-read channel.
@@ -463,6 +463,8 @@ class RedisBus:
         self._groups: set[str] = set()
         self._take_all = self._redis.register_script(_TAKE_ALL)
         self._where = redact_url(url)
+        if signer is None:
+            warn_unsigned(url)
 
     def key(self, channel: str) -> str:
         return self._prefix + channel

@@ -33,7 +33,7 @@ from crawlhub.control.db import ControlDB
 from crawlhub.control.protocol import RUN, STATES, write_json_atomic
 from crawlhub.errors import CrawlhubError
 from crawlhub.sdk import Control
-from crawlhub.signing import MAX_SKEW, Signer
+from crawlhub.signing import MAX_SKEW, Signer, warn_unsigned
 from crawlhub.storage.errors import is_unavailable
 
 if TYPE_CHECKING:
@@ -291,6 +291,8 @@ class RedisNotifier:
         self.signer = signer
         self.dead_key = keys.dead_stream(prefix, "control")
         self.client = redis_client(url, name="control channel")
+        if signer is None:
+            warn_unsigned(url)
         self._stem = keys.control_channel(prefix, "")
         self._task: asyncio.Task[None] | None = None
 
