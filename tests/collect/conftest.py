@@ -138,3 +138,23 @@ async def any_store(
                       s.detail_table, s.log_table):
             await s._execute(f"DROP TABLE IF EXISTS {table}")
     await s.close()
+
+
+def write_news_config(tmp_path: Path, url: str, **job: Any) -> Path:
+    """A config file with one collection job ``news`` over ``url``'s paged ``/items``, into
+    ``news.jsonl``; ``job`` replaces sections of that job (``detail=``, ``sink=``, ...)."""
+    import yaml
+
+    news = {
+        "name": "news",
+        "source": {"url": f"{url}/items", "items_path": "items", "total_path": "total",
+                   "date_field": "date", "date_format": DATE_FORMAT,
+                   "error_field": "code", "ok_values": [0]},
+        "strategy": {"type": "incremental", "batch_size": 100},
+        "pipeline": {"rate_min": 0, "rate_max": 0, "progress_interval": 0},
+        "sink": {"type": "jsonl", "path": str(tmp_path / "news.jsonl")},
+        **job,
+    }
+    path = tmp_path / "crawlhub.yaml"
+    path.write_text(yaml.safe_dump({"data_dir": str(tmp_path / "data"), "jobs": [news]}))
+    return path

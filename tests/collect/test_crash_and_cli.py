@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from crawlhub.cli import app
@@ -20,26 +19,12 @@ from crawlhub.collect.service import metadata_url_for
 from crawlhub.collect.store import open_metadata_store
 from crawlhub.config.loader import load_config
 from crawlhub.pipeline.result import Status
-from tests.collect.conftest import LazyItems, list_offsets
-from tests.httpapi import DATE_FORMAT, ApiServer, Fault
+from tests.collect.conftest import LazyItems, list_offsets, write_news_config
+from tests.httpapi import ApiServer, Fault
 
 
 def write_config(tmp_path: Path, url: str) -> Path:
-    cfg = {
-        "data_dir": str(tmp_path / "data"),
-        "jobs": [{
-            "name": "news",
-            "source": {"url": f"{url}/items", "items_path": "items", "total_path": "total",
-                       "date_field": "date", "date_format": DATE_FORMAT,
-                       "error_field": "code", "ok_values": [0]},
-            "strategy": {"type": "incremental", "batch_size": 100},
-            "pipeline": {"rate_min": 0, "rate_max": 0, "progress_interval": 0},
-            "sink": {"type": "jsonl", "path": str(tmp_path / "news.jsonl")},
-        }],
-    }
-    path = tmp_path / "crawlhub.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return write_news_config(tmp_path, url)
 
 
 def jsonl_ids(path: Path) -> list[int]:

@@ -12,33 +12,20 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from crawlhub.cli import app
-from tests.collect.conftest import LazyItems
-from tests.httpapi import DATE_FORMAT, ApiServer, Fault
+from tests.collect.conftest import LazyItems, write_news_config
+from tests.httpapi import ApiServer, Fault
 
 
 def write_config(tmp_path: Path, url: str) -> Path:
-    cfg = {
-        "data_dir": str(tmp_path / "data"),
-        "jobs": [{
-            "name": "news",
-            "source": {"url": f"{url}/items", "items_path": "items", "total_path": "total",
-                       "date_field": "date", "date_format": DATE_FORMAT,
-                       "error_field": "code", "ok_values": [0]},
-            "strategy": {"type": "incremental", "batch_size": 100},
-            # {{id}}: a literal {id} in a config file
-            "detail": {"enabled": True, "url": f"{url}/items/{{{{id}}}}", "item_path": "item"},
-            "pipeline": {"rate_min": 0, "rate_max": 0, "progress_interval": 0,
-                         "batch_size": 20},
-            "sink": {"type": "jsonl", "path": str(tmp_path / "news.jsonl"), "key": "id"},
-        }],
-    }
-    path = tmp_path / "crawlhub.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return write_news_config(
+        tmp_path, url,
+        # {{id}}: a literal {id} in a config file
+        detail={"enabled": True, "url": f"{url}/items/{{{{id}}}}", "item_path": "item"},
+        pipeline={"rate_min": 0, "rate_max": 0, "progress_interval": 0, "batch_size": 20},
+        sink={"type": "jsonl", "path": str(tmp_path / "news.jsonl"), "key": "id"})
 
 
 def lines_per_kind_and_id(path: Path) -> Counter[tuple[str, int]]:

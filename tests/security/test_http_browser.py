@@ -6,8 +6,6 @@ same-origin fetch after rebinding can do; all of it is tried."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
 import threading
 import urllib.request
@@ -19,10 +17,10 @@ from typing import Any
 import pytest
 
 from tests.servers import free_port
+from tests.web.conftest import launch_chromium
 
 from .http_live import config, live
 
-CHROMIUM = os.environ.get("CRAWLHUB_CHROMIUM", "/usr/bin/chromium")
 REBIND = "rebind.evil.example"
 
 #: The hostile page: every way to post that needs no CORS preflight, one that does, and a
@@ -69,29 +67,15 @@ ATTACK = """<!doctype html><meta charset=utf-8><title>cute cats</title>
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("the playwright package is missing: pip install -e .[dev]", pytrace=False)
-    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)) \
-            and not shutil.which(CHROMIUM):
-        pytest.fail(f"no Chromium at {CHROMIUM}: apt-get install chromium (or set"
-                    " CRAWLHUB_CHROMIUM)", pytrace=False)
     # the rebinding name resolves to this machine, as the attacker's DNS makes it
     # and the page counts as public: Chromium's own guard (Local Network Access) would
     # stop it before it reaches crawlhub; it is off here, as in browsers without one
-    args = [f"--host-resolver-rules=MAP {REBIND} 127.0.0.1",
+    with launch_chromium(
+            f"--host-resolver-rules=MAP {REBIND} 127.0.0.1",
             "--disable-features=LocalNetworkAccessChecks,BlockInsecurePrivateNetworkRequests,"
-            "PrivateNetworkAccessSendPreflights,PrivateNetworkAccessRespectPreflightResults"]
-    if os.geteuid() == 0:
-        args.append("--no-sandbox")
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                              args=args)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+            "PrivateNetworkAccessSendPreflights,PrivateNetworkAccessRespectPreflightResults",
+    ) as chromium:
+        yield chromium
 
 
 def attack_page(api: str, marker: Path) -> str:

@@ -66,8 +66,7 @@ def test_a_short_key_is_refused_naming_the_fix() -> None:
 
 
 def test_the_scrapy_settings_keep_the_key_out_of_sight() -> None:
-    pytest.importorskip("scrapy")
-    from scrapy.settings import Settings
+    from scrapy.settings import Settings  # a dev dependency: never skipped
 
     from crawlhub.contrib.scrapy.center import read_center_settings
 

@@ -22,6 +22,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Coroutine, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -257,10 +258,10 @@ MACROS_PAGE = """{% extends "base.html" %}
 
 
 # ---------------------------------------------------------------------------- browser
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """Chromium for one test module: Playwright's sync API holds an event loop running
-    in the main thread while it is open, so it must close before asyncio tests run."""
+@contextmanager
+def launch_chromium(*args: str) -> Iterator[Any]:
+    """Debian's Chromium (``CRAWLHUB_CHROMIUM``) through Playwright, headless, with ``args``;
+    a missing package or browser fails the test saying how to install it."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -268,14 +269,23 @@ def browser() -> Iterator[Any]:
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)) \
             and not shutil.which(CHROMIUM):
         pytest.fail(f"no Chromium at {CHROMIUM}: {INSTALL}", pytrace=False)
-    args = ["--no-sandbox"] if os.geteuid() == 0 else []
+    if os.geteuid() == 0:
+        args = (*args, "--no-sandbox")
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                              args=args)
+                                              args=list(args))
         try:
             yield chromium
         finally:
             chromium.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Chromium for one test module: Playwright's sync API holds an event loop running
+    in the main thread while it is open, so it must close before asyncio tests run."""
+    with launch_chromium() as chromium:
+        yield chromium
 
 
 @pytest.fixture(scope="module")
