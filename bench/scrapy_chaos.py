@@ -24,61 +24,16 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from crawl_site import page  # noqa: E402
-
-SPIDER = HERE / "scrapy_scheduler_spider.py"
-
-
-class Site:
-    """The synthetic site on a thread: when each page was served, and to which spider."""
-
-    def __init__(self, pages: int, delay: float) -> None:
-        self.pages, self.delay = pages, delay
-        self.hits: dict[int, list[float]] = defaultdict(list)
-        self.agents: Counter[str] = Counter()
-        self.url = ""
-        self._loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        threading.Thread(target=self._main, args=(ready,), daemon=True).start()
-        ready.wait(10)
-
-    def _main(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self._loop)
-
-        async def handle(request: web.Request) -> web.Response:
-            i = int(request.match_info["i"])
-            if not 0 <= i < self.pages:
-                raise web.HTTPNotFound()
-            await asyncio.sleep(self.delay)
-            self.hits[i].append(time.monotonic())
-            self.agents[request.headers.get("User-Agent", "")] += 1
-            return web.Response(body=page(i, self.pages), content_type="text/html",
-                                charset="utf-8")
-
-        async def start() -> None:
-            app = web.Application()
-            app.router.add_get("/p/{i}", handle)
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
-            await site.start()
-            self.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-            ready.set()
-
-        self._loop.run_until_complete(start())
-        self._loop.run_forever()
+from scrapy_scheduler import SPIDER, Site  # noqa: E402
 
 
 @dataclass
@@ -130,8 +85,7 @@ def run_one(kind: str, site: Site, redis_url: str, postgres: str | None,
     tag = f"chaos-{uuid.uuid4().hex[:8]}"
     work = logs / f"{kind}-{tag}"
     work.mkdir(parents=True)
-    site.hits.clear()
-    site.agents.clear()
+    site.reset()
     settings = {"SCHEDULER": "crawlhub.contrib.scrapy.Scheduler",
                 "DUPEFILTER_CLASS": "crawlhub.contrib.scrapy.DupeFilter",
                 "CRAWLHUB_URL": redis_url, "CRAWLHUB_PREFIX": f"{tag}:",
@@ -165,19 +119,19 @@ def run_one(kind: str, site: Site, redis_url: str, postgres: str | None,
             return subprocess.Popen(args, env={**os.environ, "START": f"{site.url}/p/0"},
                                     stdout=subprocess.DEVNULL, stderr=log, cwd=str(work))
 
-    began = time.monotonic()
+    began = time.perf_counter()
     children = [start(0), start(1)]
     try:
         while len(site.hits) < site.pages // 3 and any(c.poll() is None for c in children):
             time.sleep(0.05)
         victim = max(range(2), key=lambda n: site.agents[f"spider-{n}"])
         children[victim].send_signal(signal.SIGKILL)
-        killed_at = time.monotonic()
+        killed_at = time.perf_counter()
         children[victim].wait()
         children.append(start(2))  # a fresh spider, as after a crash
         for child in children:
             child.wait(3600)
-        seconds = time.monotonic() - began
+        seconds = time.perf_counter() - began
     finally:
         for child in children:
             if child.poll() is None:
@@ -188,7 +142,8 @@ def run_one(kind: str, site: Site, redis_url: str, postgres: str | None,
         keys = list(client.scan_iter(match=f"{tag}:*", count=1000))
         for i in range(0, len(keys), 500):
             client.delete(*keys[i:i + 500])
-    refetched = [times[1] for times in site.hits.values()
+    assert site.served_at is not None
+    refetched = [times[1] for times in site.served_at.values()
                  if len(times) > 1 and times[1] > killed_at]
     out = read_output(kind, where)
     every = {f"{site.url}/p/{i}" for i in range(site.pages)}
@@ -206,7 +161,7 @@ def run_scrapy_chaos(pages: int, delay: float, redis_url: str,
                      postgres: str | None) -> list[ScrapyReport]:
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-scrapy-chaos-{os.getpid()}"
     logs.mkdir(parents=True, exist_ok=True)
-    site = Site(pages, delay)
+    site = Site(pages, delay, times=True)
     kinds = ["feed", "sqlite", "jsonl"] + (["postgres"] if postgres else [])
     reports = []
     for kind in kinds:

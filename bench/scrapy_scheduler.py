@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,11 +41,13 @@ SPIDER = HERE / "scrapy_scheduler_spider.py"
 
 
 class Site:
-    """The synthetic site on a thread, counting hits per page; ``delay`` slows pages."""
+    """The synthetic site on a thread, counting hits per page; ``delay`` slows pages;
+    with ``times``, ``served_at`` keeps when (``perf_counter``) each page was served."""
 
-    def __init__(self, pages: int, delay: float = 0.0) -> None:
+    def __init__(self, pages: int, delay: float = 0.0, *, times: bool = False) -> None:
         self.pages, self.delay = pages, delay
         self.hits: Counter[int] = Counter()
+        self.served_at: dict[int, list[float]] | None = defaultdict(list) if times else None
         self.agents: Counter[str] = Counter()  # pages served per spider (User-Agent)
         self.first = self.last = 0.0
         self.url = ""
@@ -67,6 +69,8 @@ class Site:
             self.first = self.first or now
             self.last = now
             self.hits[i] += 1
+            if self.served_at is not None:
+                self.served_at[i].append(now)
             self.agents[request.headers.get("User-Agent", "")] += 1
             return web.Response(body=page(i, self.pages), content_type="text/html",
                                 charset="utf-8")
@@ -86,6 +90,8 @@ class Site:
 
     def reset(self) -> None:
         self.hits.clear()
+        if self.served_at is not None:
+            self.served_at.clear()
         self.agents.clear()
         self.first = self.last = 0.0
 

@@ -89,6 +89,8 @@ _CLIENTS = {"redis": ("redis", "redis", "Redis"), "rediss": ("redis", "redis", "
 #: Sink type -> (client module, extra).
 _SINK_CLIENTS = {"postgres": ("asyncpg", "postgres"), "redis_stream": ("redis", "redis"),
                  "kafka": ("aiokafka", "kafka")}
+#: Inbound class family (``kafka.…``, ``redis.…``) -> (client module, extra).
+_INBOUND_CLIENTS = {"kafka": ("aiokafka", "kafka"), "redis": ("redis", "redis")}
 
 
 def check_extras(config: CrawlhubConfig) -> None:
@@ -112,7 +114,7 @@ def check_extras(config: CrawlhubConfig) -> None:
                 needs.append((sink[0], sink[1], f"the {spec['type']} sink of job '{job.name}'"))
     for inbound in config.inbound:
         kind = inbound.class_.split(".", 1)[0]
-        inbound_client = {"kafka": ("aiokafka", "kafka"), "redis": ("redis", "redis")}.get(kind)
+        inbound_client = _INBOUND_CLIENTS.get(kind)
         if inbound_client is not None and not inbound.disable:
             needs.append((*inbound_client, f"the {kind} inbound '{inbound.name}'"))
     for module, extra, what in needs:

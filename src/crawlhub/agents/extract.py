@@ -154,10 +154,6 @@ def _compile_xpath(xpath: str) -> etree.XPath:
         raise ValueError(f"{xpath!r} is not a valid XPath expression: {exc}") from None
 
 
-def _compile_regex(pattern: str) -> Pattern:
-    return compile_user_regex(pattern)  # ValueError: RE2's reason, named by the caller
-
-
 def _any_of(patterns: list[str]) -> Callable[[str], bool]:
     """Whether any of ``patterns`` (each valid on its own) is found in a text."""
     if len(patterns) == 1:
@@ -259,7 +255,7 @@ class FieldRule(BaseModel):
     @classmethod
     def _regex(cls, value: str | None) -> str | None:
         if value is not None:
-            _compile_regex(value)
+            compile_user_regex(value)  # ValueError: RE2's reason, named by the caller
         return value
 
     @field_validator("json_path")

@@ -189,9 +189,7 @@ class ItemSink:
         assert self.loop is not None
         self.received += 1
         await engine_wait(self.loop.submit(self._add(record)))
-        self.stats.set_value("item_sink/written", self.written)
-        self.stats.set_value("item_sink/unchanged", self.unchanged)
-        self.stats.set_value("item_sink/batches", self.batches)
+        self._set_stats()
         return item
 
     def close_spider(self, spider: Any = None) -> None:
@@ -205,9 +203,12 @@ class ItemSink:
             self.loop.stop()
             self.loop = None
             self._unlock_file()
-            self.stats.set_value("item_sink/written", self.written)
-            self.stats.set_value("item_sink/unchanged", self.unchanged)
-            self.stats.set_value("item_sink/batches", self.batches)
+            self._set_stats()
+
+    def _set_stats(self) -> None:
+        self.stats.set_value("item_sink/written", self.written)
+        self.stats.set_value("item_sink/unchanged", self.unchanged)
+        self.stats.set_value("item_sink/batches", self.batches)
 
     def _lock_file(self) -> None:
         """A JSON lines file takes one writing process: a second spider on it would cut
@@ -215,7 +216,7 @@ class ItemSink:
         lock goes with the process, also when it is killed)."""
         import fcntl
 
-        path = Path(str(self.spec.get("path") or "items.jsonl")).expanduser()
+        path = Path(getattr(self.sink, "path", None) or "items.jsonl")  # the file written
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
