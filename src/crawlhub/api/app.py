@@ -37,7 +37,7 @@ from crawlhub.api import (
 )
 from crawlhub.api.body import BodyGuard
 from crawlhub.api.guard import Hosts, RequestGuard
-from crawlhub.api.throttle import Throttle, client_of, retry_after
+from crawlhub.api.throttle import Throttle, client_of
 from crawlhub.service import Services
 from crawlhub.web import session
 
@@ -82,8 +82,8 @@ class BearerToken:
             if wait > 0:  # not even compared: a guesser learns nothing while it waits
                 response = JSONResponse(
                     {"detail": f"too many wrong tokens from {client}: try again in"
-                     f" {retry_after(wait)} s"}, status_code=429,
-                    headers={"Retry-After": retry_after(wait)})
+                     f" {errors.retry_after_header(wait)} s"}, status_code=429,
+                    headers={"Retry-After": errors.retry_after_header(wait)})
                 await response(scope, receive, send)
                 return
             if secrets.compare_digest(given.strip(), self.token):

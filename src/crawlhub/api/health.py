@@ -46,7 +46,7 @@ async def metrics(svc: ServicesDep) -> Response:
             except Exception:  # a backend down must not break the scrape
                 continue
     text = generate_latest(hub.metrics.registry)
-    logs = getattr(svc.control, "logs", None) if svc.control is not None else None
+    logs = getattr(svc.control, "logs", None)
     if logs is not None:  # the control plane's log figures (lines dropped, if any)
         text += logs.metrics_text().encode()
     text += generate_latest(rejects.REGISTRY)  # this process's rejected stream entries

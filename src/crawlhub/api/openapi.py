@@ -14,6 +14,8 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field
 
+from crawlhub.api.guard import CROSS_SITE_PREFIXES, SAFE_METHODS
+
 
 class ErrorBody(BaseModel):
     """Every error answer: ``detail`` says what is wrong and how to fix it. Some answers
@@ -126,8 +128,8 @@ def install(app: FastAPI, *, token_paths: Callable[[str], bool] | None = None) -
                     continue
                 answers = operation.setdefault("responses", {})
                 answers.setdefault("421", _response(421))
-                if method.upper() not in ("GET", "HEAD", "OPTIONS") \
-                        and not path.startswith("/hooks/"):
+                if method.upper() not in SAFE_METHODS \
+                        and not path.startswith(CROSS_SITE_PREFIXES):
                     answers.setdefault("403", _response(403))
                     answers.setdefault("415", _response(415))
         if token_paths is not None:

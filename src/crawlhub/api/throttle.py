@@ -97,8 +97,3 @@ def client_of(scope: object) -> str:
         except ValueError:
             return host
     return host
-
-
-def retry_after(seconds: float) -> str:
-    """``Retry-After``'s whole seconds, at least 1."""
-    return str(max(1, int(seconds + 0.999)))

@@ -115,7 +115,9 @@ def serve(
     """Run the hub, its HTTP API and auto-start jobs.
 
     Runs the inbounds and auto-start jobs of the config (or the built-in config) until
-    Ctrl-C. A config it cannot run is reported like check-config reports it (exit 2).
+    Ctrl-C. A config it cannot run is reported like check-config reports it (exit 2),
+    and so is a bind other machines reach without server.token (unless
+    server.insecure_no_token: true).
     """
     import uvicorn
 
@@ -186,7 +188,8 @@ def check_config(
     """Print the merged config, or every error it has.
 
     The config is printed resolved, with secrets masked; errors name the file, the entry
-    and the key (exit 2).
+    and the key (exit 2). A bind other machines reach without server.token is a warning
+    (serve refuses it).
     """
     cfg = get_config(file, None, sets)
     _check_hub(cfg)

@@ -52,6 +52,11 @@ from crawlhub.config.frontier import Duration
 from crawlhub.storage.redact import redact_url
 
 DEFAULT_TAG_PATTERN = "release/{name}/{version}"
+#: What no alert webhook reaches unless ``alert_denied_networks`` says otherwise:
+#: link-local (IPv4 and IPv6; the metadata service of AWS, GCP, Azure and OpenStack
+#: answers at 169.254.169.254), AWS's IPv6 metadata address and Alibaba Cloud's.
+DEFAULT_DENIED_NETWORKS = ("169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128",
+                           "100.100.100.200/32")
 
 
 class ControlSection(BaseModel):
@@ -80,8 +85,7 @@ class ControlSection(BaseModel):
     alert_poll: Duration = Field(default=15.0, gt=0)
     alert_allowed_hosts: list[str] = Field(default_factory=list, max_length=1000)
     alert_denied_networks: list[str] = Field(
-        default_factory=lambda: ["169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128",
-                                 "100.100.100.200/32"], max_length=1000)
+        default_factory=lambda: list(DEFAULT_DENIED_NETWORKS), max_length=1000)
     queue_stall_after: Duration = Field(default=600.0, gt=0)
     # -- builds (crawlhub.control.builds) --
     builder: str = "venv"

@@ -98,6 +98,7 @@ from pydantic import (
 
 from crawlhub import __version__
 from crawlhub.clock import Clock, system_clock
+from crawlhub.config.control import DEFAULT_DENIED_NETWORKS
 from crawlhub.control.secrets import Secret, SecretBox, SecretError
 from crawlhub.errors import ConfigError, ConflictError, CrawlhubError, NotFoundError
 from crawlhub.storage.redact import redact
@@ -214,11 +215,6 @@ def _unique(values: list[Any] | None) -> list[Any] | None:
 
 # -- where a webhook may go -----------------------------------------------------------
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-#: What no webhook reaches unless ``control.alert_denied_networks`` is set otherwise:
-#: link-local (IPv4 and IPv6; the metadata service of AWS, GCP, Azure and OpenStack
-#: answers at 169.254.169.254), AWS's IPv6 metadata address and Alibaba Cloud's.
-DEFAULT_DENIED_NETWORKS = ("169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128",
-                           "100.100.100.200/32")
 
 
 def parse_networks(values: Iterable[str], key: str = "control.alert_denied_networks"

@@ -8,8 +8,9 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
+from crawlhub.api.errors import retry_after_header
 from crawlhub.api.guard import Hosts, RequestGuard
-from crawlhub.api.throttle import Throttle, client_of, retry_after
+from crawlhub.api.throttle import Throttle, client_of
 from crawlhub.web import session
 from crawlhub.web.render import HEADERS, page
 
@@ -45,8 +46,8 @@ async def login(request: Request) -> Response:
     wait = throttle.wait(client)
     if wait > 0:  # not even compared: a guesser learns nothing while it waits
         answer = _form(request, status=429, next=target, error="too many wrong tokens from"
-                       f" this address: try again in {retry_after(wait)} s")
-        answer.headers["Retry-After"] = retry_after(wait)
+                       f" this address: try again in {retry_after_header(wait)} s")
+        answer.headers["Retry-After"] = retry_after_header(wait)
         return answer
     if not given or not session.token_matches(token, given):
         throttle.failed(client, "login")
