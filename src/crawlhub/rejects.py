@@ -46,6 +46,25 @@ def rejected(stream: str, entry_id: str, reason: str, detail: str, *,
                 entry_id, reason, detail[:300], where)
 
 
+class Once:
+    """Marks of stored bad entries already reported: a reader that meets the same one on
+    every read (a table, a registry) counts and logs it once. Bounded: past ``limit``
+    marks it forgets them all (and reports each again, once)."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self.limit = limit
+        self._marks: set[Any] = set()
+
+    def first(self, mark: Any) -> bool:
+        """True the first time ``mark`` is seen (then it is remembered)."""
+        if mark in self._marks:
+            return False
+        if len(self._marks) > self.limit:
+            self._marks.clear()
+        self._marks.add(mark)
+        return True
+
+
 def count(stream: str, reason: str) -> float:
     """How many entries of ``stream`` were rejected for ``reason`` in this process."""
     return REGISTRY.get_sample_value("crawlhub_stream_entries_rejected_total",

@@ -124,7 +124,7 @@ class Services:
             from crawlhub.signing import signer_from_config
 
             self._center_bus = open_bus(url, prefix=self.config.storage.redis_prefix,
-                                        signer=signer_from_config(self.config, url))
+                                        signer=signer_from_config(self.config))
         return self._center_bus
 
     @property

@@ -21,10 +21,12 @@ import hmac
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from crawlhub.errors import ConfigError
+from crawlhub.rejects import BAD_SIGNATURE, SKEW, UNSIGNED
 from crawlhub.storage.redact import redact_url
 
 if TYPE_CHECKING:
@@ -41,8 +43,6 @@ MAX_SKEW = 300.0
 #: Shortest key taken (characters).
 MIN_KEY = 32
 
-#: Why :meth:`Signer.verify` refused a message (the names of :mod:`crawlhub.rejects`).
-UNSIGNED, BAD_SIGNATURE, SKEW = "unsigned", "bad_signature", "skew"
 
 
 class Signer:
@@ -52,7 +52,7 @@ class Signer:
     __slots__ = ("_key", "max_skew", "clock")
 
     def __init__(self, key: bytes | str, *, max_skew: float = MAX_SKEW,
-                 clock: object = time.time) -> None:
+                 clock: Callable[[], float] = time.time) -> None:
         raw = key.encode() if isinstance(key, str) else bytes(key)
         if len(raw.strip()) < MIN_KEY:
             raise ConfigError(f"the message signing key ({KEY_ENV} / center.key) has"
@@ -78,14 +78,14 @@ class Signer:
     def sign(self, channel: str, header: bytes, body: bytes = b"",
              now: float | None = None) -> tuple[bytes, bytes]:
         """``(t, signature)`` for a message sent now on ``channel``."""
-        t = repr(round(self.clock() if now is None else now, 3)).encode()  # type: ignore[operator]
+        t = repr(round(self.clock() if now is None else now, 3)).encode()
         return t, self.mac(channel, t, header, body)
 
     def verify(self, channel: str, header: bytes, body: bytes, t: bytes | None,
                sig: bytes | None, *, fresh: bool = True,
                now: float | None = None) -> tuple[str, str] | None:
         """None if the message is signed with this key inside the time window, else
-        ``(reason, detail)``. ``fresh=False`` skips the "too old" half (registrations are
+        ``(reason, detail)``, the reason one of :mod:`crawlhub.rejects`. ``fresh=False`` skips the "too old" half (registrations are
         processed however old)."""
         if not sig or t is None:
             return UNSIGNED, "the message carries no signature and a key is configured"
@@ -96,7 +96,7 @@ class Signer:
             stamp = float(t)
         except ValueError:
             return BAD_SIGNATURE, "the signing time is not a number"
-        now = self.clock() if now is None else now  # type: ignore[operator]
+        now = self.clock() if now is None else now
         if stamp - now > self.max_skew:
             return SKEW, f"signed {stamp - now:.0f} s ahead of this clock (max {self.max_skew:g})"
         if fresh and now - stamp > self.max_skew:
@@ -126,8 +126,7 @@ def load_key(setting: str | None, data_dir: str | Path | None) -> bytes | None:
 _warned = False
 
 
-def signer_for(key: bytes | None, url: str | None = None, *, max_skew: float = MAX_SKEW
-               ) -> Signer | None:
+def signer_for(key: bytes | None, *, max_skew: float = MAX_SKEW) -> Signer | None:
     """The signer of ``key``, or None without one (the Redis bus or channel that then
     opens unsigned says so: :func:`warn_unsigned`)."""
     return None if key is None else Signer(key, max_skew=max_skew)
@@ -147,9 +146,9 @@ def warn_unsigned(url: str) -> None:
                 " process (see docs/center.md)", KEY_ENV, KEY_FILE, redact_url(url))
 
 
-def signer_from_config(config: CrawlhubConfig, url: str | None = None) -> Signer | None:
+def signer_from_config(config: CrawlhubConfig) -> Signer | None:
     """The signer of ``config`` (``center.key``, ``center.max_skew``; see :func:`load_key`),
     or None without a key (:func:`signer_for`)."""
     section = config.center
     key = load_key(section.key.get_secret_value() if section.key else None, config.data_dir)
-    return signer_for(key, url, max_skew=section.max_skew)
+    return signer_for(key, max_skew=section.max_skew)

@@ -39,10 +39,10 @@ def test_without_a_key_a_redis_fleet_is_warned_once_and_nothing_is_made_up(
     monkeypatch.delenv(KEY_ENV, raising=False)
     monkeypatch.setattr(signing, "_warned", False)
     with caplog.at_level(logging.WARNING, logger="crawlhub.signing"):
-        assert signer_from_config(config(tmp_path), "memory://x") is None
+        assert signer_from_config(config(tmp_path)) is None
         open_bus("memory://x")
         assert not caplog.records  # in process: nothing to warn about
-        assert signer_from_config(config(tmp_path), "redis://:pw@127.0.0.1:6379/0") is None
+        assert signer_from_config(config(tmp_path)) is None
         assert not caplog.records  # the bus that opens unsigned says so, not the lookup
         open_bus("redis://:pw@127.0.0.1:6379/0")  # a client; nothing is sent yet
         open_bus("redis://127.0.0.1:6379/0")
@@ -53,7 +53,7 @@ def test_without_a_key_a_redis_fleet_is_warned_once_and_nothing_is_made_up(
 
 def test_a_configured_key_signs_and_never_shows(tmp_path: Path) -> None:
     cfg = config(tmp_path, key=KEY, max_skew=60)
-    signer = signer_from_config(cfg, "redis://127.0.0.1:6379/0")
+    signer = signer_from_config(cfg)
     assert signer is not None and signer.max_skew == 60
     assert KEY not in repr(cfg) and KEY not in cfg.model_dump_json()
     assert KEY not in repr(signer)

@@ -322,7 +322,7 @@ class Crawl:
         from crawlhub.center.downloader import CenterDownloader
         from crawlhub.signing import signer_from_config
 
-        signer = (signer_from_config(self.services.config, opts.center)
+        signer = (signer_from_config(self.services.config)
                   if self.services is not None else None)
         bus = open_bus(opts.center, prefix=opts.center_prefix, signer=signer)
         options: dict[str, Any] = {"extract": self.extract, "body": False,

@@ -402,7 +402,7 @@ return all
 
 
 #: Bad records already counted: (hash key, field, hash of the value).
-_BAD_RECORDS: set[tuple[str, str, int]] = set()
+_BAD_RECORDS = rejects.Once()
 
 #: A rejected entry: (id, reason, detail, its fields).
 _Bad = tuple[str, str, str, dict[Any, Any]]
@@ -496,9 +496,7 @@ class RedisBus:
         self._groups.add(key)
 
     def _fields(self, channel: str, header: Mapping[str, Any] | bytes, body: bytes) -> Any:
-        head = header if isinstance(header, bytes) else jsoncodec.dumps(dict(header))
-        if isinstance(head, str):
-            head = head.encode()
+        head = header if isinstance(header, bytes) else jsoncodec.dumps(dict(header)).encode()
         fields: dict[str, Any] = {"h": head}
         if body:
             fields["b"] = body
@@ -506,8 +504,7 @@ class RedisBus:
             fields["t"], fields["s"] = self.signer.sign(channel, head, body)
         return fields
 
-    def _take(self, channel: str, entries: Any, *, group: bool) -> tuple[list[Envelope],
-                                                                         list[_Bad]]:
+    def _take(self, channel: str, entries: Any) -> tuple[list[Envelope], list[_Bad]]:
         # registrations are processed however old (protocol): only "too far ahead" counts
         return _envelopes(entries, channel, self.signer, fresh=channel != "register")
 
@@ -578,7 +575,7 @@ class RedisBus:
                 raise
             if not got:
                 return []
-            envs, bad = self._take(channel, got[0][1], group=True)
+            envs, bad = self._take(channel, got[0][1])
             await self._set_aside(channel, bad, ack=True)
             return envs
         return []
@@ -605,7 +602,7 @@ class RedisBus:
             if isinstance(exc.__cause__, ResponseError) and "NOGROUP" in str(exc):
                 return []
             raise
-        envs, bad = self._take(channel, got[1], group=True)
+        envs, bad = self._take(channel, got[1])
         await self._set_aside(channel, bad, ack=True)
         return envs
 
@@ -623,7 +620,7 @@ class RedisBus:
             return [], after
         entries = got[0][1]
         raw = entries[-1][0]
-        envs, bad = self._take(channel, entries, group=False)
+        envs, bad = self._take(channel, entries)
         # not deleted: every center reads a tail channel, and one with a wrong key
         # must not wipe what the others can read
         await self._set_aside(channel, bad, ack=False)
@@ -633,7 +630,7 @@ class RedisBus:
         key = self.key(channel)
         got = await self._call(f"take back {channel}", self._take_all(keys=[key]))
         self._groups.discard(key)
-        envs, bad = self._take(channel, got, group=False)
+        envs, bad = self._take(channel, got)
         await self._set_aside(channel, bad, ack=False)  # gone with the stream already
         return envs
 
@@ -678,11 +675,8 @@ class RedisBus:
             detail = f"a JSON {type(value).__name__}, not an object"
         if isinstance(value, dict):
             return value
-        mark = (self.key(table), key, hash(raw))
-        if mark not in _BAD_RECORDS:  # read on every sync: counted once per process
-            if len(_BAD_RECORDS) > 10_000:
-                _BAD_RECORDS.clear()
-            _BAD_RECORDS.add(mark)
+        # read on every sync: counted once per process
+        if _BAD_RECORDS.first((self.key(table), key, hash(raw))):
             rejects.rejected(f"center:{table}", key, rejects.MALFORMED,
                              f"{self.key(table)}: {detail}; left in place, skipped")
         return None

@@ -640,7 +640,8 @@ async def _end(tasks: Sequence[asyncio.Task[Any]]) -> None:
         await asyncio.wait(pending, timeout=2.0)
 
 
-_insane: set[tuple[str, str]] = set()
+#: Bad allocation records already counted: (job, the record's start).
+_insane = rejects.Once()
 
 
 def _sane(job: str, record: Mapping[str, Any]) -> bool:
@@ -654,10 +655,7 @@ def _sane(job: str, record: Mapping[str, Any]) -> bool:
           and (released is None or isinstance(released, int | float))
           and isinstance(record.get("stats") or {}, dict)
           and isinstance(record.get("options") or {}, dict))
-    if not ok and (job, repr(record)[:200]) not in _insane:
-        if len(_insane) > 10_000:
-            _insane.clear()
-        _insane.add((job, repr(record)[:200]))
+    if not ok and _insane.first((job, repr(record)[:200])):
         rejects.rejected("center:allocations", job, rejects.MALFORMED,
                          "an allocation record of the wrong shape; left in place, skipped")
     return ok

@@ -232,7 +232,7 @@ async def _serve_center(cfg: Any, settings: Any, url: str, agent_id: str | None)
     from crawlhub.center import CenterWorker, open_bus
     from crawlhub.signing import signer_from_config
 
-    bus = open_bus(url, prefix=cfg.storage.redis_prefix, signer=signer_from_config(cfg, url))
+    bus = open_bus(url, prefix=cfg.storage.redis_prefix, signer=signer_from_config(cfg))
     dl = settings.downloader
     config = dl.model_copy(update={"concurrency": max(dl.concurrency, settings.concurrency)})
     polite = settings.politeness

@@ -51,7 +51,7 @@ async def _run(cfg: Any, url: str, center_id: str | None) -> None:
     from crawlhub.center import DownloadCenter, open_bus
     from crawlhub.signing import signer_from_config
 
-    bus = open_bus(url, prefix=cfg.storage.redis_prefix, signer=signer_from_config(cfg, url))
+    bus = open_bus(url, prefix=cfg.storage.redis_prefix, signer=signer_from_config(cfg))
     from crawlhub.center.center import open_center_registry
 
     registry = open_center_registry(cfg, url)

@@ -365,9 +365,8 @@ class RedisNotifier:
         if not (isinstance(data, dict) and data.get("state") in STATES
                 and isinstance(data.get("changed_at"), int | float)):
             refused = rejects.MALFORMED, "not a {job, state, changed_at} object"
-        elif data["changed_at"] - time.time() > self._max_skew:
-            refused = (rejects.SKEW, f"changed_at {data['changed_at'] - time.time():.0f} s"
-                       " ahead of this clock")
+        elif (ahead := data["changed_at"] - time.time()) > self._max_skew:
+            refused = rejects.SKEW, f"changed_at {ahead:.0f} s ahead of this clock"
         elif self.signer is not None:
             sig = data.pop("sig", None)
             if not isinstance(sig, dict):
@@ -425,7 +424,7 @@ async def open_channel(config: CrawlhubConfig, db: ControlDB) -> ControlChannel:
         from crawlhub.signing import signer_from_config
 
         notifier = RedisNotifier(url, prefix=config.storage.redis_prefix,
-                                 signer=signer_from_config(config, url))
+                                 signer=signer_from_config(config))
     channel = ControlChannel(db, notifier,
                              reread=REREAD if notifier is not None else REREAD_EMBEDDED)
     try:

@@ -88,7 +88,7 @@ class RedisAgentRegistry:
         self._forget = self._redis.register_script(_FORGET)
         self._beat = self._redis.register_script(_BEAT)
         self._list = self._redis.register_script(_LIST)
-        self._reported: set[tuple[str, str, int]] = set()
+        self._reported = rejects.Once()
 
     def _status(self, info: Any, beat: Any, seen: Any, now: float,
                 agent_id: str = "") -> AgentStatus | None:
@@ -114,12 +114,8 @@ class RedisAgentRegistry:
         return status
 
     def _rejected(self, agent_id: str, reason: str, detail: str, entry: Any) -> None:
-        mark = (agent_id, reason, hash(entry))
-        if mark in self._reported:  # read on every sync: counted and logged once
-            return
-        if len(self._reported) > 10_000:
-            self._reported.clear()
-        self._reported.add(mark)
+        if not self._reported.first((agent_id, reason, hash(entry))):
+            return  # read on every sync: counted and logged once
         rejects.rejected("agents:registry", agent_id, reason,
                          f"{self._keys[0]}: {detail}; left in place, skipped")
 

@@ -273,7 +273,7 @@ class CenterDownloadHandler:
         """On the loop thread: the bus, the client, the allocation."""
         s = self.settings
         bus = open_bus(s.url, prefix=s.prefix,
-                       signer=signer_for(load_key(s.key, None), s.url))
+                       signer=signer_for(load_key(s.key, None)))
         try:
             client = CenterClient(bus, job, strategy=s.strategy, agents=s.agents,
                                   allocate_timeout=s.allocate_timeout, timeout=s.timeout,

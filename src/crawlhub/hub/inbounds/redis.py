@@ -11,6 +11,7 @@ stream ``inbound:redis``) and logged once: it never stops the inbound.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -198,8 +199,6 @@ async def _deliver_guarded(deliver: Deliver, raws: list[bytes], name: str,
 
 def _digest(raw: bytes) -> str:
     """A short name for a list message (lists have no ids): its content's hash."""
-    import hashlib
-
     return hashlib.blake2b(raw, digest_size=6).hexdigest()
 
 
