@@ -16,9 +16,10 @@ The runner rewrites the control file when the job's desired state changes; this 
 reads it at most every :data:`CHECK_EVERY` seconds (one ``stat``, a read only when the
 file changed). A job waiting out a pause in :meth:`Control.wait_while_paused` (or
 :meth:`Control.until_running`) acknowledges it (the ack file); a job that holds still
-another way calls :meth:`Control.acknowledge` itself. A pause not acknowledged within a
-second is enforced by the runner: it stops the job's processes (SIGSTOP) until continued. Counters go to the counters file at most every :data:`FLUSH_EVERY`
-seconds, so counting every item costs a dict update. The file formats and the stdout
+another way calls :meth:`Control.acknowledge` itself. A pause not acknowledged within
+:data:`~crawlhub.control.protocol.ACK_WAIT` seconds is enforced by the runner: it stops the
+job's processes (SIGSTOP) until continued. Counters go to the counters file at most every
+:data:`FLUSH_EVERY` seconds, so counting every item costs a dict update. The file formats and the stdout
 messages are in :mod:`crawlhub.control.protocol`.
 """
 

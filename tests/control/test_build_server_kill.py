@@ -6,29 +6,19 @@ whole process group, and removes the build's half-made directory."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from crawlhub.control.jobs.store import pid_alive
-from tests.cli.serving import Served, crawlhub_serve
+from tests.cli.serving import crawlhub_serve
 from tests.control.gitremote import make_remote
+from tests.control.served_api import call
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.slow
-
-
-def call(served: Served, method: str, path: str, body: Any = None) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"{served.url}{path}", data=data, method=method,
-                                     headers={"content-type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10) as resp:
-        return json.loads(resp.read() or b"null")
 
 
 def group_alive(group: int) -> bool:

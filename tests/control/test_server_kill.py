@@ -6,31 +6,21 @@ the job again: nothing is wedged."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import sys
 import time
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.cli.serving import Served, crawlhub_serve
+from tests.cli.serving import crawlhub_serve
+from tests.control.served_api import call
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.slow
 
 ITEM_JOB = Path(__file__).with_name("item_job.py")
-
-
-def call(served: Served, method: str, path: str, body: Any = None) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"{served.url}{path}", data=data, method=method,
-                                     headers={"content-type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10) as resp:
-        return json.loads(resp.read() or b"null")
 
 
 def processes_of(run_id: str) -> list[int]:

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
@@ -268,35 +268,39 @@ def build_marks(build: int, owner: str) -> dict[str, str]:
     return {ENV_BUILD: str(build), ENV_BUILD_OWNER: owner}
 
 
+def proc_table() -> Iterator[tuple[int, list[bytes], bytes, int]]:
+    """This user's processes, from Linux's ``/proc``: (pid, its environment's
+    ``NAME=value`` entries, its state letter, its process group). Elsewhere, none. The
+    way a build's leftovers (:func:`leftover_processes`) and a killed server's job
+    processes (``crawlhub.control.jobs.runner``) are found: by their environment."""
+    try:
+        entries = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return
+    for pid in entries:
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{pid}/stat").read_bytes()
+        except OSError:  # gone, or another user's
+            continue
+        try:  # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
+            state, _ppid, group = stat.rsplit(b")", 1)[1].split()[:3]
+            pgrp = int(group)
+        except ValueError:
+            continue
+        yield pid, environ, state, pgrp
+
+
 def leftover_processes(build: int, owner: str) -> dict[int, int]:
     """The live processes of this user that a step of build ``build`` of ``owner`` left
     running: pid -> its process group. Known by their environment (:func:`build_marks`,
     inherited by what a step starts: pip, its build backend, setup.py). Never this
     process or its group. Reads Linux's ``/proc``; elsewhere, none."""
-    found: dict[int, int] = {}
-    try:
-        entries = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-    except OSError:
-        return found
     marks = {f"{k}={v}".encode() for k, v in build_marks(build, owner).items()}
-    own_group = os.getpgrp()
-    for pid in entries:
-        if pid == os.getpid():
-            continue
-        try:
-            environ = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
-            stat = Path(f"/proc/{pid}/stat").read_bytes()
-        except OSError:  # gone, or another user's
-            continue
-        if not marks <= environ:
-            continue
-        try:  # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
-            state, _ppid, group = stat.rsplit(b")", 1)[1].split()[:3]
-        except ValueError:
-            continue
-        if state != b"Z" and int(group) != own_group:
-            found[pid] = int(group)
-    return found
+    own_pid, own_group = os.getpid(), os.getpgrp()
+    return {pid: group for pid, environ, state, group in proc_table()
+            if pid != own_pid and state != b"Z" and group != own_group
+            and marks <= set(environ)}
 
 
 async def stop_leftovers(build: int, owner: str, *, timeout: float = 10.0) -> list[int]:

@@ -110,6 +110,14 @@ def check_version(version: str) -> str:
 #: the same pid: a container's server is pid 1 at every start.
 _RUNNING: set[tuple[str, int]] = set()
 
+
+def _local_pid(owner: str | None) -> int | None:
+    """The pid of a build's ``owner`` (``host:pid``, :func:`host_owner`) when it is of
+    this host; None: another host's, or unknown."""
+    host, _, pid = (owner or "").rpartition(":")
+    return int(pid) if host == socket.gethostname() and pid.isdigit() else None
+
+
 _COLUMNS = ("id, project, tag, ref, version, commit_sha, status, builder, trigger,"
             " artifact, error, created, started, finished")
 
@@ -204,12 +212,18 @@ class BuildService:
         build_id = await self.db.transaction(
             lambda tx: self._insert(tx, proj, tag, ref, version, trigger, now, abandoned),
             lock=f"build:{project}")
-        for old_id, owner in abandoned:
-            await self._clear(old_id, project, version, owner)
+        # this process's from now: while the old one's leftovers are cleared, a recover
+        # or a delete_project must not take the new row for abandoned
+        _RUNNING.add(self._key(build_id))
+        try:
+            for old_id, owner in abandoned:
+                await self._clear(old_id, project, version, owner)
+        except BaseException:
+            _RUNNING.discard(self._key(build_id))
+            raise
         task = asyncio.create_task(self._run(build_id, proj, ref, version, watch),
                                    name=f"build {build_id} {project} {version}")
         self._tasks[build_id] = task
-        _RUNNING.add(self._key(build_id))
 
         def forget(_task: asyncio.Task[None]) -> None:
             self._tasks.pop(build_id, None)
@@ -328,15 +342,16 @@ class BuildService:
                    now: float) -> bool:
         """Whether an active build's process is gone: a dead pid on this host (or this
         pid, when this process does not run the build: an earlier one had the pid), or
-        no touch for ``stale_after`` seconds (another host)."""
+        no touch for ``stale_after`` seconds. A build this process runs never is, however
+        late its touch (the database away a while): its steps are not to be killed."""
+        if self._key(build_id) in _RUNNING:
+            return False
         if beat is None or now - float(beat) > self.stale_after:
             return True
-        host, _, pid = (owner or "").rpartition(":")
-        if host != socket.gethostname() or not pid.isdigit():
+        pid = _local_pid(owner)
+        if pid is None:
             return False
-        if int(pid) == os.getpid():
-            return self._key(build_id) not in _RUNNING
-        return not pid_alive(int(pid))
+        return pid == os.getpid() or not pid_alive(pid)
 
     async def _interrupt(self, tx: Tx | ControlDB, build_id: int, owner: str | None,
                          now: float) -> None:
@@ -353,10 +368,9 @@ class BuildService:
         running (they would run on unsupervised, writing into its directory) are killed,
         then its half-made directory is removed. A build of another host is only
         known to be silent: its directory, were it on a shared disk, is left to that host."""
-        host, _, pid = (owner or "").rpartition(":")
-        if host != socket.gethostname() or not pid.isdigit():
+        if owner is None or _local_pid(owner) is None:
             return
-        stopped = await stop_leftovers(build_id, owner or "")
+        stopped = await stop_leftovers(build_id, owner)
         if stopped:
             log.warning("build %d: its server %s is gone but its processes %s ran on;"
                         " killed them", build_id, owner, stopped)

@@ -141,9 +141,14 @@ def write_json_atomic(path: str | Path, value: Any) -> None:
     os.replace(tmp, target)
 
 
-def read_json(path: str | Path) -> Any:
-    """The JSON in ``path``, or None when it is missing or not (yet) valid."""
+def read_json(path: str | Path, *, max_bytes: int | None = None) -> Any:
+    """The JSON in ``path``, or None when it is missing, not (yet) valid, or longer than
+    ``max_bytes`` (then not read past that)."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        with Path(path).open("rb") as file:
+            data = file.read() if max_bytes is None else file.read(max_bytes + 1)
+        if max_bytes is not None and len(data) > max_bytes:
+            return None
+        return json.loads(data.decode("utf-8"))
     except (OSError, ValueError):
         return None

@@ -51,7 +51,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crawlhub.control import protocol
-from crawlhub.control.builders import READ_TAIL, Artifact, close_pipes, exited
+from crawlhub.control.builders import (
+    READ_TAIL,
+    Artifact,
+    close_pipes,
+    exited,
+    proc_table,
+)
 from crawlhub.control.channel import ControlChannel, ControlFollower
 from crawlhub.control.jobs.model import JobSpec, RunRecord
 from crawlhub.control.jobs.store import HOST, JobStore, pid_alive
@@ -516,8 +522,6 @@ class Runner:
         """Act on a desired state; what to log, if anything."""
         process = live.process
         note = None
-        if state == protocol.PAUSE and not live.spec.pausable:
-            return None
         if state == protocol.PAUSE and live.paused_since is None:
             live.paused_since = self.clock()
             live.pause_asked = changed_at
@@ -593,15 +597,15 @@ class Runner:
             live.pause_writer = asyncio.create_task(self._write_pause(live))
 
     async def _write_pause(self, live: _Live) -> None:
-        written: tuple[str | None] | None = None
-        while written != (live.paused_how,):
+        written: object = _UNWRITTEN
+        while written != live.paused_how:
             how = live.paused_how
             try:
                 await self.store.set_paused(live.run.id, how)
             except Exception as exc:
                 log.warning("the pause state of run %s not stored: %s", live.run.id, exc)
                 return
-            written = (how,)
+            written = how
 
     async def _beat_loop(self, live: _Live, counters_file: Path) -> None:
         last: dict[str, Any] | None = None
@@ -680,6 +684,8 @@ class Runner:
 
 #: tasks started from sync code, kept referenced until done
 _background: set[asyncio.Task[None]] = set()
+#: what ``_write_pause`` has stored before its first write (unequal to every value)
+_UNWRITTEN = object()
 
 
 def is_scrapy(argv: list[str]) -> bool:
@@ -695,12 +701,7 @@ def _acknowledged(path: Path | None, asked: float) -> bool:
     """Whether the job's ack file answers the pause asked at ``asked``."""
     if path is None:
         return False
-    try:
-        if path.stat().st_size > 4096:  # no acknowledgement is that long: not read
-            return False
-    except OSError:
-        return False
-    data = protocol.read_json(path)
+    data = protocol.read_json(path, max_bytes=4096)  # no acknowledgement is that long
     return (isinstance(data, dict) and data.get("state") == protocol.PAUSE
             and data.get("changed_at") == asked)
 
@@ -734,27 +735,17 @@ def _orphans(run_ids: set[str]) -> dict[int, str]:
     found: dict[int, str] = {}
     if not run_ids:
         return found
-    try:
-        entries = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-    except OSError:
-        return found
     wanted = {run_id.encode(): run_id for run_id in run_ids}
-    for pid in entries:
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            stat = Path(f"/proc/{pid}/stat").read_bytes()
-        except OSError:  # gone, or another user's
-            continue
+    for pid, environ, _state, group in proc_table():
         env = dict(item.split(b"=", 1) for item in environ if b"=" in item)
         run_id = wanted.get(env.get(protocol.ENV_RUN.encode(), b""))
-        if run_id is None:
+        if run_id is None or group != pid:
             continue
-        try:  # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
-            group = int(stat.rsplit(b")", 1)[1].split()[2])
+        try:
             runner = int(env.get(protocol.ENV_RUNNER_PID.encode(), b""))
-        except (IndexError, ValueError):
+        except ValueError:
             continue
-        if group == pid and not pid_alive(runner):
+        if not pid_alive(runner):
             found[pid] = run_id
     return found
 

@@ -163,6 +163,11 @@ class JobService:
                     enabled=job.enabled)
                 for name, job in self.collect.jobs.items()}
 
+    def _check_env(self, spec: JobSpec) -> None:
+        """:class:`~crawlhub.control.jobs.model.JobEnvError` when ``spec``'s env sets a
+        variable that loads code and ``control.allowed_env`` does not list it."""
+        check_env(spec.env, self.allowed_env, job=f"job {spec.name!r}")
+
     async def spec(self, name: str) -> tuple[JobSpec, str]:
         """A job's spec and its source ("api" or "config"); NotFoundError if none."""
         config = self._collect_specs().get(name)
@@ -181,7 +186,7 @@ class JobService:
         if not spec.argv() and spec.kind == "subprocess":
             raise ConflictError(f"job {spec.name!r} has no command: give 'command' as a"
                                 " list like [\"python\", \"spider.py\"]")
-        check_env(spec.env, self.allowed_env, job=f"job {spec.name!r}")
+        self._check_env(spec)
         await self.store.create(spec, self.clock())
         return await self.get(spec.name)
 
@@ -191,7 +196,7 @@ class JobService:
             raise ConflictError(f"job {name!r} comes from the config's 'jobs:'; change it"
                                 " there")
         changed = patch.apply(spec)
-        check_env(changed.env, self.allowed_env, job=f"job {name!r}")
+        self._check_env(changed)
         await self.store.replace(changed, self.clock())
         return await self.get(name)
 
@@ -250,11 +255,11 @@ class JobService:
         if not spec.enabled:
             raise ConflictError(f"job {name!r} is disabled; PATCH it with enabled: true")
         # again here: a job stored before the check, or before the config allowed less
-        check_env(spec.env, self.allowed_env, job=f"job {name!r}")
+        self._check_env(spec)
         return await self.runner.start(spec, trigger=trigger)
 
     async def _cron_start(self, spec: JobSpec, tick: float) -> RunRecord:
-        check_env(spec.env, self.allowed_env, job=f"job {spec.name!r}")  # a skipped tick
+        self._check_env(spec)  # a skipped tick
         return await self.runner.start(spec, trigger="cron", scheduled_for=tick)
 
     async def pause(self, name: str) -> JobView:
@@ -309,7 +314,7 @@ class JobService:
     async def restart(self, name: str) -> RunRecord:
         """Cancel the job's runs, wait for them to end, then start a new run."""
         spec, _ = await self.spec(name)
-        check_env(spec.env, self.allowed_env, job=f"job {name!r}")  # before stopping it
+        self._check_env(spec)  # before stopping it
         await self.cancel(name, wait=self.runner.grace_of(spec) + 5)
         if await self.store.live_runs(name):
             raise ConflictError(f"job {name!r}'s runs did not end within the grace period;"
