@@ -209,7 +209,7 @@ def center_run(base: str, pages: int, agents: int, redis_url: str, work: Path,
 def queue_run(base: str, pages: int, agents: int, redis_url: str, work: Path) -> Run:
     """The same agents leasing the URL tasks straight from a Redis queue."""
     from crawlhub.config import load_config
-    from crawlhub.service import Services
+    from crawlhub.services import Services
 
     cluster = Cluster(redis_url, work, agents, queue=True)
 

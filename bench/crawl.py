@@ -150,7 +150,7 @@ def agents_run(base: str, work: Path, n: int, redis_url: str) -> Run:
     import yaml
 
     from crawlhub.config import load_config
-    from crawlhub.service import Services
+    from crawlhub.services import Services
 
     prefix = f"bench-crawl-{uuid.uuid4().hex[:8]}:"
     cfg_file = work / f"agents{n}.yaml"

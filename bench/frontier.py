@@ -40,9 +40,9 @@ from collections.abc import Callable, Iterator  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
-from crawlhub.config.frontier import FrontierConfig  # noqa: E402
 from crawlhub.frontier import KeyResolver, Seed, build_frontier  # noqa: E402
 from crawlhub.frontier.bloom import ScalableBloom, stable_hash  # noqa: E402
+from crawlhub.frontier.config import FrontierConfig  # noqa: E402
 
 FP_RATE = 1e-3
 WORDS = ["shoes", "red", "phone", "case", "laptop", "bag", "camera", "lamp", "desk", "tea",

@@ -25,9 +25,9 @@ from rich.console import Console
 from rich.table import Table
 
 from crawlhub.collect.build import new_run
+from crawlhub.collect.config import CollectJobConfig
 from crawlhub.collect.plan import IncrementalState, plan_incremental
 from crawlhub.collect.store import Progress, open_metadata_store
-from crawlhub.config.jobs import CollectJobConfig
 
 
 class PagedApi:

@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from crawlhub.config.schema import CrawlhubConfig
-from crawlhub.service import Services
+from crawlhub.services import Services
 
 BATCH = 100
 HTTP_CLIENTS = 4
@@ -333,8 +333,8 @@ def step(text: str) -> None:
 
 def check_same_rules(tasks: list[dict[str, Any]]) -> None:
     """Both sides must route every task to the same place, or the race is not fair."""
+    from crawlhub.core.task import Task
     from crawlhub.hub.routing import OutboundRule, Router
-    from crawlhub.task import Task
 
     cfg = CrawlhubConfig.model_validate(hub_config(Path("unused")))
     router = Router([OutboundRule.from_config(ob) for ob in cfg.outbound])

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from simpleeval import EvalWithCompoundTypes
 
-from crawlhub.selectors import ALLOWED_FUNCTIONS, compile_selector
+from crawlhub.core.selectors import ALLOWED_FUNCTIONS, compile_selector
 
 #: A realistic task (taskHUB seed 004) on which every selector below evaluates all clauses.
 TASK: dict[str, Any] = {

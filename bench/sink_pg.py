@@ -27,11 +27,11 @@ import asyncpg
 from rich.console import Console
 from rich.table import Table
 
-from crawlhub.config.sinks import PgTableConfig, build_sink
 from crawlhub.fetch.joblog import JobLog
 from crawlhub.pipeline.result import RunResult
 from crawlhub.pipeline.writer import BatchWriter
 from crawlhub.sinks.base import BatchResult
+from crawlhub.sinks.config import PgTableConfig, build_sink
 from crawlhub.sinks.pg_table import PgTable
 from crawlhub.sinks.records import prepare_record
 

@@ -1,4 +1,4 @@
-"""The one lease and clock convention (crawlhub.clock): every Redis script gets ``now``
+"""The one lease and clock convention (crawlhub.core.clock): every Redis script gets ``now``
 from its caller and none reads the server's clock, so one fake clock drives every lease."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 from crawlhub.agents.politeness.redis import RedisGateStore
 from crawlhub.agents.registry.redis import RedisAgentRegistry
-from crawlhub.clock import system_clock
+from crawlhub.core.clock import system_clock
 from crawlhub.hub.state import RedisHubState
 from crawlhub.queues.redis import RedisQueueBackend
 from tests.helpers import FakeClock

@@ -1,6 +1,6 @@
 """Specs of the safe selector compiler: seed selectors, None semantics, errors, escapes.
 
-Each test states one behaviour of ``crawlhub.selectors``.
+Each test states one behaviour of ``crawlhub.core.selectors``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crawlhub import selectors as selectors_module
-from crawlhub.errors import ConfigError, SelectorError
-from crawlhub.selectors import (
+from crawlhub.core import selectors as selectors_module
+from crawlhub.core.errors import ConfigError, SelectorError
+from crawlhub.core.selectors import (
     MATCH_ALL,
     MAX_DEPTH,
     MAX_SELECTOR_LENGTH,

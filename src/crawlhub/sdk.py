@@ -17,10 +17,10 @@ reads it at most every :data:`CHECK_EVERY` seconds (one ``stat``, a read only wh
 file changed). A job waiting out a pause in :meth:`Control.wait_while_paused` (or
 :meth:`Control.until_running`) acknowledges it (the ack file); a job that holds still
 another way calls :meth:`Control.acknowledge` itself. A pause not acknowledged within
-:data:`~crawlhub.control.protocol.ACK_WAIT` seconds is enforced by the runner: it stops the
+:data:`~crawlhub.core.jobprotocol.ACK_WAIT` seconds is enforced by the runner: it stops the
 job's processes (SIGSTOP) until continued. Counters go to the counters file at most every
 :data:`FLUSH_EVERY` seconds, so counting every item costs a dict update. The file formats and the stdout
-messages are in :mod:`crawlhub.control.protocol`.
+messages are in :mod:`crawlhub.core.jobprotocol`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from crawlhub.control.protocol import (
+from crawlhub.core.jobprotocol import (
     ENV_ACK_FILE,
     ENV_CONTROL_FILE,
     ENV_COUNTERS_FILE,

@@ -12,7 +12,7 @@ from crawlhub.agents.agent import Agent, HubReport
 from crawlhub.agents.codes import ResultCodes
 from crawlhub.agents.downloader import Downloader, DownloaderConfig
 from crawlhub.config.schema import CrawlhubConfig
-from crawlhub.service import Services
+from crawlhub.services import Services
 from tests.agents.servers import Site
 
 
@@ -219,7 +219,7 @@ async def test_results_pushed_to_a_redis_list_inbound_are_settled_by_the_hub_con
 
 async def test_an_agent_keeps_leasing_after_its_queue_backend_failed_once(
         tmp_path: Path) -> None:
-    from crawlhub.errors import BackendUnavailable
+    from crawlhub.core.errors import BackendUnavailable
 
     class FailsOnce:
         """The real queue, whose first lease meets an outage."""

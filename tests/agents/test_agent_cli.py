@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from crawlhub.config import load_config
-from crawlhub.service import Services
+from crawlhub.services import Services
 from tests.agents.servers import Site
 from tests.agents.test_politeness_processes import CountingSite
 from tests.helpers import wait_for

@@ -23,7 +23,7 @@ PAGES = 120
 async def test_two_agents_finish_a_crawl_across_a_redis_outage_losing_nothing(
         tmp_path: Path, redis_url: str, unique_name: str) -> None:
     from crawlhub.config import load_config
-    from crawlhub.service import Services
+    from crawlhub.services import Services
 
     broker = RedisUnderTest()
     broker.start()

@@ -6,7 +6,7 @@ import pytest
 
 from crawlhub.agents import codes
 from crawlhub.agents.codes import ResultCodes
-from crawlhub.errors import ConfigError
+from crawlhub.core.errors import ConfigError
 
 
 def test_defaults_map_each_outcome_to_its_documented_code() -> None:

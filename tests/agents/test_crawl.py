@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from crawlhub.agents.crawl import Crawl, CrawlOptions
+from crawlhub.app.crawl import Crawl, CrawlOptions
 from tests.agents.servers import Site
 from tests.helpers import wait_for
 
@@ -114,7 +114,7 @@ async def test_crawl_resumed_after_sigkill_fetches_nothing_twice_that_was_writte
 
 
 def test_seen_links_pass_once_and_memory_stays_bounded() -> None:
-    from crawlhub.agents.crawl import Seen
+    from crawlhub.app.crawl import Seen
 
     seen = Seen(size=3)
     assert seen.fresh({"a": 1, "b": 1}) == {"a": 1, "b": 1}
@@ -128,7 +128,7 @@ def test_seen_links_pass_once_and_memory_stays_bounded() -> None:
 
 
 async def test_links_of_a_submit_that_failed_are_submitted_again() -> None:
-    from crawlhub.agents.crawl import Seen
+    from crawlhub.app.crawl import Seen
 
     class Hub:
         def __init__(self) -> None:
@@ -153,8 +153,8 @@ async def test_links_of_a_submit_that_failed_are_submitted_again() -> None:
 async def test_a_second_crawl_on_a_data_dir_in_use_is_refused_naming_it(tmp_path: Path) -> None:
     import pytest
 
-    from crawlhub.agents.crawl import _lock
-    from crawlhub.errors import CrawlhubError
+    from crawlhub.app.crawl import _lock
+    from crawlhub.core.errors import CrawlhubError
 
     data = tmp_path / "data"
     data.mkdir()

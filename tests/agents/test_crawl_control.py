@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from crawlhub import sdk
-from crawlhub.agents.crawl import Crawl, CrawlOptions
-from crawlhub.control import protocol
+from crawlhub.app.crawl import Crawl, CrawlOptions
+from crawlhub.core import jobprotocol as protocol
 from tests.agents.test_crawl import CRAWLHUB, SlowSite, rows
 from tests.helpers import wait_for
 

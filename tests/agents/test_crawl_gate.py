@@ -7,8 +7,8 @@ import asyncio
 import time
 from pathlib import Path
 
-from crawlhub.agents.crawl import Crawl, CrawlOptions
 from crawlhub.agents.politeness import DomainRules, open_gate_store
+from crawlhub.app.crawl import Crawl, CrawlOptions
 from tests.agents.servers import Site
 
 

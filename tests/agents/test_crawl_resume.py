@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from crawlhub.agents.crawl import QUEUE, Crawl, CrawlOptions, crawl_config
 from crawlhub.agents.politeness import open_gate_store
-from crawlhub.service import Services
+from crawlhub.app.crawl import QUEUE, Crawl, CrawlOptions, crawl_config
+from crawlhub.services import Services
 from tests.agents.servers import Site
 
 #: Seconds a resumed crawl of a few dozen local pages gets before it counts as hung.

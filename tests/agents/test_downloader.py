@@ -12,7 +12,7 @@ from crawlhub.agents import codes
 from crawlhub.agents.codes import ResultCodes
 from crawlhub.agents.downloader import Downloader, DownloaderConfig
 from crawlhub.agents.proxies import ProxyPool
-from crawlhub.errors import ConfigError
+from crawlhub.core.errors import ConfigError
 from crawlhub.fetch.http import Request
 from tests.agents.servers import ForwardProxy, Site
 from tests.helpers import FakeClock, wait_for

@@ -12,7 +12,7 @@ from crawlhub.agents.extract import (
     compile_json_path,
     decode_body,
 )
-from crawlhub.errors import ConfigError
+from crawlhub.core.errors import ConfigError
 from tests.agents.servers import Site, page_html
 
 PAGE = b"""<!DOCTYPE html><html><head><title>  Shop &amp; more

@@ -14,7 +14,7 @@ from crawlhub.agents.agent import Agent, HubReport
 from crawlhub.agents.downloader import Downloader
 from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.queues.sqlite import SqliteQueueBackend
-from crawlhub.service import Services
+from crawlhub.services import Services
 from tests.agents.servers import Site
 from tests.agents.test_crawl import SlowSite
 from tests.helpers import FakeClock, wait_for

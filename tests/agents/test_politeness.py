@@ -20,7 +20,7 @@ from crawlhub.agents.politeness import (
     open_gate_store,
     retry_after_seconds,
 )
-from crawlhub.errors import ConfigError
+from crawlhub.core.errors import ConfigError
 from tests.agents.stores import Backend, backend_fixture  # noqa: F401 - the fixture
 from tests.helpers import FakeClock, wait_for
 

@@ -6,7 +6,7 @@ import aiohttp
 import pytest
 
 from crawlhub.agents.proxies import ProxyConfig, ProxyPool
-from crawlhub.errors import ConfigError
+from crawlhub.core.errors import ConfigError
 from tests.agents.servers import Site
 from tests.helpers import FakeClock
 

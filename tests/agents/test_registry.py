@@ -15,7 +15,7 @@ from crawlhub.agents.registry import (
     listing,
     open_registry,
 )
-from crawlhub.errors import ConfigError
+from crawlhub.core.errors import ConfigError
 from tests.agents.stores import Backend, backend_fixture  # noqa: F401 - the fixture
 from tests.helpers import FakeClock
 

@@ -10,11 +10,11 @@ from typing import Any
 from aiohttp import web
 
 from crawlhub.agents.agent import Agent, HubReport
-from crawlhub.agents.crawl import Crawl, CrawlOptions
 from crawlhub.agents.downloader import DEFAULT_USER_AGENT, Downloader, DownloaderConfig
 from crawlhub.agents.politeness import RobotsCache, http_fetcher, open_gate_store
 from crawlhub.agents.registry import LoadMeter, open_registry
-from crawlhub.service import Services
+from crawlhub.app.crawl import Crawl, CrawlOptions
+from crawlhub.services import Services
 from tests.agents.servers import Site
 from tests.agents.test_agent import config, run_until_idle
 from tests.agents.test_crawl import rows

@@ -13,9 +13,9 @@ import pytest
 from crawlhub.agents.agent import Agent, HubReport, Page, link_tasks
 from crawlhub.agents.downloader import Downloader, Fetched
 from crawlhub.agents.extract import Extracted, ExtractionRules, RuleSets
-from crawlhub.errors import ConfigError
+from crawlhub.core.errors import ConfigError
 from crawlhub.queues.base import Message
-from crawlhub.service import Services
+from crawlhub.services import Services
 from tests.agents.servers import Site
 from tests.agents.test_agent import config, run_until_idle
 

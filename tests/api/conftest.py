@@ -12,9 +12,9 @@ import httpx2
 import pytest
 import redis.asyncio as aioredis
 
-from crawlhub.api import create_app
+from crawlhub.app.asgi import create_app
 from crawlhub.config.schema import CrawlhubConfig
-from crawlhub.service import Services
+from crawlhub.services import Services
 
 BACKENDS = ["sqlite", "redis"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from crawlhub.api import create_app
+from crawlhub.app.asgi import create_app
 from crawlhub.config.schema import CrawlhubConfig
 from tests.api.conftest import MakeApi
 from tests.api.live import HTTP_IMPLEMENTATIONS, serve

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crawlhub.task import BUILTIN_KEYS
+from crawlhub.core.task import BUILTIN_KEYS
 
 from .conftest import Api, MakeApi
 

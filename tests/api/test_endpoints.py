@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 import uvicorn
 
-from crawlhub.api import create_app
+from crawlhub.app.asgi import create_app
 from tests.helpers import wait_for
 from tests.servers import free_port
 

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crawlhub.api import create_app
+from crawlhub.app.asgi import create_app
 from crawlhub.config.schema import CrawlhubConfig
-from crawlhub.service import Services
-from crawlhub.task import BUILTIN_KEYS
+from crawlhub.core.task import BUILTIN_KEYS
+from crawlhub.services import Services
 
 scalars = (st.none() | st.booleans() | st.integers() | st.floats()
            | st.text(st.characters(), max_size=20))

@@ -25,7 +25,7 @@ from schemathesis.checks import (
 from schemathesis.config import SchemathesisConfig
 from schemathesis.python import asgi
 
-from crawlhub.api import create_app
+from crawlhub.app.asgi import create_app
 from crawlhub.config.schema import CrawlhubConfig
 
 MAX_EXAMPLES = 25

@@ -13,11 +13,11 @@ import httpx2
 import pytest
 from starlette.requests import Request
 
-from crawlhub.api import create_app
 from crawlhub.api.errors import backend_error
+from crawlhub.app.asgi import create_app
 from crawlhub.config.schema import CrawlhubConfig
-from crawlhub.errors import BackendUnavailable, QueueError
-from crawlhub.service import Services
+from crawlhub.core.errors import BackendUnavailable, QueueError
+from crawlhub.services import Services
 from tests.api.live import HTTP_IMPLEMENTATIONS, PASSWORD, Answer, SpareRedis, call, serve
 
 

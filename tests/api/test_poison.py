@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from crawlhub.errors import ConfigError
-from crawlhub.jsoncodec import MAX_DEPTH, TooDeepError
+from crawlhub.core.errors import ConfigError
+from crawlhub.core.jsoncodec import MAX_DEPTH, TooDeepError
 from crawlhub.queues.common import BaseQueue
 from tests.helpers import wait_for
 

@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 import httpx2
 import pytest
 
-from crawlhub.service import Services
+from crawlhub.services import Services
 from tests.api.conftest import MakeApi
 from tests.control.gitremote import Remote, make_remote
 

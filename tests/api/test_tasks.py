@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from crawlhub.task import BUILTIN_KEYS
+from crawlhub.core.task import BUILTIN_KEYS
 
 from .conftest import MakeApi
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from crawlhub.center import CenterClient, open_bus
-from crawlhub.signing import Signer
+from crawlhub.core.signing import Signer
 from tests.agents.test_crawl import SlowSite
 from tests.helpers import wait_for
 from tests.servers import throwaway_valkey

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from crawlhub.agents.crawl import Crawl, CrawlOptions
+from crawlhub.app.crawl import Crawl, CrawlOptions
 from crawlhub.center import CenterError, CenterWorker, DownloadCenter, open_bus
 from tests.agents.servers import Site
 from tests.agents.test_crawl import rows

@@ -49,7 +49,7 @@ def test_a_message_nacked_back_ten_times_shows_the_delivery_limit_as_its_reason(
 
 
 def test_route_refuses_a_task_nested_past_the_depth_limit(cli: Cli, tmp_path: Path) -> None:
-    from crawlhub.jsoncodec import MAX_DEPTH
+    from crawlhub.core.jsoncodec import MAX_DEPTH
 
     opts = ["--set", f"data_dir={tmp_path / 'data'}"]
     for depth in (MAX_DEPTH + 1, 5000):

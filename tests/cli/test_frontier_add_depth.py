@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 
 from crawlhub.cli.frontier import parse_seeds
-from crawlhub.jsoncodec import MAX_DEPTH
+from crawlhub.core.jsoncodec import MAX_DEPTH
 
 
 def deep_seed(depth: int) -> str:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from crawlhub.errors import MissingExtraError
-from crawlhub.extras import require
+from crawlhub.core.errors import MissingExtraError
+from crawlhub.core.extras import require
 from tests.servers import free_port
 
 from .conftest import write_yaml
@@ -90,7 +90,7 @@ def test_a_postgres_sink_without_asyncpg_fails_the_run_naming_the_extra(tmp_path
 
 def test_the_curl_client_without_curl_cffi_names_the_curl_extra() -> None:
     code = ("import sys; sys.modules['curl_cffi'] = None\n"
-            "from crawlhub.errors import MissingExtraError\n"
+            "from crawlhub.core.errors import MissingExtraError\n"
             "from crawlhub.fetch.http import make_client\n"
             "try:\n    make_client('curl_cffi')\n"
             "except MissingExtraError as exc:\n    print(exc)\n")
@@ -103,7 +103,7 @@ def test_the_curl_client_without_curl_cffi_names_the_curl_extra() -> None:
 
 def test_the_kafka_sink_without_aiokafka_names_the_kafka_extra() -> None:
     code = ("import sys; sys.modules['aiokafka'] = None\n"
-            "from crawlhub.errors import MissingExtraError\n"
+            "from crawlhub.core.errors import MissingExtraError\n"
             "from crawlhub.sinks.kafka import load_aiokafka\n"
             "try:\n    load_aiokafka(\"sink 'events'\")\n"
             "except MissingExtraError as exc:\n    print(exc)\n")

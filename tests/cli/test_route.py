@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from crawlhub.task import BUILTIN_KEYS
+from crawlhub.core.task import BUILTIN_KEYS
 
 from .conftest import Cli, one_line, table_rows, write_yaml
 

@@ -9,8 +9,8 @@ from typing import Any, overload
 
 import pytest
 
+from crawlhub.collect.config import CollectJobConfig
 from crawlhub.collect.store import SqlMetadataStore, open_metadata_store
-from crawlhub.config.jobs import CollectJobConfig
 from crawlhub.sinks.base import BatchResult
 from tests.httpapi import DATE_FORMAT, ApiServer
 
@@ -68,7 +68,7 @@ class ListSink:
     async def write_batch(self, records: Sequence[dict[str, Any]]) -> BatchResult:
         if self.fail_next:
             self.fail_next -= 1
-            from crawlhub.errors import SinkError
+            from crawlhub.core.errors import SinkError
 
             raise SinkError("memory sink: injected failure, batch rolled back")
         self.batches.append(len(records))

@@ -13,7 +13,7 @@ import pytest
 from crawlhub import sdk
 from crawlhub.collect.service import CollectJobManager
 from crawlhub.config.schema import CrawlhubConfig
-from crawlhub.control import protocol
+from crawlhub.core import jobprotocol as protocol
 from tests.collect.conftest import LazyItems, job_config
 from tests.httpapi import ApiServer, Fault
 

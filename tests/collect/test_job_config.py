@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from crawlhub.collect.build import job_pipeline_config
-from crawlhub.config.jobs import CollectJobConfig, load_job
+from crawlhub.collect.config import CollectJobConfig, load_job
 from crawlhub.config.loader import load_config
-from crawlhub.errors import ConfigError
+from crawlhub.core.errors import ConfigError
 
 SOURCE = {"url": "http://127.0.0.1:1/items", "date_field": "date"}
 

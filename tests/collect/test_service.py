@@ -182,7 +182,7 @@ async def test_a_collection_job_runs_as_a_job_of_the_control_plane(
     from crawlhub.control.channel import ControlChannel
     from crawlhub.control.db import ControlDB
     from crawlhub.control.jobs import JobPatch, JobService, JobStore, Runner
-    from crawlhub.errors import ConflictError
+    from crawlhub.core.errors import ConflictError
 
     db = await ControlDB.open(f"sqlite:///{tmp_path}/control.db")
     channel = ControlChannel(db)

@@ -16,7 +16,7 @@ from crawlhub.collect.store import (
     open_metadata_store,
     store_for,
 )
-from crawlhub.errors import ConfigError
+from crawlhub.core.errors import ConfigError
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from crawlhub.config import dump_config, load_config
-from crawlhub.errors import ConfigError, ConfigErrors
+from crawlhub.core.errors import ConfigError, ConfigErrors
 
 from .conftest import WriteFiles
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crawlhub.config import load_config
-from crawlhub.errors import ConfigError
+from crawlhub.core.errors import ConfigError
 
 from .conftest import WriteFiles
 

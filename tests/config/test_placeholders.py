@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from crawlhub.config import load_config, load_settings
-from crawlhub.errors import ConfigError
+from crawlhub.core.errors import ConfigError
 
 from .conftest import WriteFiles
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from crawlhub.config import dump_config, load_config, redact
-from crawlhub.logs import setup_logging
-from crawlhub.storage.redact import redact_url
+from crawlhub.core.logsetup import setup_logging
+from crawlhub.core.redact import redact_url
 
 from .conftest import WriteFiles
 
@@ -205,7 +205,7 @@ def test_json_log_lines_mask_extras_and_tracebacks(tmp_path: Path) -> None:
 
 
 def test_exception_lines_named_like_a_key_are_not_masked() -> None:
-    from crawlhub.storage.redact import redact_text
+    from crawlhub.core.redact import redact_text
 
     assert redact_text("KeyError: 'services'") == "KeyError: 'services'"
     assert redact_text("Traceback:\nKeyError: 'path'\nX-Api-Key: k1") == (
@@ -236,14 +236,14 @@ def test_one_redaction_function_serves_every_module() -> None:
     import ast
 
     import crawlhub
-    from crawlhub.storage.urls import redact_url as storage_redact_url
+    from crawlhub.backends.urls import redact_url as storage_redact_url
 
     assert storage_redact_url is redact_url
     src = Path(crawlhub.__file__).parent
     others = [
         f"{path.relative_to(src)}:{node.name}"
         for path in src.rglob("*.py")
-        if path != src / "storage" / "redact.py"
+        if path != src / "core" / "redact.py"
         for node in ast.parse(path.read_text(encoding="utf-8")).body
         if isinstance(node, ast.FunctionDef) and node.name.startswith("redact")
     ]

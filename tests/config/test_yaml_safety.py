@@ -11,7 +11,7 @@ import pytest
 
 from crawlhub.config import load_config, yamlread
 from crawlhub.config.yamlread import MAX_DEPTH, MAX_NODES
-from crawlhub.errors import ConfigError, ConfigErrors
+from crawlhub.core.errors import ConfigError, ConfigErrors
 
 from .conftest import WriteFiles
 

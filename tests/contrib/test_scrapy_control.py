@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from crawlhub.control import protocol
+from crawlhub.core import jobprotocol as protocol
 from tests.agents.test_crawl import SlowSite
 from tests.helpers import wait_for
 

@@ -290,9 +290,9 @@ async def test_start_tasks_pushed_to_the_hub_feed_a_waiting_spider(
     import httpx2
     import yaml
 
-    from crawlhub.api import create_app
+    from crawlhub.app.asgi import create_app
     from crawlhub.config import load_config
-    from crawlhub.service import Services
+    from crawlhub.services import Services
 
     crawl = unique_name
     cfg = tmp_path / "crawlhub.yaml"
@@ -375,8 +375,8 @@ async def test_bad_settings_stop_the_spider_with_an_error_naming_the_setting(
 
 async def test_a_stored_request_that_cannot_be_rebuilt_is_finished_as_failed(
         tmp_path: Path, unique_name: str) -> None:
-    from crawlhub.config.frontier import FrontierConfig
     from crawlhub.frontier import Seed, build_frontier
+    from crawlhub.frontier.config import FrontierConfig
 
     data = tmp_path / "data"
     data.mkdir()

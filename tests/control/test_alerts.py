@@ -33,7 +33,7 @@ from crawlhub.control.db import ControlDB
 from crawlhub.control.jobs.model import JobSpec, RunRecord
 from crawlhub.control.plane import ControlPlane
 from crawlhub.control.secrets import SecretBox
-from crawlhub.errors import ConflictError, NotFoundError
+from crawlhub.core.errors import ConflictError, NotFoundError
 from crawlhub.queues import open_backend
 from tests.control.alert_targets import (
     HOOK_PATH,

@@ -23,7 +23,7 @@ from crawlhub.control.db import ControlDB
 from crawlhub.control.jobs.store import pid_alive
 from crawlhub.control.projects import InvalidProject, NewProject, ProjectStore, ProjectUpdate
 from crawlhub.control.secrets import SecretBox
-from crawlhub.errors import ConflictError, NotFoundError
+from crawlhub.core.errors import ConflictError, NotFoundError
 from tests.control.gitremote import PACKAGED, Remote, git_http_server, make_remote
 from tests.helpers import wait_for
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from crawlhub.backends.redis import redis_client
 from crawlhub.config.schema import CrawlhubConfig
-from crawlhub.control import protocol
 from crawlhub.control.channel import (
     ControlChannel,
     ControlError,
@@ -23,7 +23,7 @@ from crawlhub.control.channel import (
 )
 from crawlhub.control.db import ControlDB
 from crawlhub.control.plane import ControlPlane
-from crawlhub.storage.redis import redis_client
+from crawlhub.core import jobprotocol as protocol
 from tests.helpers import wait_for
 from tests.servers import throwaway_valkey
 

@@ -18,7 +18,6 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from crawlhub.control import protocol
 from crawlhub.control.channel import ControlChannel
 from crawlhub.control.db import ControlDB
 from crawlhub.control.jobs import JobPatch, JobService, JobSpec, JobStore, Runner
@@ -26,7 +25,8 @@ from crawlhub.control.jobs.cron import CronScheduler
 from crawlhub.control.jobs.model import LIVE
 from crawlhub.control.jobs.store import HOST
 from crawlhub.control.logs.line import LogLine
-from crawlhub.errors import ConflictError, NotFoundError
+from crawlhub.core import jobprotocol as protocol
+from crawlhub.core.errors import ConflictError, NotFoundError
 from tests.helpers import wait_for
 
 COUNTER = textwrap.dedent("""

@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from crawlhub.api import create_app
+from crawlhub.app.asgi import create_app
 from crawlhub.config.schema import CrawlhubConfig
-from crawlhub.service import Services
+from crawlhub.services import Services
 from tests.helpers import wait_for
 
 #: items in tasks of 10, a log line and the success/total counters each (a real process)

@@ -20,7 +20,7 @@ from crawlhub.control.projects import (
     check_git_url,
 )
 from crawlhub.control.secrets import SecretBox, SecretError
-from crawlhub.errors import ConflictError, NotFoundError
+from crawlhub.core.errors import ConflictError, NotFoundError
 
 PASSWORD = "pw-Zq81-never-shown"
 HOOK_SECRET = "hook-secret-5521"

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from crawlhub import sdk
-from crawlhub.control import protocol
 from crawlhub.control.channel import ControlChannel, ControlFileWriter
 from crawlhub.control.db import ControlDB
-from crawlhub.control.protocol import LogMessage, TaskEvent, parse_line, write_json_atomic
+from crawlhub.core import jobprotocol as protocol
+from crawlhub.core.jobprotocol import LogMessage, TaskEvent, parse_line, write_json_atomic
 from tests.helpers import wait_for
 
 JOB = Path(__file__).with_name("counting_job.py")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from crawlhub.control.secrets import KEY_FILE, Secret, SecretBox, SecretError
-from crawlhub.errors import ConfigError
+from crawlhub.core.errors import ConfigError
 
 
 def test_a_secret_round_trips_and_the_stored_form_does_not_contain_it() -> None:

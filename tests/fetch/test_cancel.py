@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from crawlhub.errors import CancelledError
+from crawlhub.core.errors import CancelledError
 from crawlhub.fetch import CancellationToken, ctrl_c_cancels
 
 

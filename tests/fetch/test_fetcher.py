@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from crawlhub.errors import CancelledError, FetchError
+from crawlhub.core.errors import CancelledError, FetchError
 from crawlhub.fetch import (
     CancellationToken,
     CurlCffiClient,

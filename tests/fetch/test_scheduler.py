@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from crawlhub.errors import CancelledError
+from crawlhub.core.errors import CancelledError
 from crawlhub.fetch import CancellationToken, RequestScheduler
 from tests.helpers import FakeClock, wait_for
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from crawlhub.config.frontier import FrontierConfig
 from crawlhub.frontier import Frontier, build_frontier
+from crawlhub.frontier.config import FrontierConfig
 from tests.helpers import FakeClock
 
 BACKENDS = ["sqlite", "redis"]

@@ -10,8 +10,8 @@ import asyncio
 import random
 import sys
 
-from crawlhub.config.frontier import FrontierConfig
 from crawlhub.frontier import Frontier, Seed, build_frontier
+from crawlhub.frontier.config import FrontierConfig
 
 UNIVERSE = [f"http://site{i % 7}.example/p/{i}" for i in range(800)]
 VARIANTS = ("", "#top", "?utm_source=x", "?_=1700000000123")

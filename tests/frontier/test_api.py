@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from crawlhub.api import errors
 from crawlhub.api.frontier import router
 from crawlhub.frontier import Seed
-from crawlhub.service import Services
+from crawlhub.services import Services
 
 from .conftest import MakeFrontier
 

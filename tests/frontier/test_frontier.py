@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from crawlhub.errors import FrontierError
+from crawlhub.core.errors import FrontierError
 from crawlhub.frontier import Seed
 from tests.helpers import FakeClock
 
@@ -175,7 +175,7 @@ async def test_without_archive_a_finished_seed_drops_its_record_and_stays_known(
 async def test_archive_off_refuses_exact() -> None:
     from pydantic import ValidationError
 
-    from crawlhub.config.frontier import FrontierConfig
+    from crawlhub.frontier.config import FrontierConfig
 
     with pytest.raises(ValidationError, match="archive: false"):
         FrontierConfig.model_validate({"archive": False, "exact": True})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from crawlhub.errors import FrontierError
+from crawlhub.core.errors import FrontierError
 from tests.frontier.conftest import MakeFrontier
 
 

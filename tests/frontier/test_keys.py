@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from w3lib.url import canonicalize_url
 
-from crawlhub.config.frontier import KeyConfig
-from crawlhub.errors import ConfigError, FrontierError
+from crawlhub.core.errors import ConfigError, FrontierError
 from crawlhub.frontier import KeyResolver, Seed
 from crawlhub.frontier.canonical import canonicalize
-from crawlhub.frontier.keys import is_timestamp_like
+from crawlhub.frontier.config import KeyConfig
+from crawlhub.frontier.urlkeys import is_timestamp_like
 
 
 def key(url: str, **config: object) -> str:

@@ -9,9 +9,9 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
+from crawlhub.core.keys import frontier_segment_key
 from crawlhub.frontier import Seed
 from crawlhub.frontier.redis import RedisSeedStore
-from crawlhub.keys import frontier_segment_key
 
 from .conftest import MakeFrontier
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from crawlhub.config.frontier import FrontierConfig
-from crawlhub.errors import ConfigError
+from crawlhub.core.errors import ConfigError
 from crawlhub.frontier import Seed, TimeSegments, segment_resolver
+from crawlhub.frontier.config import FrontierConfig
 from tests.helpers import FakeClock
 
 from .conftest import DAY, T0, MakeFrontier

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from crawlhub.config.schema import CrawlhubConfig
-from crawlhub.service import Services
+from crawlhub.services import Services
 
 BACKENDS = ["sqlite", "redis"]
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from crawlhub.config.schema import CrawlhubConfig
-from crawlhub.service import Services
+from crawlhub.services import Services
 
 
 class Killer:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from crawlhub.api import create_app
+from crawlhub.app.asgi import create_app
 from crawlhub.hub.dispatch import LAG_TTL
 
 Opener = Callable[[Any], Any]
@@ -58,7 +58,7 @@ async def test_inbound_frontier_gates_messages_pushed_through_it(
 
 async def test_backpressure_refusal_does_not_admit_the_url(
         make_config: Callable[..., Any], open_services: Opener) -> None:
-    from crawlhub.errors import BackpressureError
+    from crawlhub.core.errors import BackpressureError
 
     svc = await open_services(make_config(
         frontier={"web": {}},

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from crawlhub.errors import BackpressureError
+from crawlhub.core.errors import BackpressureError
 from crawlhub.hub.failures import FailureLog
-from crawlhub.service import Services
+from crawlhub.services import Services
 from tests.helpers import wait_for
 from tests.hub.conftest import delete_prefix
 
@@ -488,7 +488,7 @@ async def test_redis_inbound_sets_aside_a_message_the_hub_keeps_refusing(
 
 async def test_converter_failure_is_a_convert_error_naming_inbound_and_converter(
         make_config: Callable[..., Any], open_services: Opener) -> None:
-    from crawlhub.errors import ConvertError
+    from crawlhub.core.errors import ConvertError
 
     svc = await open_services(make_config(
         inbound=[{"name": "feed", "class": "http",

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from crawlhub.service import Services
+from crawlhub.services import Services
 from tests.helpers import FakeClock
 
 Opener = Callable[[Any], Any]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from crawlhub.core.jsoncodec import MAX_DEPTH
 from crawlhub.hub.inbounds.kafka import KafkaInbound
-from crawlhub.jsoncodec import MAX_DEPTH
 
 
 def kafka_message(value: bytes) -> SimpleNamespace:

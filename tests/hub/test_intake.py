@@ -16,8 +16,8 @@ import httpx2 as httpx
 import pytest
 import redis
 
-from crawlhub.api import create_app
-from crawlhub.errors import BackendUnavailable
+from crawlhub.app.asgi import create_app
+from crawlhub.core.errors import BackendUnavailable
 from crawlhub.hub.hub import Hub
 from crawlhub.hub.intake import ALIVE_TTL, _PartlyPushed
 from tests.helpers import FakeClock
@@ -209,7 +209,7 @@ async def test_a_task_killed_after_its_record_is_pushed_by_recovery_once(
 
 async def test_intake_records_and_recovery_follow_the_hubs_clock(
         make_config: Callable[..., Any], open_services: Opener) -> None:
-    # crawlhub.clock: the intake's records and heartbeats are leases on the hub's clock,
+    # crawlhub.core.clock: the intake's records and heartbeats are leases on the hub's clock,
     # so a fake clock alone decides when a killed hub's record is recovered.
     clock = FakeClock(start=time.time() + 10 * 24 * 3600)
     config = make_config(frontier={"web": {}}, outbound=[{"name": "o", "frontier": "web"}])

@@ -17,8 +17,8 @@ import aiohttp
 import pytest
 import redis
 
+from crawlhub.core.keys import hub_keys
 from crawlhub.hub.state import open_state
-from crawlhub.keys import hub_keys
 from crawlhub.queues import open_backend
 from tests.cli.conftest import write_yaml
 from tests.cli.serving import Served, crawlhub_serve

@@ -19,7 +19,7 @@ import pytest
 
 from crawlhub.config.loader import load_config
 from crawlhub.hub.intake import ALIVE_TTL
-from crawlhub.service import Services
+from crawlhub.services import Services
 from tests.cli.conftest import write_yaml
 from tests.cli.serving import crawlhub_serve
 from tests.hub.conftest import delete_prefix

@@ -12,7 +12,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from crawlhub.errors import ConfigError
+from crawlhub.core.errors import ConfigError
 from crawlhub.hub.inbounds.base import InboundSource
 from crawlhub.hub.inbounds.kafka import KafkaInbound
 from tests.helpers import wait_for

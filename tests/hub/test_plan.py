@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from crawlhub.config.schema import CrawlhubConfig
-from crawlhub.errors import ConfigError, ConfigErrors
+from crawlhub.core.errors import ConfigError, ConfigErrors
 from crawlhub.hub.hub import Hub
 from crawlhub.hub.plan import compile_config
 from crawlhub.hub.state import open_state

@@ -21,7 +21,7 @@ import pytest
 
 from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.hub.failures import FailureLog
-from crawlhub.service import Services
+from crawlhub.services import Services
 from tests.hub.conftest import delete_prefix
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from crawlhub.service import Services
+from crawlhub.services import Services
 from tests.helpers import FakeClock
 from tests.servers import throwaway_valkey
 

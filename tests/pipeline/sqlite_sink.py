@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from crawlhub.errors import SinkError
+from crawlhub.backends.sqlite import SqliteDB, immediate
+from crawlhub.core.errors import SinkError
 from crawlhub.sinks.base import BatchResult
-from crawlhub.storage.sqlite import SqliteDB, immediate
 
 
 class SqliteSink:

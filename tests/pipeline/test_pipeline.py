@@ -13,7 +13,6 @@ import asyncpg
 import pytest
 from rich.console import Console
 
-from crawlhub.config.sinks import build_sink
 from crawlhub.fetch import (
     CancellationToken,
     Fetcher,
@@ -35,6 +34,7 @@ from crawlhub.pipeline import (
     job_log,
     show_progress,
 )
+from crawlhub.sinks.config import build_sink
 from tests.helpers import FakeClock, wait_for
 from tests.httpapi import ApiServer, Fault
 from tests.pipeline.sqlite_sink import SqliteSink

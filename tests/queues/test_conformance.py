@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from crawlhub.errors import QueueError
+from crawlhub.core.errors import QueueError
 from crawlhub.queues import Message, QueueBackend, ReliableQueue
 from crawlhub.queues.common import DEFAULT_MAX_ATTEMPTS
 from tests.helpers import FakeClock, wait_for

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from crawlhub.errors import QueueError
-from crawlhub.jsoncodec import MAX_STORED_DEPTH
+from crawlhub.core.errors import QueueError
+from crawlhub.core.jsoncodec import MAX_STORED_DEPTH
 from crawlhub.queues import QueueBackend, ReliableQueue
 from crawlhub.queues.common import DEFAULT_MAX_ATTEMPTS, BaseQueue
 from tests.helpers import FakeClock

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from crawlhub.errors import ConfigError
+from crawlhub.core.errors import ConfigError
 from crawlhub.queues import QueueBackend, ReliableQueue, open_backend
 from crawlhub.queues.redis import RedisQueueBackend
 from crawlhub.queues.sqlite import SqliteQueueBackend

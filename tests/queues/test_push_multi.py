@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crawlhub.errors import QueueError
+from crawlhub.core.errors import QueueError
 from crawlhub.queues import QueueBackend
 from crawlhub.queues.redis import RedisQueueBackend
 from tests import servers

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from crawlhub.errors import QueueError
-from crawlhub.keys import queue_keys, queue_registry
+from crawlhub.backends.errors import is_unavailable
+from crawlhub.core.errors import QueueError
+from crawlhub.core.keys import queue_keys, queue_registry
 from crawlhub.queues.redis import RedisQueueBackend
-from crawlhub.storage.errors import is_unavailable
 from tests.helpers import FakeClock
 from tests.servers import throwaway_valkey
 
@@ -53,7 +53,7 @@ async def test_every_key_lives_under_the_prefix_and_purge_keeps_only_the_id_coun
 
 async def test_deadlines_follow_the_callers_clock_not_the_servers(
         redis_url: str, unique_name: str) -> None:
-    # crawlhub.clock: every script gets the caller's now; a clock a year off the server's
+    # crawlhub.core.clock: every script gets the caller's now; a clock a year off the server's
     # still leases for exactly the visibility timeout.
     clock = FakeClock(start=1_000_000_000.0)
     prefix = f"test:{unique_name}:"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from crawlhub.errors import ConfigError, QueueError
+from crawlhub.core.errors import ConfigError, QueueError
 from crawlhub.queues.sqlite import SqliteQueueBackend
 
 

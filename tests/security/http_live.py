@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from crawlhub.api import create_app
+from crawlhub.app.asgi import create_app
 from crawlhub.config.schema import CrawlhubConfig
 from tests.servers import free_port
 

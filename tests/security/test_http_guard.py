@@ -14,8 +14,8 @@ from typing import Any
 import httpx2
 import pytest
 
-from crawlhub.api import create_app
-from crawlhub.service import Services
+from crawlhub.app.asgi import create_app
+from crawlhub.services import Services
 
 from .http_live import config, live, raw_request
 

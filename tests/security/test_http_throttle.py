@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from crawlhub.api import create_app
 from crawlhub.api.throttle import FREE_FAILURES
+from crawlhub.app.asgi import create_app
 from crawlhub.config.schema import CrawlhubConfig
-from crawlhub.service import Services
+from crawlhub.services import Services
 from tests.helpers import FakeClock
 
 TOKEN = "throttle-test-token-6a1d9e3f"

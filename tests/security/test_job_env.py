@@ -15,12 +15,12 @@ from typing import Any
 import httpx2
 import pytest
 
-from crawlhub.api import create_app
+from crawlhub.app.asgi import create_app
 from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.control.channel import ControlChannel
 from crawlhub.control.db import ControlDB
 from crawlhub.control.jobs import JobService, JobSpec, JobStore, Runner
-from crawlhub.service import Services
+from crawlhub.services import Services
 from tests.helpers import wait_for
 
 Client = tuple[httpx2.AsyncClient, Services]

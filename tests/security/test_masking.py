@@ -15,12 +15,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from crawlhub.api import create_app
+from crawlhub.app.asgi import create_app
+from crawlhub.backends.urls import parse_backend_url
 from crawlhub.cli import app
 from crawlhub.config.schema import CrawlhubConfig
-from crawlhub.errors import ConfigError, CrawlhubError, SinkError
-from crawlhub.service import Services
-from crawlhub.storage.urls import parse_backend_url
+from crawlhub.core.errors import ConfigError, CrawlhubError, SinkError
+from crawlhub.services import Services
 
 SECRETS = ("hunter2", "hunter3")
 #: An invalid scheme, a URL password and a secret query value

@@ -16,10 +16,10 @@ from aiohttp import web
 from crawlhub.agents.agent import Agent, HubReport, Page
 from crawlhub.agents.downloader import Downloader
 from crawlhub.agents.extract import ExtractionRules
-from crawlhub.api import create_app
+from crawlhub.app.asgi import create_app
 from crawlhub.config.loader import load_config
-from crawlhub.errors import ConfigError
-from crawlhub.service import Services
+from crawlhub.core.errors import ConfigError
+from crawlhub.services import Services
 from tests.agents.test_agent import config
 from tests.helpers import wait_for
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from crawlhub import signing
 from crawlhub.center.bus import open_bus
 from crawlhub.config.schema import CrawlhubConfig
-from crawlhub.errors import ConfigError
-from crawlhub.signing import KEY_ENV, Signer, load_key, signer_from_config
+from crawlhub.core import signing
+from crawlhub.core.errors import ConfigError
+from crawlhub.core.signing import KEY_ENV, Signer, load_key, signer_from_config
 
 KEY = "c" * 40
 

@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from crawlhub import keys, rejects
 from crawlhub.center import CenterClient, CenterWorker, DownloadCenter, open_bus
 from crawlhub.center.bus import Envelope
 from crawlhub.center.protocol import ALLOCATIONS, BEATS, REGISTER, REQUESTS
-from crawlhub.signing import Signer
+from crawlhub.core import keys, rejects
+from crawlhub.core.signing import Signer
 from tests.agents.servers import Site
 from tests.helpers import FakeClock, wait_for
 
@@ -433,10 +433,10 @@ async def test_a_message_signed_outside_the_window_is_refused(
 # ------------------------------------------------------------------ the log transport
 async def test_a_malformed_log_entry_is_set_aside_and_the_collector_goes_on(
         redis_url: str, unique_name: str, tmp_path: Path) -> None:
+    from crawlhub.backends.redis import redis_client
     from crawlhub.control.db import ControlDB
     from crawlhub.control.logs import LogLine, LogQuery, open_log_store
     from crawlhub.control.logs.transport import LogCollector, encode_batch
-    from crawlhub.storage.redis import redis_client
 
     prefix = f"{unique_name}:"
     stream = keys.log_keys(prefix)["stream"]
@@ -601,9 +601,9 @@ async def test_a_malformed_registry_entry_hides_no_other_agent(redis_url: str,
 async def test_rejections_are_on_the_metrics_page(tmp_path: Path) -> None:
     import httpx2
 
-    from crawlhub.api import create_app
+    from crawlhub.app.asgi import create_app
     from crawlhub.config.schema import CrawlhubConfig
-    from crawlhub.service import Services
+    from crawlhub.services import Services
 
     bus = open_bus(f"memory://{uuid.uuid4().hex}")
     await bus.reject("beats", Envelope("7-0", {"kind": "beat"}), rejects.MALFORMED, "test")

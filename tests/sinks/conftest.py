@@ -18,9 +18,9 @@ import pytest
 import redis.asyncio as aioredis
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from crawlhub.config.sinks import build_sink
-from crawlhub.keys import sink_stream_index
+from crawlhub.core.keys import sink_stream_index
 from crawlhub.sinks.base import Sink
+from crawlhub.sinks.config import build_sink
 
 BACKENDS = ["jsonl", "sqlite", "postgres", "redis_stream", "kafka"]
 #: Backends that recognise a redelivered record themselves (Kafka leaves it to consumers).

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from crawlhub.config.sinks import build_sink
-from crawlhub.errors import ConfigError
+from crawlhub.core.errors import ConfigError
 from crawlhub.sinks import JsonlSink, KafkaSink, PostgresSink, RedisStreamSink, SqliteSink
 from crawlhub.sinks.base import BatchResult
+from crawlhub.sinks.config import build_sink
 
 
 class ListSink:

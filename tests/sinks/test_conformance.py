@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from crawlhub.errors import SinkError
+from crawlhub.core.errors import SinkError
 from crawlhub.sinks.base import Sink
 from tests.sinks.conftest import Backend
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from crawlhub.config.sinks import build_sink
-from crawlhub.errors import SinkError
+from crawlhub.core.errors import SinkError
 from crawlhub.sinks import JsonlSink
+from crawlhub.sinks.config import build_sink
 from tests.helpers import wait_for
 
 
@@ -154,7 +154,7 @@ async def test_an_index_killed_before_its_first_commit_is_rebuilt_from_the_file(
 
 _WRITER = """
 import asyncio, sys
-from crawlhub.config.sinks import build_sink
+from crawlhub.sinks.config import build_sink
 
 async def main():
     sink = build_sink({"type": "jsonl", "path": sys.argv[1]})

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from crawlhub.config.sinks import build_sink
-from crawlhub.errors import ConfigError, SinkError
+from crawlhub.core.errors import ConfigError, SinkError
 from crawlhub.sinks import KafkaSink
+from crawlhub.sinks.config import build_sink
 from tests.sinks.conftest import read_kafka
 
 

@@ -11,9 +11,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from crawlhub.config.sinks import PgTableConfig, build_sink, postgres_dsn
-from crawlhub.errors import SinkError
+from crawlhub.core.errors import SinkError
 from crawlhub.sinks import PostgresSink, Scd2Merger, SnapshotSink
+from crawlhub.sinks.config import PgTableConfig, build_sink, postgres_dsn
 from crawlhub.sinks.pg_table import PgTable
 from tests.helpers import wait_for
 

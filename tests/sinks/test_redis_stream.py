@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from crawlhub.config.sinks import build_sink
-from crawlhub.errors import SinkError
-from crawlhub.keys import sink_stream_index
+from crawlhub.core.errors import SinkError
+from crawlhub.core.keys import sink_stream_index
 from crawlhub.sinks.base import Sink
+from crawlhub.sinks.config import build_sink
 
 
 @pytest.fixture

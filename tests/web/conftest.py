@@ -142,7 +142,7 @@ async def beat_hostile(app: Any) -> None:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     import uvicorn
 
-    from crawlhub.api import create_app
+    from crawlhub.app.asgi import create_app
 
     data_dir = tmp_path_factory.mktemp("web")
     app = create_app(_config(data_dir))

@@ -12,11 +12,11 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from crawlhub.api import create_app
+from crawlhub.app.asgi import create_app
 from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.control.jobs import JobSpec
 from crawlhub.control.logs import LogLine
-from crawlhub.service import Services
+from crawlhub.services import Services
 from crawlhub.web.render import CSP
 from crawlhub.web.runs import task_id
 

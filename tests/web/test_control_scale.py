@@ -12,11 +12,11 @@ from pathlib import Path
 
 import httpx2
 
-from crawlhub.api import create_app
+from crawlhub.app.asgi import create_app
 from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.control.jobs import JobSpec
 from crawlhub.control.jobs.store import HOST
-from crawlhub.service import Services
+from crawlhub.services import Services
 
 JOBS = 1_000
 RUNS = 100_000

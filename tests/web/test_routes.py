@@ -11,9 +11,9 @@ import httpx2
 import pytest
 
 from crawlhub.agents.registry import AgentInfo, Heartbeat
-from crawlhub.api import create_app
+from crawlhub.app.asgi import create_app
 from crawlhub.config.schema import CrawlhubConfig
-from crawlhub.service import Services
+from crawlhub.services import Services
 from crawlhub.web import session
 from crawlhub.web.paging import keyset
 from crawlhub.web.queues import RateMeter

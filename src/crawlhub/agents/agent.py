@@ -34,11 +34,11 @@ from crawlhub.agents.codes import PARSE_ERROR, ROBOTS_DISALLOWED, SUCCESS, Resul
 from crawlhub.agents.downloader import Downloader, Fetched
 from crawlhub.agents.extract import Extracted, ExtractionRules, ParseError, RuleSets
 from crawlhub.agents.politeness.robots import Refusal, origin_of
-from crawlhub.clock import Clock, system_clock
-from crawlhub.control.protocol import EXIT, PAUSE, RUN
-from crawlhub.errors import ConfigError
+from crawlhub.core.clock import Clock, system_clock
+from crawlhub.core.errors import ConfigError
+from crawlhub.core.jobprotocol import EXIT, PAUSE, RUN
+from crawlhub.core.task import RESULT_KEY
 from crawlhub.queues.base import Message, ReliableQueue
-from crawlhub.task import RESULT_KEY
 
 log = logging.getLogger("crawlhub.agents.agent")
 
@@ -130,7 +130,7 @@ class RedisListReport:
     """Reports results (and new tasks) to the hub's Redis list inbound: one RPUSH a flush."""
 
     def __init__(self, url: str, key: str) -> None:
-        from crawlhub.storage import redis_client
+        from crawlhub.backends import redis_client
 
         self.client = redis_client(url, name="agent results")
         self.key = key
@@ -161,7 +161,7 @@ class Agent:
     each flush before its report (crawl mode writes items and admits links there).
     ``rules``: the extraction rules of tasks without an ``extract`` key, or a
     ``RuleSets`` that also knows named sets and compiles the inline ones tasks carry.
-    ``clock`` (epoch seconds, :mod:`crawlhub.clock`) times the held leases; they are
+    ``clock`` (epoch seconds, :mod:`crawlhub.core.clock`) times the held leases; they are
     extended on real time, every third of ``lease_seconds``.
     ``gate`` is an optional ``DomainGate``; ``registry`` an optional ``AgentRegistry``.
     ``control`` (anything with ``state``: ``run`` / ``pause`` / ``exit``, e.g.

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from crawlhub.errors import ConfigError
+from crawlhub.core.errors import ConfigError
 
 # Outcome names: what a download ended in, in the user's words. ``Fetched.outcome`` is one.
 SUCCESS = "success"

@@ -43,9 +43,9 @@ from crawlhub.agents.codes import (
     config_error,
 )
 from crawlhub.agents.proxies import ProxyConfig, ProxyPool
+from crawlhub.core.redact import redact_url
+from crawlhub.core.userregex import compile_user_regex, compile_user_test
 from crawlhub.fetch.http import Request, Response, unreachable_reason
-from crawlhub.storage.redact import redact_url
-from crawlhub.userregex import compile_user_regex, compile_user_test
 
 _REDIRECTS = frozenset((301, 302, 303, 307, 308))
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})

@@ -4,7 +4,7 @@ page's links (same-domain, allow / deny, max depth), so only those travel back.
 Everything is compiled once, when the rules are built from config (a bad selector or regex
 is a ``ConfigError`` naming its key). Regexes - fields, link allow / deny and the XPath
 ``re:test`` / ``re:match`` / ``re:replace`` functions - run on RE2
-(:mod:`crawlhub.userregex`): linear time, so a task's rules cannot stall the agent. The link path is a compiled regex over ``<a>`` start
+(:mod:`crawlhub.core.userregex`): linear time, so a task's rules cannot stall the agent. The link path is a compiled regex over ``<a>`` start
 tags, not an HTML parser. Measured on the benchmark's 2 KB page with 10 links (CPU per
 page): title + links here ~15 us in all; parsel ``a::attr(href)`` + urljoin ~105 us;
 selectolax 1.0 (lexbor) ~100 us, so it was not added: the parse, not the selector, is the
@@ -34,8 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from w3lib.encoding import html_to_unicode, http_content_type_encoding
 
 from crawlhub.agents.codes import config_error
-from crawlhub.errors import ConfigError, CrawlhubError
-from crawlhub.userregex import FieldRegex, Pattern, compile_user_regex, compile_user_test
+from crawlhub.core.errors import ConfigError, CrawlhubError
+from crawlhub.core.userregex import FieldRegex, Pattern, compile_user_regex, compile_user_test
 
 
 class ParseError(CrawlhubError):

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 from yarl import URL
 
 from crawlhub.agents.codes import config_error
-from crawlhub.storage.redact import redact_url
+from crawlhub.core.redact import redact_url
 
 
 def _check_proxy(value: str) -> str:

@@ -1,5 +1,4 @@
-"""The HTTP API: FastAPI routers, one per resource, over :class:`crawlhub.service.Services`."""
+"""The HTTP API: FastAPI routers, one per resource, over :class:`crawlhub.services.Services`.
 
-from crawlhub.api.app import create_app
-
-__all__ = ["create_app"]
+The ASGI app that mounts them (with the web page) is :func:`crawlhub.app.asgi.create_app`.
+"""

@@ -10,7 +10,7 @@ from fastapi import APIRouter
 from crawlhub.api.deps import ServicesDep
 from crawlhub.api.models import CenterJobs
 from crawlhub.api.openapi import BACKEND, errors
-from crawlhub.errors import ConflictError
+from crawlhub.core.errors import ConflictError
 
 router = APIRouter(tags=["center"])
 

@@ -6,7 +6,7 @@ A router takes the running product as one typed dependency and reaches nothing e
     async def things(svc: ServicesDep) -> ...:   # or svc: Services = Depends(services)
         return await svc.hub...
 
-and raises :mod:`crawlhub.errors` (``NotFoundError``, ``ConflictError``, ...), which the
+and raises :mod:`crawlhub.core.errors` (``NotFoundError``, ``ConflictError``, ...), which the
 app maps to HTTP statuses once (:mod:`crawlhub.api.errors`).
 """
 
@@ -19,11 +19,11 @@ from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
 
-from crawlhub import jsoncodec
 from crawlhub.api.guard import is_json_type
 from crawlhub.control.plane import ControlPlane
-from crawlhub.errors import BackendUnavailable
-from crawlhub.service import Services
+from crawlhub.core import jsoncodec
+from crawlhub.core.errors import BackendUnavailable
+from crawlhub.services import Services
 
 
 async def services(request: Request) -> Services:

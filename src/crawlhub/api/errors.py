@@ -27,7 +27,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from crawlhub.api.deps import ApiError
-from crawlhub.errors import (
+from crawlhub.backends.errors import is_unavailable, unavailable, unavailable_types
+from crawlhub.core.errors import (
     BackendUnavailable,
     BackpressureError,
     ConflictError,
@@ -35,9 +36,8 @@ from crawlhub.errors import (
     CrawlhubError,
     NotFoundError,
 )
+from crawlhub.core.redact import redact_text, redact_url
 from crawlhub.queues.common import QueueNameError
-from crawlhub.storage.errors import is_unavailable, unavailable, unavailable_types
-from crawlhub.storage.redact import redact_text, redact_url
 
 log = logging.getLogger("crawlhub.api")
 

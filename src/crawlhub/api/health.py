@@ -6,9 +6,10 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from crawlhub import __version__, rejects
+from crawlhub import __version__
 from crawlhub.api.deps import ServicesDep
 from crawlhub.api.models import Health
+from crawlhub.core import rejects
 
 router = APIRouter(tags=["health"])
 

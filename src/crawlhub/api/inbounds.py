@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from crawlhub.api.deps import ServicesDep, json_body, objects
 from crawlhub.api.models import InboundRow
 from crawlhub.api.openapi import BACKEND, BODY, errors, json_request
-from crawlhub.errors import ConflictError
+from crawlhub.core.errors import ConflictError
 
 router = APIRouter(tags=["inbound"])
 

@@ -25,8 +25,8 @@ from crawlhub.api.openapi import BACKEND, BODY, errors
 from crawlhub.collect.service import CollectJobManager
 from crawlhub.control.jobs import JobPatch, JobService, JobSpec, JobView, QueueInfo, RunRecord
 from crawlhub.control.jobs.model import JobEnvError
-from crawlhub.errors import NotFoundError
-from crawlhub.service import Services
+from crawlhub.core.errors import NotFoundError
+from crawlhub.services import Services
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 

@@ -18,8 +18,8 @@ from crawlhub.api.deps import ApiError, services
 from crawlhub.api.openapi import BACKEND, errors
 from crawlhub.api.throttle import client_of
 from crawlhub.control.logs import LogQuery, LogQueryError, LogService, parse_when
-from crawlhub.errors import NotFoundError
-from crawlhub.service import Services
+from crawlhub.core.errors import NotFoundError
+from crawlhub.services import Services
 
 log = logging.getLogger("crawlhub.api")
 router = APIRouter(tags=["logs"])

@@ -3,7 +3,7 @@ stored encrypted and never returned), the forge webhooks that build their releas
 and the builds with their logs and artifacts.
 
 ``/hooks/{project}`` is open without the bearer token (``PUBLIC_PREFIXES`` in
-:mod:`crawlhub.api.app`): a forge signs its requests instead, and the signature (or
+:mod:`crawlhub.app.asgi`): a forge signs its requests instead, and the signature (or
 GitLab's token) is the only gate. Every refusal there is the same 401, whether the
 project does not exist, has no webhook secret or the signature is wrong, so an unsigned
 caller learns nothing about which projects exist; the server log says which it was.

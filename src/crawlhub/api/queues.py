@@ -12,11 +12,11 @@ from typing import Any
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
-from crawlhub import jsoncodec
 from crawlhub.api.deps import ServicesDep
 from crawlhub.api.models import Acked, DeadLetter, LeasedMessage, Nacked, QueueStatsRow
 from crawlhub.api.openapi import BACKEND, BODY, errors
-from crawlhub.errors import CrawlhubError
+from crawlhub.core import jsoncodec
+from crawlhub.core.errors import CrawlhubError
 from crawlhub.queues.base import Message, ReliableQueue
 
 router = APIRouter(tags=["queues"])

@@ -22,9 +22,9 @@ bus to every caller in the process). Broker failures raise :class:`BusError`; re
 policy belongs to the caller (the seed's rules differ for jobs, agents and centers).
 
 On Redis, an entry that cannot be taken - its header not a JSON object, or (with a
-:class:`~crawlhub.signing.Signer`) unsigned, badly signed or signed outside the time
+:class:`~crawlhub.core.signing.Signer`) unsigned, badly signed or signed outside the time
 window - never reaches the caller: it is acked, counted and logged once with its id
-(:mod:`crawlhub.rejects`) and copied to the dead stream ``<prefix>dead:center``. A reader
+(:mod:`crawlhub.core.rejects`) and copied to the dead stream ``<prefix>dead:center``. A reader
 that finds a message of the right form but the wrong content calls :meth:`Bus.reject`
 and acks it as usual. Either way the read loop goes on.
 """
@@ -39,11 +39,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from crawlhub import jsoncodec, rejects
-from crawlhub.errors import CrawlhubError
-from crawlhub.keys import DEFAULT_PREFIX, dead_stream
-from crawlhub.signing import Signer, warn_unsigned
-from crawlhub.storage.redact import redact_url
+from crawlhub.core import jsoncodec, rejects
+from crawlhub.core.errors import CrawlhubError
+from crawlhub.core.keys import DEFAULT_PREFIX, dead_stream
+from crawlhub.core.redact import redact_url
+from crawlhub.core.signing import Signer, warn_unsigned
 
 #: The consumer group of every group-read channel.
 GROUP = "g"
@@ -450,7 +450,7 @@ class RedisBus:
 
     def __init__(self, url: str, *, prefix: str = DEFAULT_PREFIX,
                  longest_block: float = 5.0, signer: Signer | None = None) -> None:
-        from crawlhub.storage.redis import redis_client
+        from crawlhub.backends.redis import redis_client
 
         self.url = url
         self.signer = signer

@@ -46,7 +46,6 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from crawlhub import rejects
 from crawlhub.agents.registry.base import AgentInfo, Heartbeat
 from crawlhub.center.bus import (
     MALFORMED,
@@ -69,8 +68,9 @@ from crawlhub.center.protocol import (
     ctl_channel,
     job_channel,
 )
-from crawlhub.clock import Clock, system_clock
-from crawlhub.signing import MAX_SKEW
+from crawlhub.core import rejects
+from crawlhub.core.clock import Clock, system_clock
+from crawlhub.core.signing import MAX_SKEW
 
 log = logging.getLogger("crawlhub.center")
 

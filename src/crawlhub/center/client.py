@@ -36,7 +36,6 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from crawlhub import rejects
 from crawlhub.center.bus import MALFORMED, Bus, BusError, Outbox
 from crawlhub.center.protocol import (
     FAILED,
@@ -48,7 +47,8 @@ from crawlhub.center.protocol import (
     check_id,
     job_channel,
 )
-from crawlhub.clock import Clock, system_clock
+from crawlhub.core import rejects
+from crawlhub.core.clock import Clock, system_clock
 from crawlhub.fetch.http import Request
 
 log = logging.getLogger("crawlhub.center.client")

@@ -13,7 +13,7 @@ Channels (see :mod:`crawlhub.center.bus`):
 - ``job:<job id>`` (group, read by the job): ``allocated`` / ``refused`` answers and
   ``reply`` messages (one per download: the response, or ``skipped`` / ``failed``).
 
-Every message carries ``ts``, its sender's epoch time (:mod:`crawlhub.clock`: one clock
+Every message carries ``ts``, its sender's epoch time (:mod:`crawlhub.core.clock`: one clock
 convention, hosts in NTP sync). Requests and commands also carry ``exp``: after it the
 sender has given up or retried, so a center or agent that finds it late (after a restart,
 behind a backlog) drops it - a download answered after its job retried would only be a
@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from crawlhub.errors import CrawlhubError
+from crawlhub.core.errors import CrawlhubError
 
 REQUESTS = "requests"
 REGISTER = "register"

@@ -35,7 +35,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crawlhub import rejects
 from crawlhub.agents.downloader import Downloader, DownloaderConfig, Fetched
 from crawlhub.agents.extract import ExtractionRules, ParseError, RuleSets
 from crawlhub.agents.proxies import ProxyPool
@@ -58,8 +57,9 @@ from crawlhub.center.protocol import (
     check_id,
     job_channel,
 )
-from crawlhub.clock import Clock, system_clock
-from crawlhub.errors import ConfigError
+from crawlhub.core import rejects
+from crawlhub.core.clock import Clock, system_clock
+from crawlhub.core.errors import ConfigError
 from crawlhub.fetch.http import Request
 
 log = logging.getLogger("crawlhub.center.worker")

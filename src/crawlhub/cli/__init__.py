@@ -21,9 +21,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from crawlhub import jsoncodec
 from crawlhub.config import ConfigError, default_config, dump_config, load_config
-from crawlhub.errors import CrawlhubError, MissingExtraError, NotFoundError
+from crawlhub.core import jsoncodec
+from crawlhub.core.errors import CrawlhubError, MissingExtraError, NotFoundError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="crawlhub: task intake, rule routing, reliable queues, frontier and"
@@ -121,9 +121,9 @@ def serve(
     """
     import uvicorn
 
-    from crawlhub.api import create_app
-    from crawlhub.logs import setup_logging
-    from crawlhub.storage.redact import configure_secrets
+    from crawlhub.app.asgi import create_app
+    from crawlhub.core.logsetup import setup_logging
+    from crawlhub.core.redact import configure_secrets
 
     cfg = get_config(config, data_dir, sets)
     _check_hub(cfg)  # a bad class ends here as check-config reports it, before uvicorn starts
@@ -225,7 +225,7 @@ def _check_hub(cfg: Any) -> None:
     frontier functions, job sinks): user classes are imported and
     inspected (kind, methods, constructor signature), never instantiated - a config names
     trusted code, but checking it starts nothing. An error is printed by :func:`fail`."""
-    from crawlhub.check import check_config
+    from crawlhub.app.check import check_config
 
     try:
         check_config(cfg)
@@ -429,7 +429,7 @@ def route(
 
 
 async def _route(cfg: Any, data: dict[str, Any], inbound: str | None) -> dict[str, Any]:
-    from crawlhub.service import Services
+    from crawlhub.services import Services
 
     svc = await Services.open(cfg)
     try:

@@ -25,8 +25,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, get_config
-from crawlhub.errors import ConfigError, CrawlhubError
-from crawlhub.storage.redact import redact_url
+from crawlhub.core.errors import ConfigError, CrawlhubError
+from crawlhub.core.redact import redact_url
 
 err = Console(stderr=True)
 
@@ -135,10 +135,10 @@ def _extract(path: Path | None) -> Any:
 async def _run(cfg: Any, settings: Any, rules: Any) -> None:
     """One agent process with ``settings`` (the merged ``agent`` section)."""
     from crawlhub.agents.agent import Agent, HubReport, Page
-    from crawlhub.agents.crawl import Seen
     from crawlhub.agents.downloader import Downloader
-    from crawlhub.config.sinks import build_sink
-    from crawlhub.service import Services
+    from crawlhub.app.crawl import Seen
+    from crawlhub.services import Services
+    from crawlhub.sinks.config import build_sink
 
     services = await Services.open(cfg)
     hub = services.hub
@@ -230,7 +230,7 @@ async def _serve_center(cfg: Any, settings: Any, url: str, agent_id: str | None)
     """One agent of the download center on ``url``: its downloader settings, proxies and
     politeness from ``settings``; allocations kept in the data dir."""
     from crawlhub.center import CenterWorker, open_bus
-    from crawlhub.signing import signer_from_config
+    from crawlhub.core.signing import signer_from_config
 
     bus = open_bus(url, prefix=cfg.storage.redis_prefix, signer=signer_from_config(cfg))
     dl = settings.downloader

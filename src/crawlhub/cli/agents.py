@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, get_config, out, print_json, run
-from crawlhub.storage.redact import redact_url
+from crawlhub.core.redact import redact_url
 
 
 def agents_command(

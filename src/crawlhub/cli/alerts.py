@@ -34,7 +34,7 @@ from crawlhub.cli import (
     run,
 )
 from crawlhub.control.alerts import EVENT_KINDS, AlertService, AlertSettings, make_spec
-from crawlhub.errors import CrawlhubError
+from crawlhub.core.errors import CrawlhubError
 
 app = typer.Typer(help="Alert routes per job: webhook or email.\n\nSent on failed, empty"
                   " or overlong runs, dead agents and stalled queues; a Slack-compatible"

@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, get_config
-from crawlhub.errors import ConfigError, CrawlhubError
-from crawlhub.storage.redact import redact_url
+from crawlhub.core.errors import ConfigError, CrawlhubError
+from crawlhub.core.redact import redact_url
 
 err = Console(stderr=True)
 
@@ -49,7 +49,7 @@ def center_command(
 
 async def _run(cfg: Any, url: str, center_id: str | None) -> None:
     from crawlhub.center import DownloadCenter, open_bus
-    from crawlhub.signing import signer_from_config
+    from crawlhub.core.signing import signer_from_config
 
     bus = open_bus(url, prefix=cfg.storage.redis_prefix, signer=signer_from_config(cfg))
     from crawlhub.center.center import open_center_registry

@@ -22,9 +22,9 @@ from crawlhub.collect.build import new_run
 from crawlhub.collect.lease import DEFAULT_LEASE_TTL, JobRunning
 from crawlhub.collect.service import metadata_url_for
 from crawlhub.collect.store import open_metadata_store
-from crawlhub.config.pipeline import cli_overrides
-from crawlhub.errors import ConfigError, CrawlhubError
+from crawlhub.core.errors import ConfigError, CrawlhubError
 from crawlhub.fetch.cancel import CancellationToken, ctrl_c_cancels
+from crawlhub.pipeline.config import cli_overrides
 from crawlhub.pipeline.progress import show_progress
 from crawlhub.pipeline.result import RunResult, Status
 

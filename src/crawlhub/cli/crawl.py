@@ -15,8 +15,8 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from crawlhub.control.protocol import EXIT
-from crawlhub.errors import ConfigError, CrawlhubError
+from crawlhub.core.errors import ConfigError, CrawlhubError
+from crawlhub.core.jobprotocol import EXIT
 
 err = Console(stderr=True)
 
@@ -77,7 +77,7 @@ def crawl_command(
     continues, fetching nothing again that is already in --out. SIGTERM (and a job
     runner's exit) stops it cleanly: the pages in flight are written first.
     """
-    from crawlhub.agents.crawl import Crawl, CrawlOptions, Progress
+    from crawlhub.app.crawl import Crawl, CrawlOptions, Progress
 
     bad = [u for u in urls if not u.startswith(("http://", "https://"))]
     if bad:

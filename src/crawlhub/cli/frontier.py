@@ -16,10 +16,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from crawlhub import jsoncodec
-from crawlhub.config.frontier import FrontierConfig
-from crawlhub.errors import CrawlhubError, FrontierError
+from crawlhub.core import jsoncodec
+from crawlhub.core.errors import CrawlhubError, FrontierError
 from crawlhub.frontier import Frontier, KeyResolver, Seed, open_frontiers, segment_resolver
+from crawlhub.frontier.config import FrontierConfig
 
 app = typer.Typer(
     add_completion=False,

@@ -17,7 +17,6 @@ from typing import Annotated, Any
 import typer
 
 from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, get_config, run
-from crawlhub.config.durations import parse_duration
 from crawlhub.control.logs import (
     LogLine,
     LogQuery,
@@ -27,6 +26,7 @@ from crawlhub.control.logs import (
     open_log_store,
     parse_when,
 )
+from crawlhub.core.durations import parse_duration
 
 app = typer.Typer(help="Search, follow and prune the log store.\n\nEvery run's output and"
                   " the logs of the hub, agents, collectors and the center.",

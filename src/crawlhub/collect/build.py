@@ -9,25 +9,25 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from crawlhub.collect.config import CollectJobConfig
 from crawlhub.collect.lease import DEFAULT_LEASE_TTL
 from crawlhub.collect.runner import JobRun, _now
 from crawlhub.collect.store.base import MetadataStore
-from crawlhub.config.jobs import CollectJobConfig
-from crawlhub.config.pipeline import (
-    PipelineConfig,
-    PipelineSection,
-    resolve_pipeline_config,
-    split_section,
-)
-from crawlhub.config.sinks import build_sink
 from crawlhub.fetch.cancel import CancellationToken
 from crawlhub.fetch.fetcher import Fetcher
 from crawlhub.fetch.http import HttpClient, Transport
 from crawlhub.fetch.joblog import JobLog, job_log
 from crawlhub.fetch.retry import RetryPolicy
 from crawlhub.fetch.scheduler import RequestScheduler
+from crawlhub.pipeline.config import (
+    PipelineConfig,
+    PipelineSection,
+    resolve_pipeline_config,
+    split_section,
+)
 from crawlhub.sdk import Counters
 from crawlhub.sinks.base import Sink
+from crawlhub.sinks.config import build_sink
 
 #: Scheduler keys a job may set under ``scheduler:`` (folded into its pipeline settings).
 _SCHEDULER_KEYS = ("mode", "rate_min", "rate_max", "concurrency", "scope")

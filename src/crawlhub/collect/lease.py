@@ -17,7 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 
 from crawlhub.collect.store.base import Lease, MetadataStore
-from crawlhub.errors import ConflictError
+from crawlhub.core.errors import ConflictError
 from crawlhub.fetch.cancel import CancellationToken
 from crawlhub.fetch.joblog import JobLog
 

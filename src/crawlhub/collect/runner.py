@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from crawlhub.collect.config import CollectJobConfig
 from crawlhub.collect.lease import DEFAULT_LEASE_TTL, RunLease
 from crawlhub.collect.logship import DEFAULT_LOG_KEEP, StoredLog
 from crawlhub.collect.plan import (
@@ -37,14 +38,13 @@ from crawlhub.collect.source import (
     read_page,
 )
 from crawlhub.collect.store.base import MetadataStore, Progress, RunRecord
-from crawlhub.config.jobs import CollectJobConfig
-from crawlhub.config.pipeline import PipelineConfig
-from crawlhub.control.protocol import EXIT, PAUSE, RUN
-from crawlhub.errors import CancelledError, FetchError
+from crawlhub.core.errors import CancelledError, FetchError
+from crawlhub.core.jobprotocol import EXIT, PAUSE, RUN
 from crawlhub.fetch.fetcher import Fetcher
 from crawlhub.fetch.http import Request, Response
 from crawlhub.fetch.joblog import JobLog, format_line
 from crawlhub.fetch.retry import TooManyFailures
+from crawlhub.pipeline.config import PipelineConfig
 from crawlhub.pipeline.result import RunResult
 from crawlhub.pipeline.run import DetailMode, Pipeline
 from crawlhub.sdk import Counters

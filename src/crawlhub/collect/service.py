@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from crawlhub.collect.build import job_pipeline_config, new_run, scheduler_for
+from crawlhub.collect.config import CollectJobConfig
 from crawlhub.collect.lease import DEFAULT_LEASE_TTL, JobConflict, JobRunning, is_live
 from crawlhub.collect.runner import JobRun
 from crawlhub.collect.store import Lease, SqlMetadataStore, open_metadata_store
-from crawlhub.config.jobs import CollectJobConfig
-from crawlhub.errors import NotFoundError
+from crawlhub.core.errors import NotFoundError
 from crawlhub.fetch.cancel import CancellationToken
 from crawlhub.fetch.joblog import format_line
 from crawlhub.fetch.scheduler import RequestScheduler

@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from crawlhub.config.jobs import DetailConfig, SourceConfig
-from crawlhub.errors import FetchError
+from crawlhub.collect.config import DetailConfig, SourceConfig
+from crawlhub.core.errors import FetchError
 from crawlhub.fetch.http import Request
 
 _MISSING = object()

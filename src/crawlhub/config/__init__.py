@@ -4,7 +4,6 @@ Public face; the modules behind it are loader, schema, settings, placeholders, r
 """
 
 from crawlhub.config.dump import dump_config
-from crawlhub.config.durations import parse_duration
 from crawlhub.config.loader import default_config, load_config
 from crawlhub.config.schema import (
     ConvertConfig,
@@ -18,8 +17,9 @@ from crawlhub.config.schema import (
     StorageConfig,
 )
 from crawlhub.config.settings import Settings, load_settings
-from crawlhub.errors import ConfigError, ConfigErrors
-from crawlhub.storage.redact import redact
+from crawlhub.core.durations import parse_duration
+from crawlhub.core.errors import ConfigError, ConfigErrors
+from crawlhub.core.redact import redact
 
 __all__ = [
     "ConfigError",

@@ -9,7 +9,7 @@ from typing import Any
 
 from crawlhub.config.placeholders import SELECTOR_KEYS
 from crawlhub.config.schema import CrawlhubConfig
-from crawlhub.storage.redact import redact
+from crawlhub.core.redact import redact
 
 
 def dump_config(cfg: CrawlhubConfig, redacted: bool = True) -> dict[str, Any]:

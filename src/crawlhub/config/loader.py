@@ -38,9 +38,9 @@ from crawlhub.config.schema import (
 )
 from crawlhub.config.settings import DEFAULT_DATA_DIR, Settings, load_settings, where_to_set
 from crawlhub.config.yamlread import YAMLProblem, read_yaml
-from crawlhub.errors import ConfigError, ConfigErrors, SelectorError
-from crawlhub.selectors import compile_selectors, with_location
-from crawlhub.storage.redact import is_secret_key, redact_url
+from crawlhub.core.errors import ConfigError, ConfigErrors, SelectorError
+from crawlhub.core.redact import is_secret_key, redact_url
+from crawlhub.core.selectors import compile_selectors, with_location
 
 ENTRY_SECTIONS: tuple[str, ...] = ("inbound", "outbound")
 #: Top-level lists (besides inbound/outbound) that concatenate across includes.

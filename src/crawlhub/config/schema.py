@@ -23,18 +23,18 @@ from pydantic import (
     model_validator,
 )
 
-from crawlhub.config.agent import AgentSection
-from crawlhub.config.center import CenterSection
-from crawlhub.config.control import ControlSection
-from crawlhub.config.durations import parse_duration
-from crawlhub.config.frontier import FrontierConfig
-from crawlhub.config.jobs import CollectJobConfig
-from crawlhub.config.pipeline import PipelineSection
+from crawlhub.agents.config import AgentSection
+from crawlhub.backends.urls import SCHEMES, Kind
+from crawlhub.center.config import CenterSection
+from crawlhub.collect.config import CollectJobConfig
 from crawlhub.config.settings import DEFAULT_DATA_DIR, Settings
-from crawlhub.errors import ConfigError
-from crawlhub.storage.redact import SecretNames, redact_url
-from crawlhub.storage.urls import SCHEMES, Kind
-from crawlhub.task import BUILTIN_KEY_SET
+from crawlhub.control.config import ControlSection
+from crawlhub.core.durations import parse_duration
+from crawlhub.core.errors import ConfigError
+from crawlhub.core.redact import SecretNames, redact_url
+from crawlhub.core.task import BUILTIN_KEY_SET
+from crawlhub.frontier.config import FrontierConfig
+from crawlhub.pipeline.config import PipelineSection
 
 
 def _optional_duration(value: Any) -> float | None:
@@ -491,11 +491,11 @@ class CrawlhubConfig(_Section):
     frontier: Annotated[dict[str, FrontierConfig], BeforeValidator(_as_dict)] = Field(default_factory=dict)
     pipeline: PipelineSection = Field(default_factory=PipelineSection)
     jobs: list[CollectJobConfig] = Field(default_factory=list)
-    #: how ``crawlhub agent`` downloads (crawlhub.config.agent)
+    #: how ``crawlhub agent`` downloads (crawlhub.agents.config)
     agent: AgentSection = Field(default_factory=AgentSection)
-    #: the download center (crawlhub.config.center)
+    #: the download center (crawlhub.center.config)
     center: CenterSection = Field(default_factory=CenterSection)
-    #: the control plane: projects, builds, jobs, runs, logs, alerts (crawlhub.config.control)
+    #: the control plane: projects, builds, jobs, runs, logs, alerts (crawlhub.control.config)
     control: ControlSection = Field(default_factory=ControlSection)
 
     _config_path: Path | None = PrivateAttr(default=None)

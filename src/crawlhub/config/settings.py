@@ -12,7 +12,7 @@ from pathlib import Path
 from dotenv import dotenv_values
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from crawlhub.errors import ConfigError
+from crawlhub.core.errors import ConfigError
 
 ENV_PREFIX = "crawlhub_"
 DEFAULT_DATA_DIR = "./crawlhub-data"

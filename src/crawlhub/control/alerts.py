@@ -97,17 +97,17 @@ from pydantic import (
 )
 
 from crawlhub import __version__
-from crawlhub.clock import Clock, system_clock
-from crawlhub.config.control import DEFAULT_DENIED_NETWORKS
+from crawlhub.control.config import DEFAULT_DENIED_NETWORKS
 from crawlhub.control.secrets import Secret, SecretBox, SecretError
-from crawlhub.errors import ConfigError, ConflictError, CrawlhubError, NotFoundError
-from crawlhub.storage.redact import redact
+from crawlhub.core.clock import Clock, system_clock
+from crawlhub.core.errors import ConfigError, ConflictError, CrawlhubError, NotFoundError
+from crawlhub.core.redact import redact
 
 if TYPE_CHECKING:
     import aiohttp
 
     from crawlhub.agents.registry.base import AgentRegistry, AgentStatus
-    from crawlhub.config.control import ControlSection
+    from crawlhub.control.config import ControlSection
     from crawlhub.control.db import ControlDB
 
 log = logging.getLogger("crawlhub.control.alerts")

@@ -45,8 +45,8 @@ from urllib.parse import quote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from crawlhub.errors import CrawlhubError
-from crawlhub.storage.redact import MASK, redact_text, secret_names
+from crawlhub.core.errors import CrawlhubError
+from crawlhub.core.redact import MASK, redact_text, secret_names
 
 #: Artifact kinds a job runner knows.
 KINDS = ("dir", "venv", "wheel", "image")
@@ -127,7 +127,7 @@ class Artifact:
 class Redactor:
     """Masks a build's secrets in text: each one as given, URL-encoded, and as the
     base64 of ``user:password`` (an HTTP basic header), plus URL passwords and secret
-    query parameters of any URL (:func:`crawlhub.storage.redact.redact_text`)."""
+    query parameters of any URL (:func:`crawlhub.core.redact.redact_text`)."""
 
     def __init__(self, secrets: Iterable[str] = (), *, username: str | None = None) -> None:
         forms: set[str] = set()

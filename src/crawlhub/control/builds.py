@@ -55,10 +55,10 @@ from crawlhub.control.projects import (
 )
 from crawlhub.control.secrets import SecretBox
 from crawlhub.control.versions import highest
-from crawlhub.errors import ConflictError, CrawlhubError, NotFoundError
+from crawlhub.core.errors import ConflictError, CrawlhubError, NotFoundError
 
 if TYPE_CHECKING:
-    from crawlhub.config.control import ControlSection
+    from crawlhub.control.config import ControlSection
 
 log = logging.getLogger("crawlhub.control.builds")
 

@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from crawlhub import keys, rejects
+from crawlhub.backends.errors import is_unavailable
 from crawlhub.control.db import ControlDB
-from crawlhub.control.protocol import RUN, STATES, write_json_atomic
-from crawlhub.errors import CrawlhubError
+from crawlhub.core import keys, rejects
+from crawlhub.core.errors import CrawlhubError
+from crawlhub.core.jobprotocol import RUN, STATES, write_json_atomic
+from crawlhub.core.signing import MAX_SKEW, Signer, warn_unsigned
 from crawlhub.sdk import Control
-from crawlhub.signing import MAX_SKEW, Signer, warn_unsigned
-from crawlhub.storage.errors import is_unavailable
 
 if TYPE_CHECKING:
     from crawlhub.config.schema import CrawlhubConfig
@@ -277,14 +277,14 @@ class RedisNotifier:
     job's channel; one PSUBSCRIBE connection per process hears every job. A message that
     is not such an object (a plain ``pause`` from another tool) makes watchers of its job
     read the stored state again. With a ``signer`` every announcement carries ``sig``
-    (``{"t", "s"}``, :mod:`crawlhub.signing`); one unsigned or badly signed, or stamped
+    (``{"t", "s"}``, :mod:`crawlhub.core.signing`); one unsigned or badly signed, or stamped
     more than ``max_skew`` ahead, is only a hint to read the stored state again - so a
     forged one cannot pause a job, nor freeze its state with a far-future stamp. Those
-    and malformed ones are counted and logged (:mod:`crawlhub.rejects`)."""
+    and malformed ones are counted and logged (:mod:`crawlhub.core.rejects`)."""
 
     def __init__(self, url: str, *, prefix: str = keys.DEFAULT_PREFIX,
                  signer: Signer | None = None) -> None:
-        from crawlhub.storage.redis import redis_client
+        from crawlhub.backends.redis import redis_client
 
         self.url = url
         self.prefix = prefix
@@ -421,7 +421,7 @@ async def open_channel(config: CrawlhubConfig, db: ControlDB) -> ControlChannel:
     url = config.control.channel
     notifier: Notifier | None = None
     if url and not url.lower().startswith("memory://"):
-        from crawlhub.signing import signer_from_config
+        from crawlhub.core.signing import signer_from_config
 
         notifier = RedisNotifier(url, prefix=config.storage.redis_prefix,
                                  signer=signer_from_config(config))

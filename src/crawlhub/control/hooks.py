@@ -37,8 +37,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from crawlhub import jsoncodec
-from crawlhub.errors import CrawlhubError
+from crawlhub.core import jsoncodec
+from crawlhub.core.errors import CrawlhubError
 
 if TYPE_CHECKING:
     from crawlhub.control.db import ControlDB
@@ -176,7 +176,7 @@ def parse(forge: str, headers: Mapping[str, str], body: bytes) -> Push | None:
 
 def load(forge: str, event: str, body: bytes) -> dict[str, Any]:
     """The JSON object of a verified request; :class:`HookError` (400) when it is not
-    one, or nests deeper than :data:`crawlhub.jsoncodec.MAX_DEPTH`."""
+    one, or nests deeper than :data:`crawlhub.core.jsoncodec.MAX_DEPTH`."""
     what = f"the {forge} {event[:100]!r} payload"
     try:
         payload = json.loads(body)

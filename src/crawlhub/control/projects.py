@@ -39,8 +39,8 @@ from crawlhub.control.hooks import (
     ref_format_problems,
 )
 from crawlhub.control.secrets import Secret, SecretBox
-from crawlhub.errors import ConflictError, CrawlhubError, NotFoundError
-from crawlhub.storage.redact import redact_url
+from crawlhub.core.errors import ConflictError, CrawlhubError, NotFoundError
+from crawlhub.core.redact import redact_url
 
 #: A project name: letters, digits, '-', '_' and '.', starting with a letter or digit.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

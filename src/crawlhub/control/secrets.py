@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
-from crawlhub.errors import ConfigError, CrawlhubError
-from crawlhub.storage.redact import MASK
+from crawlhub.core.errors import ConfigError, CrawlhubError
+from crawlhub.core.redact import MASK
 
 if TYPE_CHECKING:
     from crawlhub.config.schema import CrawlhubConfig

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from crawlhub.errors import CrawlhubError
+from crawlhub.core.errors import CrawlhubError
 
 DEFAULT_PORT = 8600
 

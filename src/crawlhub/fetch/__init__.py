@@ -4,7 +4,7 @@ The public face; the modules behind it hold one concept each (cancel, clock, htt
 scheduler, retry, fetcher, joblog).
 """
 
-from crawlhub.errors import CancelledError, FetchError
+from crawlhub.core.errors import CancelledError, FetchError
 from crawlhub.fetch.cancel import CancellationToken, ctrl_c_cancels
 from crawlhub.fetch.clock import Clock, ManualClock, MonotonicClock
 from crawlhub.fetch.fetcher import Fetcher, FetchStats

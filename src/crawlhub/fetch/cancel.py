@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
-from crawlhub.errors import CancelledError
+from crawlhub.core.errors import CancelledError
 
 T = TypeVar("T")
 

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, NoReturn
 
-from crawlhub.errors import CancelledError, FetchError
+from crawlhub.core.errors import CancelledError, FetchError
 from crawlhub.fetch.cancel import CancellationToken
 from crawlhub.fetch.http import Request, RequestTimeout, Response, Transport
 from crawlhub.fetch.joblog import JobLog, job_log
@@ -58,7 +58,7 @@ class Fetcher:
     - more than ``max_consecutive_failures`` failed requests in a row raise (and keep
       raising) ``TooManyFailures``; a success resets the count.
 
-    A cancelled token raises ``crawlhub.errors.CancelledError`` and sends nothing more.
+    A cancelled token raises ``crawlhub.core.errors.CancelledError`` and sends nothing more.
     ``hold`` (settable), when given, is awaited before each request's first attempt: a
     paused run holds new requests there while the ones in flight finish.
     """

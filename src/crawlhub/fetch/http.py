@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from crawlhub.errors import ConfigError, FetchError
+from crawlhub.core.errors import ConfigError, FetchError
 
 
 class RequestTimeout(FetchError):
@@ -174,7 +174,7 @@ class CurlCffiClient:
         headers: Mapping[str, str] | None = None,
         impersonate: str = "chrome",
     ) -> None:
-        from crawlhub.extras import require
+        from crawlhub.core.extras import require
 
         curl = require("curl_cffi.requests", "curl", needed_by="the curl_cffi HTTP client")
         self.timeout = timeout

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from crawlhub.storage.redact import redact
+from crawlhub.core.redact import redact
 
 _std = logging.getLogger("crawlhub.job")
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from crawlhub.errors import FetchError
+from crawlhub.core.errors import FetchError
 from crawlhub.fetch.http import Response
 
 #: Statuses worth another try by default (besides every 5xx).

@@ -4,12 +4,12 @@ Public face over keys, segments, bloom, store (the protocol; sqlite / redis, ope
 open_store) and manager.
 """
 
-from crawlhub.frontier.keys import KeyExplanation, KeyResolver
 from crawlhub.frontier.manager import Frontier, build_frontier, open_frontiers
 from crawlhub.frontier.open import open_store
 from crawlhub.frontier.seed import Outcome, Seed
 from crawlhub.frontier.segments import SegmentResolver, TimeSegments, segment_resolver
 from crawlhub.frontier.store import Entry, SeedStore, SegmentCounts
+from crawlhub.frontier.urlkeys import KeyExplanation, KeyResolver
 
 __all__ = [
     "Entry",

@@ -22,7 +22,7 @@ from pathlib import Path
 import rbloom
 import xxhash
 
-from crawlhub.errors import FrontierError
+from crawlhub.core.errors import FrontierError
 
 #: Share of the false-positive budget the first layer takes (the expected case).
 FIRST_LAYER_SHARE = 0.9

@@ -12,7 +12,7 @@ from urllib.parse import quote_plus, unquote_to_bytes
 
 from w3lib.url import canonicalize_url
 
-from crawlhub.errors import FrontierError
+from crawlhub.core.errors import FrontierError
 
 #: Ports a scheme uses when none is given; the key drops them.
 DEFAULT_PORTS: dict[str, str] = {"http": "80", "https": "443", "ws": "80", "wss": "443", "ftp": "21"}

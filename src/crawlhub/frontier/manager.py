@@ -14,14 +14,14 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from crawlhub.config.frontier import FrontierConfig
-from crawlhub.errors import FrontierError
+from crawlhub.core.errors import FrontierError
 from crawlhub.frontier.bloom import stable_hash
-from crawlhub.frontier.keys import KeyResolver
+from crawlhub.frontier.config import FrontierConfig
 from crawlhub.frontier.open import open_store
 from crawlhub.frontier.seed import OUTCOMES, Outcome, Seed
 from crawlhub.frontier.segments import SegmentResolver, TimeSegments, segment_resolver
 from crawlhub.frontier.store import Entry, SeedStore
+from crawlhub.frontier.urlkeys import KeyResolver
 
 if TYPE_CHECKING:
     from crawlhub.config.schema import CrawlhubConfig

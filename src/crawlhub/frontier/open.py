@@ -19,7 +19,7 @@ def open_store(
 
     ``archive=False`` (Redis): a seed finished ok or failed drops its record; the embedded
     table keeps its rows, which are its filter's write-ahead log."""
-    from crawlhub.storage.urls import parse_backend_url
+    from crawlhub.backends.urls import parse_backend_url
 
     backend = parse_backend_url(url, kinds=("sqlite", "redis"), what="frontier storage",
                                 key="storage.frontier")
@@ -27,7 +27,7 @@ def open_store(
         from crawlhub.frontier.sqlite import SqliteSeedStore
 
         return SqliteSeedStore(url, name, expected_items=expected_items, fp_rate=fp_rate)
-    from crawlhub.extras import require
+    from crawlhub.core.extras import require
 
     require("redis", "redis", needed_by="the Redis frontier store (storage.frontier)")
     from crawlhub.frontier.redis import RedisSeedStore

@@ -16,7 +16,7 @@ of the key misses the filter and HSETNX finds it stored.
 Each process also caches the keys the shared filter has answered for (``CACHE_SHARE``):
 a repeat it has seen costs no round trip.
 
-Layout (names from :func:`crawlhub.keys.frontier_keys`, all in the frontier's slot):
+Layout (names from :func:`crawlhub.core.keys.frontier_keys`, all in the frontier's slot):
 
 - ``ready`` sorted set of pending seeds, score ``-priority``, member
   ``<seq:016d>|<priority>|<segment>|<key>`` so equal scores pop FIFO.
@@ -43,14 +43,14 @@ from typing import Any, TypeVar
 
 from redis.exceptions import NoScriptError, RedisError
 
-from crawlhub.errors import FrontierError
+from crawlhub.backends.redis import redis_client
+from crawlhub.core.errors import FrontierError
+from crawlhub.core.keys import frontier_keys, frontier_segment_key
+from crawlhub.core.redact import redact_url
 from crawlhub.frontier.bloom import MAX_LAYER_BITS, FixedBloom, layer_plan, split_hash
 from crawlhub.frontier.seed import Outcome, Seed
 from crawlhub.frontier.sqlite import check_frontier_name
 from crawlhub.frontier.store import Entry, SegmentCounts, check_entries, task_uuid_of
-from crawlhub.keys import frontier_keys, frontier_segment_key
-from crawlhub.storage.redact import redact_url
-from crawlhub.storage.redis import redis_client
 
 T = TypeVar("T")
 log = logging.getLogger("crawlhub.frontier")

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from crawlhub.errors import FrontierError
+from crawlhub.core.errors import FrontierError
 
 #: How a dispatched seed ended: archived as done or failed, or returned to pending.
 Outcome = Literal["ok", "failed", "retry"]

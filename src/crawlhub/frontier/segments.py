@@ -10,10 +10,10 @@ import math
 import time
 from typing import Any, Protocol, runtime_checkable
 
-from crawlhub.config.frontier import FrontierConfig
-from crawlhub.errors import ConfigError
+from crawlhub.core.errors import ConfigError
+from crawlhub.core.loading import import_object
+from crawlhub.frontier.config import FrontierConfig
 from crawlhub.frontier.seed import Seed
-from crawlhub.loading import import_object
 
 
 @runtime_checkable

@@ -21,11 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from crawlhub.errors import FrontierError
+from crawlhub.backends.sqlite import SqliteDB
+from crawlhub.core.errors import FrontierError
 from crawlhub.frontier.bloom import ScalableBloom, load_snapshot, save_snapshot, stable_hash
 from crawlhub.frontier.seed import Outcome, Seed
 from crawlhub.frontier.store import Entry, SegmentCounts, check_entries, task_uuid_of
-from crawlhub.storage.sqlite import SqliteDB
 
 PENDING, LEASED, DONE, FAILED, DISPATCHED, WAITING = 0, 1, 2, 3, 4, 5
 _STATE_NAMES = {

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from crawlhub.errors import FrontierError
+from crawlhub.core.errors import FrontierError
 from crawlhub.frontier.seed import Outcome, Seed
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from crawlhub.errors import ConfigError
-from crawlhub.loading import import_object
+from crawlhub.core.errors import ConfigError
+from crawlhub.core.loading import import_object
 
 Converter = Callable[[dict[str, Any]], dict[str, Any] | None]
 

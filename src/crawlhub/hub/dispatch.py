@@ -18,14 +18,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from crawlhub.backends.errors import is_unavailable
+from crawlhub.core.redact import redact_url
+from crawlhub.core.task import Task
 from crawlhub.hub.metrics import HubMetrics
 from crawlhub.hub.outbounds import OutboundTransport, QueueOutbound
 from crawlhub.hub.routing import OutboundRule, Router
 from crawlhub.hub.state import HubState
 from crawlhub.queues.base import QueueBackend
-from crawlhub.storage.errors import is_unavailable
-from crawlhub.storage.redact import redact_url
-from crawlhub.task import Task
 
 log = logging.getLogger("crawlhub.hub")
 

@@ -26,7 +26,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from crawlhub.errors import NotFoundError
+from crawlhub.core.errors import NotFoundError
+from crawlhub.core.task import BUILTIN_KEY_SET, RESULT_KEY, Task
 from crawlhub.hub.converters import build_converter
 from crawlhub.hub.failures import FailureLog
 from crawlhub.hub.inbounds import Inbound, build_source
@@ -45,7 +46,6 @@ from crawlhub.hub.results import SWEEP_BATCH, ResultsStage
 from crawlhub.hub.routing import Router, decide_result
 from crawlhub.hub.state import CLAIM_LEASE, HubState
 from crawlhub.queues.base import QueueBackend
-from crawlhub.task import BUILTIN_KEY_SET, RESULT_KEY, Task
 
 if TYPE_CHECKING:
     from crawlhub.config.schema import CrawlhubConfig
@@ -95,7 +95,7 @@ class Hub(IntakeStage, ResultsStage):
         self._rate_unsent = {}
         self._rate_flush = None
         self._rate_lock = asyncio.Lock()
-        #: The clock of every lease this hub writes (crawlhub.clock): intake records and
+        #: The clock of every lease this hub writes (crawlhub.core.clock): intake records and
         #: heartbeats, deadlines of dispatches, ledger claims, sweeps, and of the
         #: outbound rate; tests inject one.
         self.clock = time.time

@@ -39,14 +39,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from crawlhub import jsoncodec
-from crawlhub.errors import (
+from crawlhub.backends.errors import is_unavailable, unavailable
+from crawlhub.core import jsoncodec
+from crawlhub.core.errors import (
     BackpressureError,
     ConfigError,
     CrawlhubError,
     FrontierError,
     QueueError,
 )
+from crawlhub.core.keys import queue_keys, queue_registry
+from crawlhub.core.redact import redact_url
+from crawlhub.core.task import RESULT_KEY, Task
 from crawlhub.frontier.store import Entry
 from crawlhub.hub.dispatch import DispatchStage, _int
 from crawlhub.hub.outbounds import QueueOutbound
@@ -62,11 +66,7 @@ from crawlhub.hub.state.intake import (
     gate_of,
     parse_gate,
 )
-from crawlhub.keys import queue_keys, queue_registry
 from crawlhub.queues.common import PRIORITY_MAX, PRIORITY_MIN, encode_item
-from crawlhub.storage.errors import is_unavailable, unavailable
-from crawlhub.storage.redact import redact_url
-from crawlhub.task import RESULT_KEY, Task
 
 if TYPE_CHECKING:
     from crawlhub.agents.extract import RuleSets

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from crawlhub import jsoncodec
-from crawlhub.errors import ConfigError
-from crawlhub.loading import import_object
+from crawlhub.core import jsoncodec
+from crawlhub.core.errors import ConfigError
+from crawlhub.core.loading import import_object
 from crawlhub.queues.base import QueueBackend, ReliableQueue
 
 
@@ -65,7 +65,7 @@ class RedisListOutbound:
 
     def __init__(self, url: str, key: str, *, sorted: bool = False, normal_priority: int = 0
                  ) -> None:
-        from crawlhub.storage.redis import redis_client
+        from crawlhub.backends.redis import redis_client
 
         self.url = url
         self.key = key

@@ -14,7 +14,9 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from crawlhub.errors import ConfigError, ConfigErrors
+from crawlhub.core.errors import ConfigError, ConfigErrors
+from crawlhub.core.loading import check_call, import_object
+from crawlhub.core.selectors import SelectorSet, compile_selectors
 from crawlhub.hub.converters import _TASKHUB_MODULES, BUILTIN_CONVERTERS
 from crawlhub.hub.inbounds import (
     HTTP_NAMES,
@@ -25,8 +27,6 @@ from crawlhub.hub.inbounds import (
 )
 from crawlhub.hub.outbounds import QUEUE_NAMES, REDIS_LIST_NAMES, max_attempts_of
 from crawlhub.hub.routing import OutboundRule, Router
-from crawlhub.loading import check_call, import_object
-from crawlhub.selectors import SelectorSet, compile_selectors
 
 if TYPE_CHECKING:
     from crawlhub.config.schema import CrawlhubConfig
@@ -215,7 +215,7 @@ def _check_inbound_class(name: str, class_name: str, init: dict[str, Any], threa
 
 def _check_url(url: str, what: str, where: dict[str, Any],
                kinds: tuple[str, ...] | None = None) -> None:
-    from crawlhub.storage.urls import parse_backend_url
+    from crawlhub.backends.urls import parse_backend_url
 
     try:
         parse_backend_url(url, kinds=kinds, what=what, key="init.url")  # type: ignore[arg-type]

@@ -18,12 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from crawlhub.errors import CrawlhubError
+from crawlhub.core.errors import CrawlhubError
+from crawlhub.core.task import RESULT_KEY, Task
 from crawlhub.hub.dispatch import DispatchStage, _int
 from crawlhub.hub.failures import FailureLog
 from crawlhub.hub.routing import ResultDecision, ResultOutcome, decide_result, status_key
 from crawlhub.hub.state import LedgerEntry, Settle
-from crawlhub.task import RESULT_KEY, Task
 
 log = logging.getLogger("crawlhub.hub")
 

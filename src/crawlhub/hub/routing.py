@@ -12,8 +12,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crawlhub.selectors import SelectorSet, compile_selectors
-from crawlhub.task import BUILTIN_KEY_SET, BUILTIN_KEYS, RESULT_KEY, Task
+from crawlhub.core.selectors import SelectorSet, compile_selectors
+from crawlhub.core.task import BUILTIN_KEY_SET, BUILTIN_KEYS, RESULT_KEY, Task
 
 
 def status_key(code: Any) -> str:

@@ -1,10 +1,11 @@
 """pipeline: processing pool, single batching writer, run result, progress, job logs.
 
 The public face; behind it: run (Pipeline, DetailMode), pool, writer, result, progress,
-and the config model from ``crawlhub.config.pipeline``.
+and the config model from ``crawlhub.pipeline.config``.
 """
 
-from crawlhub.config.pipeline import (
+from crawlhub.fetch.joblog import JobLog, JobLogs, job_log, job_logs
+from crawlhub.pipeline.config import (
     CLI_FLAGS,
     PIPELINE_KEYS,
     PipelineConfig,
@@ -13,7 +14,6 @@ from crawlhub.config.pipeline import (
     cli_overrides,
     resolve_pipeline_config,
 )
-from crawlhub.fetch.joblog import JobLog, JobLogs, job_log, job_logs
 from crawlhub.pipeline.pool import Process, ProcessingPool
 from crawlhub.pipeline.progress import ProgressBars, describe_progress, show_progress
 from crawlhub.pipeline.result import RunResult, Status

@@ -13,13 +13,13 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from crawlhub.config.pipeline import PipelineConfig
-from crawlhub.errors import CancelledError, FetchError
+from crawlhub.core.errors import CancelledError, FetchError
 from crawlhub.fetch.cancel import CancellationToken
 from crawlhub.fetch.fetcher import Fetcher
 from crawlhub.fetch.http import Request, Response
 from crawlhub.fetch.joblog import JobLog, job_log
 from crawlhub.fetch.retry import TooManyFailures
+from crawlhub.pipeline.config import PipelineConfig
 from crawlhub.pipeline.pool import Process, ProcessingPool
 from crawlhub.pipeline.result import RunResult, Status
 from crawlhub.pipeline.writer import BatchWriter

@@ -1,7 +1,7 @@
 """Reliable priority queues: one protocol, a SQLite and a Redis backend."""
 
-from crawlhub.extras import require
-from crawlhub.keys import DEFAULT_PREFIX
+from crawlhub.core.extras import require
+from crawlhub.core.keys import DEFAULT_PREFIX
 from crawlhub.queues.base import Message, QueueBackend, QueueStats, ReliableQueue
 
 __all__ = ["Message", "QueueBackend", "QueueStats", "ReliableQueue", "open_backend"]
@@ -13,7 +13,7 @@ def open_backend(url: str, *, prefix: str = DEFAULT_PREFIX) -> QueueBackend:
     ``sqlite:///path/to/queues.db`` (embedded) or ``redis://host:port/db`` (distributed);
     ``prefix`` starts every Redis key (unused by SQLite).
     """
-    from crawlhub.storage.urls import parse_backend_url
+    from crawlhub.backends.urls import parse_backend_url
 
     backend = parse_backend_url(url, kinds=("sqlite", "redis"), what="queue backend",
                                 key="storage.queues")

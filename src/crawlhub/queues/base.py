@@ -7,7 +7,7 @@ then returns to ready by itself: a worker killed while holding leases loses noth
 Nothing wedges a queue: a message delivered ``max_attempts`` times without an ack (its
 lease expired or it was nacked back each time) goes to the dead letter instead of back to
 ready, and a message whose payload cannot be handed out (not JSON, nested deeper than
-:data:`crawlhub.jsoncodec.MAX_STORED_DEPTH`) is dead-lettered by the lease that finds it
+:data:`crawlhub.core.jsoncodec.MAX_STORED_DEPTH`) is dead-lettered by the lease that finds it
 while the rest of the batch is delivered. Every dead letter carries its ``reason``.
 """
 

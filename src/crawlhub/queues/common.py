@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from crawlhub import jsoncodec
-from crawlhub.errors import CrawlhubError, QueueError
+from crawlhub.core import jsoncodec
+from crawlhub.core.errors import CrawlhubError, QueueError
 from crawlhub.queues.base import Message, QueueStats
 
 log = logging.getLogger("crawlhub.queues")

@@ -1,10 +1,10 @@
 """The distributed queue backend: each named queue is a few Redis keys moved by Lua scripts.
 
 Every state change is one script, so it is atomic across any number of hub and worker
-processes. Lease deadlines follow :mod:`crawlhub.clock`: the caller's clock (epoch
+processes. Lease deadlines follow :mod:`crawlhub.core.clock`: the caller's clock (epoch
 seconds), handed to every script as ``now``; no script reads the server's ``TIME``.
 
-Layout (key names from :func:`crawlhub.keys.queue_keys`, one hash slot per queue):
+Layout (key names from :func:`crawlhub.core.keys.queue_keys`, one hash slot per queue):
 
 - ``ready``: sorted set, score ``-priority``, member the id zero-padded to 16 digits, so
   equal scores pop in id order (FIFO) by Redis' lexicographic tie-break. Scores are
@@ -26,9 +26,11 @@ from typing import Any, TypeVar
 
 from redis.exceptions import NoScriptError, RedisError
 
-from crawlhub.clock import Clock, system_clock
-from crawlhub.errors import QueueError
-from crawlhub.keys import DEFAULT_PREFIX, queue_keys, queue_registry
+from crawlhub.backends.redis import redis_client
+from crawlhub.core.clock import Clock, system_clock
+from crawlhub.core.errors import QueueError
+from crawlhub.core.keys import DEFAULT_PREFIX, queue_keys, queue_registry
+from crawlhub.core.redact import redact_url
 from crawlhub.queues.common import (
     DEFAULT_MAX_ATTEMPTS,
     BaseQueue,
@@ -39,8 +41,6 @@ from crawlhub.queues.common import (
     dead_kind,
     encode_groups,
 )
-from crawlhub.storage.redact import redact_url
-from crawlhub.storage.redis import redis_client
 
 T = TypeVar("T")
 
@@ -59,7 +59,7 @@ local reasons = KEYS[9]
 local CHUNK = 1000  -- ids per multi-argument call, well below Lua's unpack() limit
 local DEFAULT_MAX_ATTEMPTS = @DEFAULT_MAX_ATTEMPTS@
 
--- the caller's clock in integer milliseconds (crawlhub.clock: no TIME in scripts)
+-- the caller's clock in integer milliseconds (crawlhub.core.clock: no TIME in scripts)
 local function now_ms(given)
   return tonumber(given)
 end
@@ -331,7 +331,7 @@ class RedisQueueBackend:
 
     ``prefix`` starts every key, so deployments and tests can share one server.
     ``clock`` (epoch seconds; default the system clock) times every lease, as
-    :mod:`crawlhub.clock` says; tests pass a fake one.
+    :mod:`crawlhub.core.clock` says; tests pass a fake one.
     """
 
     def __init__(

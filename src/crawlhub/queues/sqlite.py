@@ -12,7 +12,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from crawlhub.errors import QueueError
+from crawlhub.backends.sqlite import SqliteDB
+from crawlhub.backends.sqlite import immediate as _write
+from crawlhub.backends.urls import parse_backend_url
+from crawlhub.core.errors import QueueError
 from crawlhub.queues.common import (
     DEFAULT_MAX_ATTEMPTS,
     BaseQueue,
@@ -24,9 +27,6 @@ from crawlhub.queues.common import (
     encode_groups,
     spent_reason,
 )
-from crawlhub.storage.sqlite import SqliteDB
-from crawlhub.storage.sqlite import immediate as _write
-from crawlhub.storage.urls import parse_backend_url
 
 T = TypeVar("T")
 

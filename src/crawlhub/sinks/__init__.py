@@ -1,7 +1,7 @@
 """Sinks: where the pipeline's single writer puts records (JSON lines, SQLite, PostgreSQL,
 Redis stream, Kafka), one idempotent batch at a time.
 
-Build one from config with :func:`crawlhub.config.sinks.build_sink`.
+Build one from config with :func:`crawlhub.sinks.config.build_sink`.
 """
 
 from crawlhub.sinks.base import BatchResult, Sink, SnapshotSink, TableResult

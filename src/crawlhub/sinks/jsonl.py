@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from crawlhub.errors import SinkError
+from crawlhub.backends.sqlite import SqliteDB
+from crawlhub.core.errors import SinkError
 from crawlhub.sinks.base import BatchResult, SinkConfig
 from crawlhub.sinks.records import PreparedBatch, prepare_batch, prepare_record
-from crawlhub.storage.sqlite import SqliteDB
 
 log = logging.getLogger(__name__)
 

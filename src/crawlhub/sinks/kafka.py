@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from crawlhub.config.kafka import aiokafka_kwargs
-from crawlhub.errors import ConfigError, SinkError
-from crawlhub.extras import require
+from crawlhub.backends.kafka import aiokafka_kwargs
+from crawlhub.core.errors import ConfigError, SinkError
+from crawlhub.core.extras import require
 from crawlhub.sinks.base import BatchResult, SinkConfig
 from crawlhub.sinks.records import prepare_batch
 

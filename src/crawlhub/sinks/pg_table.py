@@ -16,7 +16,7 @@ from typing import Any, Literal
 import xxhash
 from pydantic import Field, field_validator
 
-from crawlhub.errors import SinkError
+from crawlhub.core.errors import SinkError
 from crawlhub.sinks.base import SinkModel, key_list
 from crawlhub.sinks.records import (
     METADATA_FIELDS,

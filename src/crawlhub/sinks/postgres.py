@@ -15,13 +15,13 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from crawlhub.errors import SinkError
-from crawlhub.extras import require
+from crawlhub.backends.urls import parse_backend_url
+from crawlhub.core.errors import SinkError
+from crawlhub.core.extras import require
+from crawlhub.core.redact import redact_url
 from crawlhub.sinks.base import BatchResult, SinkConfig, TableResult
 from crawlhub.sinks.pg_table import PgTable, PgTableConfig
 from crawlhub.sinks.records import Preparer
-from crawlhub.storage.redact import redact_url
-from crawlhub.storage.urls import parse_backend_url
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import xxhash
 
-from crawlhub.errors import SinkError
+from crawlhub.core.errors import SinkError
 
 #: Source metadata the pipeline puts on each record (top-level keys). Sinks store them
 #: beside the data (own columns in PostgreSQL) and leave them out of the content hash, so

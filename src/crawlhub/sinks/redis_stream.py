@@ -11,11 +11,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from crawlhub.errors import SinkError
-from crawlhub.keys import DEFAULT_PREFIX, sink_stream_index
+from crawlhub.core.errors import SinkError
+from crawlhub.core.keys import DEFAULT_PREFIX, sink_stream_index
+from crawlhub.core.redact import redact_url
 from crawlhub.sinks.base import BatchResult, SinkConfig
 from crawlhub.sinks.records import prepare_batch
-from crawlhub.storage.redact import redact_url
 
 
 class RedisStreamSinkConfig(SinkConfig):
@@ -79,7 +79,7 @@ class RedisStreamSink:
         self._script: Any = None
 
     async def open(self) -> None:
-        from crawlhub.storage.redis import redis_client
+        from crawlhub.backends.redis import redis_client
 
         self._redis = redis_client(self.config.url, name=f"sink {self.name!r}")
         self._script = self._redis.register_script(_WRITE)

@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from crawlhub.errors import SinkError
+from crawlhub.backends.sqlite import SqliteDB
+from crawlhub.core.errors import SinkError
 from crawlhub.sinks.base import BatchResult, SinkConfig
 from crawlhub.sinks.records import PreparedBatch, prepare_batch
-from crawlhub.storage.sqlite import SqliteDB
 
 #: A table name (quoted in SQL; anchored: pydantic's pattern searches).
 _TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")

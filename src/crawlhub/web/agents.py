@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 
 from crawlhub.agents.registry import listing
 from crawlhub.api.models import AgentList
-from crawlhub.service import Services
+from crawlhub.services import Services
 from crawlhub.web.paging import PAGE_SIZE, keyset, number_param
 from crawlhub.web.render import Area, Card, Stat, attempt, live_page, number
 

@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse
 from crawlhub.api.alerts import AlertRouteOut, DeliveryOut
 from crawlhub.api.deps import ServicesDep, control_plane
 from crawlhub.control.alerts import EVENT_KINDS
-from crawlhub.service import Services
+from crawlhub.services import Services
 from crawlhub.web.paging import Page, keyset, number_param, text_param
 from crawlhub.web.render import Area, Card, Stat, attempt, fragment, number, page
 

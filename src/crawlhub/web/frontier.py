@@ -9,8 +9,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from crawlhub.api.models import FrontierStats, SegmentStats
-from crawlhub.service import Services
-from crawlhub.storage.redact import redact_url
+from crawlhub.core.redact import redact_url
+from crawlhub.services import Services
 from crawlhub.web.paging import PAGE_SIZE, Page, keyset, number_param
 from crawlhub.web.render import Area, Card, Stat, attempt, live_page, number
 

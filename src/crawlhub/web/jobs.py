@@ -15,8 +15,8 @@ from crawlhub.api.deps import ServicesDep, control_plane
 from crawlhub.api.jobs import JobRow, row
 from crawlhub.control.jobs import JobView, QueueInfo, RunRecord
 from crawlhub.control.jobs.model import KINDS
-from crawlhub.errors import NotFoundError
-from crawlhub.service import Services
+from crawlhub.core.errors import NotFoundError
+from crawlhub.services import Services
 from crawlhub.web.paging import Page, forward, number_param, text_param
 from crawlhub.web.render import (
     Area,

@@ -14,7 +14,7 @@ from fastapi.responses import HTMLResponse
 
 from crawlhub.api.deps import ServicesDep, control_plane
 from crawlhub.control.logs import LEVELS, SOURCES, LogLine, LogQuery, LogQueryError, parse_when
-from crawlhub.service import Services
+from crawlhub.services import Services
 from crawlhub.web.paging import Page, number_param, text_param
 from crawlhub.web.render import Area, attempt, page
 

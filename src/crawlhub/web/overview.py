@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from crawlhub.service import Services
+from crawlhub.services import Services
 from crawlhub.web.render import Area, areas, live_page
 
 router = APIRouter()

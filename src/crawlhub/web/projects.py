@@ -13,8 +13,8 @@ from fastapi.responses import HTMLResponse
 from crawlhub.api.deps import ServicesDep, control_plane
 from crawlhub.control.builds import Build
 from crawlhub.control.projects import NAME_RE, Project
-from crawlhub.service import Services
-from crawlhub.storage.redact import redact_url
+from crawlhub.core.redact import redact_url
+from crawlhub.services import Services
 from crawlhub.web.paging import Page, forward, number_param, text_param
 from crawlhub.web.render import Area, Card, Stat, attempt, fragment, number, page
 

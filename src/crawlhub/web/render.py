@@ -21,11 +21,11 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from crawlhub import __version__
 from crawlhub.api.deps import ServicesDep
-from crawlhub.storage.errors import is_unavailable
-from crawlhub.storage.redact import redact_url
+from crawlhub.backends.errors import is_unavailable
+from crawlhub.core.redact import redact_url
 
 if TYPE_CHECKING:
-    from crawlhub.service import Services
+    from crawlhub.services import Services
 
 #: The web page's own static files (CSS, JS, vendored htmx), under the API's ``/static``.
 STATIC = "/static/web"

@@ -16,8 +16,8 @@ from crawlhub.api.deps import ServicesDep, control_plane
 from crawlhub.control.jobs import RunRecord, RunView
 from crawlhub.control.jobs.model import FINAL, LIVE
 from crawlhub.control.logs import LogLine, LogQuery
-from crawlhub.errors import NotFoundError
-from crawlhub.service import Services
+from crawlhub.core.errors import NotFoundError
+from crawlhub.services import Services
 from crawlhub.web.paging import Page, forward, number_param, text_param
 from crawlhub.web.render import (
     Area,

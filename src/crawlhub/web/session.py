@@ -105,7 +105,7 @@ def safe_next(value: str | None) -> str:
 
 
 class Sessions:
-    """What :class:`crawlhub.api.app.BearerToken` asks of a request without a bearer
+    """What :class:`crawlhub.app.asgi.BearerToken` asks of a request without a bearer
     token: is its cookie valid, may it change things, should it see the login page."""
 
     def __init__(self, token: str, clock: Callable[[], float] = time.time) -> None:

@@ -16,10 +16,10 @@ from typing import Any
 import httpx2
 import pytest
 
-from crawlhub.api import create_app
+from crawlhub.app.asgi import create_app
 from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.control.logs import LogLine, LogService
-from crawlhub.service import Services
+from crawlhub.services import Services
 from tests.api.live import serve
 from tests.control.logs.conftest import MakeLine
 

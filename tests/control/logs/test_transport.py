@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 import pytest
 import redis.asyncio as aioredis
 
+from crawlhub.backends.redis import redis_client
 from crawlhub.control.logs import LogLine, LogQuery, LogStore
 from crawlhub.control.logs.store import LogPage
 from crawlhub.control.logs.transport import (
@@ -23,9 +24,8 @@ from crawlhub.control.logs.transport import (
     decode_batch,
     encode_batch,
 )
-from crawlhub.errors import BackendUnavailable
-from crawlhub.keys import log_keys
-from crawlhub.storage.redis import redis_client
+from crawlhub.core.errors import BackendUnavailable
+from crawlhub.core.keys import log_keys
 from tests.control.logs.conftest import MakeLine
 from tests.servers import throwaway_valkey
 

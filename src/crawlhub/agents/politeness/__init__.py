@@ -6,7 +6,7 @@ One file per piece: :mod:`.gate` (the gate agents call), :mod:`.robots` (the sha
 robots.txt cache), :mod:`.base` (rules, records and the :class:`GateStore` protocol),
 :mod:`.sqlite` and :mod:`.redis` (the stores). :func:`open_gate` builds a gate from a
 URL - the ``storage.agents`` setting, where the agent registry lives too. Slots follow
-the lease convention of :mod:`crawlhub.clock`.
+the lease convention of :mod:`crawlhub.core.clock`.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from crawlhub.agents.politeness.robots import (
     http_fetcher,
     origin_of,
 )
-from crawlhub.clock import Clock, system_clock
-from crawlhub.keys import DEFAULT_PREFIX
-from crawlhub.storage.urls import parse_backend_url
+from crawlhub.backends.urls import parse_backend_url
+from crawlhub.core.clock import Clock, system_clock
+from crawlhub.core.keys import DEFAULT_PREFIX
 
 __all__ = [
     "BACKOFF_STATUSES",

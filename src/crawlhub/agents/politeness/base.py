@@ -3,7 +3,7 @@ shared robots.txt cache; the :class:`GateStore` protocol both backends implement
 
 Callers: :class:`crawlhub.agents.politeness.DomainGate` (every agent process) and
 :class:`crawlhub.agents.politeness.robots.RobotsCache`. Every method is one round trip
-(one Lua script or one SQLite transaction) and follows :mod:`crawlhub.clock`: ``now``
+(one Lua script or one SQLite transaction) and follows :mod:`crawlhub.core.clock`: ``now``
 is the caller's, slot leases are absolute expiries, and an expired slot is freed by the
 first acquire that sees it, in the same atomic step that grants slots.
 """

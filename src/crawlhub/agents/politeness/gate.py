@@ -3,7 +3,7 @@ enforced across every agent on one backend, with 429 / 503 / Retry-After backoff
 
 An agent asks for a slot before each request to a domain and hands it back when the
 response is in: ``slot = await gate.acquire(domain)`` ... ``await gate.release(slot,
-status, retry_after)``. Slots are leases (:mod:`crawlhub.clock`): a slot its agent never
+status, retry_after)``. Slots are leases (:mod:`crawlhub.core.clock`): a slot its agent never
 returns (SIGKILL) comes back ``rules.lease`` seconds after it was granted.
 
 Cost in round trips: :meth:`DomainGate.acquire_many` grants up to ``n`` slots of a
@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 from crawlhub.agents.politeness.base import DomainRules, GateStore, Release
 from crawlhub.agents.politeness.robots import Refusal, RobotsCache
-from crawlhub.clock import Clock, system_clock
+from crawlhub.core.clock import Clock, system_clock
 
 Sleep = Callable[[float], Awaitable[Any]]
 log = logging.getLogger("crawlhub.agents.politeness")

@@ -1,6 +1,6 @@
 """The domain gate's store on Redis (distributed mode): per domain a sorted set of slot
 leases and a pace hash, per origin a robots.txt hash; every step one Lua script that
-gets ``now`` from the caller (:mod:`crawlhub.clock`)."""
+gets ``now`` from the caller (:mod:`crawlhub.core.clock`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from crawlhub.agents.politeness.base import DomainRules, Grant, Release, RobotsEntry
-from crawlhub.keys import DEFAULT_PREFIX, agent_keys
-from crawlhub.storage.redis import redis_client
+from crawlhub.backends.redis import redis_client
+from crawlhub.core.keys import DEFAULT_PREFIX, agent_keys
 
 # Grant slots (KEYS: slots, pace; ARGV: now, n, concurrency, delay, lease, token).
 # Expired slots are freed first, in this same step. Returns {ids joined by ',', wait,

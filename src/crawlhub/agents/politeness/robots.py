@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from crawlhub.agents.politeness.base import GateStore, RobotsEntry
-from crawlhub.clock import Clock, system_clock
+from crawlhub.core.clock import Clock, system_clock
 
 log = logging.getLogger("crawlhub.agents.robots")
 

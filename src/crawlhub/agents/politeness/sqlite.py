@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from crawlhub.agents.politeness.base import DomainRules, Grant, Release, RobotsEntry
-from crawlhub.storage.sqlite import SqliteDB
+from crawlhub.backends.sqlite import SqliteDB
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS gate_slots (

@@ -4,7 +4,7 @@ their liveness; the download center's list of live agents.
 One file per backend: :mod:`.base` (the :class:`AgentRegistry` protocol and its
 records), :mod:`.sqlite`, :mod:`.redis`; :func:`open_registry` picks one from a URL (the
 ``storage.agents`` setting, which defaults to ``storage.state``). Liveness follows the
-lease convention of :mod:`crawlhub.clock`.
+lease convention of :mod:`crawlhub.core.clock`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from crawlhub.agents.registry.base import (
     listing,
     resident_bytes,
 )
-from crawlhub.clock import Clock, system_clock
-from crawlhub.keys import DEFAULT_PREFIX
-from crawlhub.storage.urls import parse_backend_url
+from crawlhub.backends.urls import parse_backend_url
+from crawlhub.core.clock import Clock, system_clock
+from crawlhub.core.keys import DEFAULT_PREFIX
 
 __all__ = [
     "DEFAULT_DEAD_AFTER",

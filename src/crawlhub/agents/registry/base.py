@@ -5,7 +5,7 @@ it starts and heartbeats every few seconds; ``GET /agents/`` and ``crawlhub agen
 the agents with their liveness; the download center (issue 9) asks for the live agents
 before each allocation, so :meth:`AgentRegistry.live` is one cheap round trip.
 
-Liveness follows :mod:`crawlhub.clock`: the registry reads ``now`` from the clock it was
+Liveness follows :mod:`crawlhub.core.clock`: the registry reads ``now`` from the clock it was
 given; an agent is alive while its last registration or heartbeat is less than
 ``dead_after`` seconds old (11 s by default: two missed beats of the agent's 5 s
 interval and a second's grace). A dead agent stays listed as dead for ``retention``

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from crawlhub import jsoncodec, rejects
 from crawlhub.agents.registry.base import (
     DEFAULT_DEAD_AFTER,
     DEFAULT_RETENTION,
@@ -14,10 +13,11 @@ from crawlhub.agents.registry.base import (
     AgentStatus,
     Heartbeat,
 )
-from crawlhub.clock import Clock, system_clock
-from crawlhub.keys import DEFAULT_PREFIX, agent_keys
-from crawlhub.signing import MAX_SKEW
-from crawlhub.storage.redis import redis_client
+from crawlhub.backends.redis import redis_client
+from crawlhub.core import jsoncodec, rejects
+from crawlhub.core.clock import Clock, system_clock
+from crawlhub.core.keys import DEFAULT_PREFIX, agent_keys
+from crawlhub.core.signing import MAX_SKEW
 
 # Forget agents last seen at or before ARGV[1] (KEYS: info, beat, seen); how many.
 _FORGET = """

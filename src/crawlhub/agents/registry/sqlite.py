@@ -6,7 +6,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from crawlhub import jsoncodec
 from crawlhub.agents.registry.base import (
     DEFAULT_DEAD_AFTER,
     DEFAULT_RETENTION,
@@ -14,8 +13,9 @@ from crawlhub.agents.registry.base import (
     AgentStatus,
     Heartbeat,
 )
-from crawlhub.clock import Clock, system_clock
-from crawlhub.storage.sqlite import SqliteDB
+from crawlhub.backends.sqlite import SqliteDB
+from crawlhub.core import jsoncodec
+from crawlhub.core.clock import Clock, system_clock
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS agents (

@@ -2,7 +2,7 @@
 pending detail ids and recent job log lines.
 
 One small protocol; the SQL lives here once and runs on the one SQL runner
-(:class:`crawlhub.storage.sql.SqlDB`: a SQLite file or PostgreSQL), so both behave the
+(:class:`crawlhub.backends.sql.SqlDB`: a SQLite file or PostgreSQL), so both behave the
 same (one conformance suite).
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from crawlhub.storage.sql import SqlDB, check_table_prefix
+from crawlhub.backends.sql import SqlDB, check_table_prefix
 
 
 @dataclass(slots=True)

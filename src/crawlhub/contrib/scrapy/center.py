@@ -85,10 +85,10 @@ from crawlhub.center.client import CenterClient
 from crawlhub.center.protocol import FAILED, SKIPPED, STRATEGIES, CenterError, Reply, check_id
 from crawlhub.contrib.scrapy.loop import LoopThread, engine_wait
 from crawlhub.contrib.scrapy.settings import _error, _float, _int
+from crawlhub.core.keys import DEFAULT_PREFIX
+from crawlhub.core.redact import redact_url
+from crawlhub.core.signing import load_key, signer_for
 from crawlhub.fetch.http import Request
-from crawlhub.keys import DEFAULT_PREFIX
-from crawlhub.signing import load_key, signer_for
-from crawlhub.storage.redact import redact_url
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -140,7 +140,7 @@ class CenterSettings:
     timeout: float
     retries: int
     allocate_timeout: float
-    #: the message signing key (crawlhub.signing); never shown
+    #: the message signing key (crawlhub.core.signing); never shown
     key: str | None = field(default=None, repr=False)
 
 

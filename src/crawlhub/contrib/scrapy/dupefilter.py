@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from crawlhub.frontier.keys import KeyResolver
 from crawlhub.frontier.seed import Seed
+from crawlhub.frontier.urlkeys import KeyResolver
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -76,7 +76,7 @@ class DupeFilter:
         self._resolver = KeyResolver(settings.frontier.key)
         if settings.key == "fingerprint":
             if self.crawler is None or getattr(self.crawler, "request_fingerprinter", None) is None:
-                from crawlhub.errors import ConfigError
+                from crawlhub.core.errors import ConfigError
 
                 raise ConfigError("Scrapy setting CRAWLHUB_KEY: 'fingerprint' needs a crawler"
                                   " with a request fingerprinter (Scrapy >= 2.7)",

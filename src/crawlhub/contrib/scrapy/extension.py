@@ -30,7 +30,7 @@ from scrapy.exceptions import NotConfigured
 from twisted.internet import task
 
 from crawlhub import sdk
-from crawlhub.control.protocol import ENV_CONTROL_FILE, ENV_COUNTERS_FILE, EXIT, PAUSE, RUN
+from crawlhub.core.jobprotocol import ENV_CONTROL_FILE, ENV_COUNTERS_FILE, EXIT, PAUSE, RUN
 
 log = logging.getLogger("crawlhub.contrib.scrapy.extension")
 

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 from crawlhub.contrib.scrapy.loop import LoopThread, engine_wait
 from crawlhub.contrib.scrapy.settings import _error, _int
-from crawlhub.errors import ConfigError, SinkError
+from crawlhub.core.errors import ConfigError, SinkError
 from crawlhub.sinks.records import Preparer
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ class ItemSink:
     """The item pipeline; see the module docstring."""
 
     def __init__(self, crawler: Crawler, spec: dict[str, Any], *, batch: int = 500) -> None:
-        from crawlhub.config.sinks import build_sink
+        from crawlhub.sinks.config import build_sink
 
         self.crawler = crawler
         self.stats = crawler.stats

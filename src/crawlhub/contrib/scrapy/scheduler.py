@@ -47,7 +47,7 @@ from crawlhub.contrib.scrapy.codec import Unserializable, request_from_data, req
 from crawlhub.contrib.scrapy.dupefilter import DupeFilter, open_crawl_frontier
 from crawlhub.contrib.scrapy.loop import LoopThread
 from crawlhub.contrib.scrapy.settings import CrawlSettings, read_settings
-from crawlhub.errors import FrontierError
+from crawlhub.core.errors import FrontierError
 from crawlhub.frontier import Frontier
 from crawlhub.frontier.bloom import FixedBloom, stable_hash
 from crawlhub.frontier.seed import Outcome, Seed

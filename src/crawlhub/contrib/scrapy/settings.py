@@ -48,10 +48,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from crawlhub.config.frontier import FrontierConfig
-from crawlhub.errors import ConfigError
-from crawlhub.keys import DEFAULT_PREFIX
-from crawlhub.storage.urls import BackendURLError, parse_backend_url
+from crawlhub.backends.urls import BackendURLError, parse_backend_url
+from crawlhub.core.errors import ConfigError
+from crawlhub.core.keys import DEFAULT_PREFIX
+from crawlhub.frontier.config import FrontierConfig
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings

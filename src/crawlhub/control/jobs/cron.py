@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 
 from crawlhub.control.jobs.model import JobSpec
 from crawlhub.control.jobs.store import JobStore
-from crawlhub.errors import ConflictError
+from crawlhub.core.errors import ConflictError
 
 log = logging.getLogger("crawlhub.control.cron")
 

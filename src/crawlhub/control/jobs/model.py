@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from crawlhub.errors import CrawlhubError
+from crawlhub.core.errors import CrawlhubError
 
 KINDS = ("subprocess", "crawl", "collect")
 Kind = Literal["subprocess", "crawl", "collect"]

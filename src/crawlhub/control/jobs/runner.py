@@ -3,7 +3,7 @@
 A run of a ``subprocess`` or ``crawl`` job is a child process in its own session (its
 own process group, so signals reach its children too) with:
 
-- the protocol's environment (:mod:`crawlhub.control.protocol`): its job and run codes,
+- the protocol's environment (:mod:`crawlhub.core.jobprotocol`): its job and run codes,
   a control file the runner rewrites whenever the job's desired state changes on the
   control channel (pause / continue / exit), and a counters file it writes;
 - its stdout and stderr read line by line into the log store, each line carrying the
@@ -16,7 +16,7 @@ own process group, so signals reach its children too) with:
   host died is seen as ``lost`` by the next claim.
 
 Pause writes ``pause`` to the control file; a job that acknowledges it within
-:data:`~crawlhub.control.protocol.ACK_WAIT` seconds (``crawlhub.sdk`` does) holds still by
+:data:`~crawlhub.core.jobprotocol.ACK_WAIT` seconds (``crawlhub.sdk`` does) holds still by
 itself, any other has its process group stopped (SIGSTOP; SIGCONT on continue). The run's
 ``paused`` says which (``cooperative`` or ``signal``). ``pause_signal`` jobs are stopped at
 once; ``pausable: false`` jobs are never paused (the API answers 409).
@@ -50,7 +50,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crawlhub.control import protocol
 from crawlhub.control.builders import (
     READ_TAIL,
     Artifact,
@@ -62,7 +61,8 @@ from crawlhub.control.channel import ControlChannel, ControlFollower
 from crawlhub.control.jobs.model import JobSpec, RunRecord
 from crawlhub.control.jobs.store import HOST, JobStore, pid_alive
 from crawlhub.control.logs.line import LogLine, level_rank
-from crawlhub.errors import ConflictError
+from crawlhub.core import jobprotocol as protocol
+from crawlhub.core.errors import ConflictError
 
 if TYPE_CHECKING:
     from crawlhub.collect.service import CollectJobManager
@@ -551,7 +551,7 @@ class Runner:
     def _hold(self, live: _Live) -> None:
         """Make the pause of a started process take effect: at once by SIGSTOP for a
         ``pause_signal`` job, else by the job's acknowledgement, or SIGSTOP after
-        :data:`~crawlhub.control.protocol.ACK_WAIT` seconds without one."""
+        :data:`~crawlhub.core.jobprotocol.ACK_WAIT` seconds without one."""
         if live.pausing is not None or live.paused_how is not None:
             return
         if live.spec.pause_signal:

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from crawlhub.control import protocol
 from crawlhub.control.jobs.cron import CronScheduler
 from crawlhub.control.jobs.model import (
     LIVE,
@@ -28,7 +27,8 @@ from crawlhub.control.jobs.model import (
 )
 from crawlhub.control.jobs.runner import Runner
 from crawlhub.control.jobs.store import STALE_AFTER, JobStore
-from crawlhub.errors import ConflictError
+from crawlhub.core import jobprotocol as protocol
+from crawlhub.core.errors import ConflictError
 
 if TYPE_CHECKING:
     from crawlhub.collect.service import CollectJobManager

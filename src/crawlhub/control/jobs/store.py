@@ -21,7 +21,7 @@ from typing import Any
 
 from crawlhub.control.db import ControlDB, Tx
 from crawlhub.control.jobs.model import FINAL, LIVE, JobSpec, RunRecord, TaskRecord
-from crawlhub.errors import ConflictError, NotFoundError
+from crawlhub.core.errors import ConflictError, NotFoundError
 
 #: A live run whose runner has not beaten for this long is lost (its host died).
 STALE_AFTER = 30.0

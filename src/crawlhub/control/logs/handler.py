@@ -4,7 +4,7 @@ collectors, the center, the control plane) to the log store through the transpor
 It never blocks (the transport's buffer takes the line and returns), never raises into
 the code that logs, and never recurses: a record logged while shipping another (by the
 transport, the Redis client, a filter) in the same thread is not shipped. Secrets are
-masked first (:class:`~crawlhub.storage.redact.SecretFilter`).
+masked first (:class:`~crawlhub.core.redact.SecretFilter`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from crawlhub.control.logs.line import LogLine
 from crawlhub.control.logs.text import clean_line, normal_level
-from crawlhub.storage.redact import SecretFilter
+from crawlhub.core.redact import SecretFilter
 
 #: Logger name prefixes and the source their lines get; the first match wins.
 SOURCE_OF_LOGGER: tuple[tuple[str, str], ...] = (

@@ -33,7 +33,7 @@ from crawlhub.control.logs.transport import (
     RedisTransport,
     Transport,
 )
-from crawlhub.storage.redact import redact_text
+from crawlhub.core.redact import redact_text
 
 if TYPE_CHECKING:
     from crawlhub.config.schema import CrawlhubConfig
@@ -94,8 +94,8 @@ class LogService:
             collector = None
             channel = section.channel
             if channel and not channel.lower().startswith("memory://"):
-                from crawlhub.keys import log_keys
-                from crawlhub.storage.redis import redis_client
+                from crawlhub.backends.redis import redis_client
+                from crawlhub.core.keys import log_keys
 
                 key = log_keys(redis_prefix if redis_prefix is not None
                                else config.storage.redis_prefix)["stream"]

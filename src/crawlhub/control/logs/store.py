@@ -16,7 +16,7 @@ Promises:
 - searches see the same lines on every backend (the words indexed and the search text
   are made above the SQL, in :mod:`crawlhub.control.logs.text`);
 - lines come newest first (highest id) unless ``after`` is given (then oldest first);
-- a backend out of reach raises :class:`~crawlhub.errors.BackendUnavailable`; a query the
+- a backend out of reach raises :class:`~crawlhub.core.errors.BackendUnavailable`; a query the
   store refuses raises :class:`~crawlhub.control.logs.text.LogQueryError`.
 """
 

@@ -33,9 +33,9 @@ import unicodedata
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from crawlhub.config.durations import parse_duration
 from crawlhub.control.logs.line import LEVELS, LogLine
-from crawlhub.errors import CrawlhubError
+from crawlhub.core.durations import parse_duration
+from crawlhub.core.errors import CrawlhubError
 
 #: The longest message kept, in characters; a longer one is cut and marked with
 #: :data:`TRUNCATED` and the number of characters cut.

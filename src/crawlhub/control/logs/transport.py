@@ -34,10 +34,10 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from crawlhub import keys, rejects
 from crawlhub.control.logs.line import LogLine
 from crawlhub.control.logs.store import LogStore
 from crawlhub.control.logs.text import clean_line
+from crawlhub.core import keys, rejects
 
 log = logging.getLogger("crawlhub.control.logs")
 
@@ -356,7 +356,7 @@ class RedisTransport(Transport):
     already holds ``maxlen`` entries no collector took (then the send fails and the lines
     stay buffered: nothing is trimmed away unstored). Cost: two round trips (``XLEN``,
     ``XADD``) per batch. ``client`` is a redis.asyncio client
-    (:func:`crawlhub.storage.redis.redis_client`), closed with the transport."""
+    (:func:`crawlhub.backends.redis.redis_client`), closed with the transport."""
 
     kind = "redis stream"
 
@@ -380,7 +380,7 @@ class RedisTransport(Transport):
 
 
 def _prefix_of(key: str) -> str:
-    """The key prefix of a log stream named by :func:`crawlhub.keys.log_keys`."""
+    """The key prefix of a log stream named by :func:`crawlhub.core.keys.log_keys`."""
     stem = keys.log_keys("")["stream"]
     return key[: -len(stem)] if key.endswith(stem) else f"{key}:"
 

@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from crawlhub.errors import ConfigError, ConvertError
+from crawlhub.core.errors import ConfigError, ConvertError
+from crawlhub.core.loading import import_object
 from crawlhub.hub.converters import Converter
 from crawlhub.hub.inbounds.base import InboundSource
-from crawlhub.loading import import_object
 
 if TYPE_CHECKING:
     from crawlhub.hub.plan import InboundPlan

@@ -12,9 +12,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from crawlhub import jsoncodec, rejects
-from crawlhub.config.kafka import aiokafka_kwargs
-from crawlhub.errors import ConfigError
+from crawlhub.backends.kafka import aiokafka_kwargs
+from crawlhub.core import jsoncodec, rejects
+from crawlhub.core.errors import ConfigError
 from crawlhub.hub.inbounds.base import Deliver
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ class KafkaInbound:
 
 
 def _aiokafka(where: str) -> Any:
-    from crawlhub.extras import require
+    from crawlhub.core.extras import require
 
     require("aiokafka.errors", "kafka", needed_by=f"the kafka inbound {where}")
     return require("aiokafka", "kafka", needed_by=f"the kafka inbound {where}")

@@ -18,7 +18,7 @@ import os
 import socket
 from typing import Any
 
-from crawlhub import jsoncodec, rejects
+from crawlhub.core import jsoncodec, rejects
 from crawlhub.hub.inbounds.base import Deliver
 
 log = logging.getLogger("crawlhub.hub.inbounds.redis")
@@ -54,7 +54,7 @@ class RedisInbound:
         self.dead_key = f"{self.key}:dead:{name}"
 
     async def run(self, deliver: Deliver, stop: asyncio.Event) -> None:
-        from crawlhub.storage.redis import SOCKET_TIMEOUT, redis_client
+        from crawlhub.backends.redis import SOCKET_TIMEOUT, redis_client
 
         # a blocking read (BLMOVE, XREADGROUP) must end before the socket times out
         client = redis_client(self.url, name=f"inbound {self.key!r}",

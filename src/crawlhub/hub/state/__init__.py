@@ -10,11 +10,12 @@ nothing: the next sweep finishes it.
 
 One file per backend: :mod:`.base` (the :class:`HubState` protocol and the ledger
 entry), :mod:`.sqlite`, :mod:`.redis`; :func:`open_state` picks one from a URL.
-Leases and deadlines follow the convention of :mod:`crawlhub.clock`.
+Leases and deadlines follow the convention of :mod:`crawlhub.core.clock`.
 """
 
 from __future__ import annotations
 
+from crawlhub.backends.urls import parse_backend_url
 from crawlhub.hub.state.base import (
     CLAIM_LEASE,
     COUNTER_FIELDS,
@@ -26,7 +27,6 @@ from crawlhub.hub.state.base import (
 )
 from crawlhub.hub.state.redis import RedisHubState
 from crawlhub.hub.state.sqlite import SqliteHubState
-from crawlhub.storage.urls import parse_backend_url
 
 __all__ = [
     "CLAIM_LEASE",

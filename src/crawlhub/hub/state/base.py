@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from crawlhub import jsoncodec
+from crawlhub.core import jsoncodec
 from crawlhub.hub.state.intake import Intake
 
 #: A ledger entry with no result_timeout is forgotten after this long (seconds).

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from crawlhub.clock import Clock, system_clock
+from crawlhub.backends.redis import redis_client
+from crawlhub.core.clock import Clock, system_clock
+from crawlhub.core.keys import hub_keys
 from crawlhub.hub.state.base import (
     CLAIM_LEASE,
     DEFAULT_RETENTION,
@@ -16,8 +18,6 @@ from crawlhub.hub.state.base import (
     _loads,
 )
 from crawlhub.hub.state.intake import RedisIntake
-from crawlhub.keys import hub_keys
-from crawlhub.storage.redis import redis_client
 
 # Lease entries whose lease ended unsettled, then those whose deadline passed; purge
 # entries past their retention that nobody holds (KEYS: ledger, deadlines, retention,
@@ -154,7 +154,7 @@ return raw
 """
 
 # Token bucket shared by every hub process (KEYS: bucket hash; ARGV: rate, n, burst, the
-# caller's now: crawlhub.clock, hosts keep their clocks in sync).
+# caller's now: crawlhub.core.clock, hosts keep their clocks in sync).
 _TOKENS_LUA = """
 local now = tonumber(ARGV[4])
 local rate = tonumber(ARGV[1])
@@ -179,7 +179,7 @@ class RedisHubState(RedisIntake):
                  clock: Clock | None = None) -> None:
         self.url = url
         self.retention = retention
-        #: Epoch seconds for retention and token buckets (crawlhub.clock: the caller's,
+        #: Epoch seconds for retention and token buckets (crawlhub.core.clock: the caller's,
         #: never the server's); tests pass a fake one.
         self.clock: Clock = clock or system_clock
         self._redis = redis_client(url, name="hub state")

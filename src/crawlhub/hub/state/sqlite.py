@@ -6,7 +6,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from crawlhub.clock import Clock, system_clock
+from crawlhub.backends.sqlite import SqliteDB
+from crawlhub.core.clock import Clock, system_clock
 from crawlhub.hub.state.base import (
     CLAIM_LEASE,
     DEFAULT_RETENTION,
@@ -20,7 +21,6 @@ from crawlhub.hub.state.base import (
 )
 from crawlhub.hub.state.intake import INTAKE_SCHEMA, SqliteIntake
 from crawlhub.hub.state.intake.sqlite import select_in
-from crawlhub.storage.sqlite import SqliteDB
 
 
 def _add_counters(conn: sqlite3.Connection, items: Sequence[tuple[str, str, int]]) -> None:

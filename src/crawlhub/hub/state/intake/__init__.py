@@ -20,7 +20,7 @@ admitted its URL for it (:meth:`Frontier.admitted_by`).
 
 One file per backend: :mod:`.base` (the record, the answers, gate names), :mod:`.sqlite`
 and :mod:`.redis` (the mixins). Every time here is a lease on the hub's clock
-(:mod:`crawlhub.clock`).
+(:mod:`crawlhub.core.clock`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from crawlhub import jsoncodec
+from crawlhub.core import jsoncodec
 
 NEW, TOOK_OVER, RECORDED_AGAIN, ALREADY_ROUTED, GATE_HELD = "N", "T", "R", "A", "D"
 

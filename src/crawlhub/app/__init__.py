@@ -1,0 +1,1 @@
+"""The composition roots: what wires the components together."""

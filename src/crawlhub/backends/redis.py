@@ -1,0 +1,142 @@
+"""The one Redis client factory: every module that talks to Redis or Valkey gets its client here.
+
+Each client has socket timeouts, a health check on idle connections and a retry policy
+with exponential backoff on connection errors and timeouts; an outage is logged once,
+with the URL's password masked, and its end once more.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from crawlhub.backends.urls import BackendURL, parse_backend_url
+from crawlhub.core.extras import require
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+log = logging.getLogger("crawlhub.storage.redis")
+
+T = TypeVar("T")
+
+#: Retries of a command (and, inside each, of the connect) before the error surfaces.
+RETRIES = 3
+BACKOFF_BASE = 0.025
+BACKOFF_CAP = 0.5
+SOCKET_TIMEOUT = 10.0
+CONNECT_TIMEOUT = 5.0
+HEALTH_CHECK_INTERVAL = 15.0
+
+
+class Outage:
+    """Whether the server of one client is down; logs the start and the end of an outage."""
+
+    def __init__(self, name: str, url: str) -> None:
+        self.name = name
+        self.url = url
+        self.down = False
+        self.failures = 0
+
+    def failed(self, error: BaseException) -> None:
+        self.failures += 1
+        if not self.down:
+            self.down = True
+            log.warning("Redis %s at %s is unreachable (%s: %s); retrying with backoff",
+                        self.name, self.url, type(error).__name__, error)
+
+    def succeeded(self) -> None:
+        if self.down:
+            self.down = False
+            log.warning("Redis %s at %s is reachable again", self.name, self.url)
+
+
+def _retry_class() -> type[Any]:
+    from redis.asyncio.retry import Retry
+
+    class LoggedRetry(Retry):
+        """redis-py's Retry that reports failures and recoveries to a shared :class:`Outage`.
+
+        redis-py deep-copies the retry into every connection; the copies share the outage.
+        """
+
+        def __init__(self, backoff: Any, retries: int, outage: Outage) -> None:
+            super().__init__(backoff, retries)
+            self.outage = outage
+
+        def __deepcopy__(self, memo: dict[int, Any]) -> LoggedRetry:
+            return LoggedRetry(copy.deepcopy(self._backoff, memo), self._retries, self.outage)
+
+        async def call_with_retry(  # type: ignore[override]
+            self,
+            do: Callable[[], Awaitable[T]],
+            fail: Callable[..., Any],
+            is_retryable: Callable[[Exception], bool] | None = None,
+            with_failure_count: bool = False,
+        ) -> T:
+            outage = self.outage
+
+            async def failed(error: Exception, *count: int) -> Any:
+                outage.failed(error)
+                result = fail(error, *count) if with_failure_count else fail(error)
+                if hasattr(result, "__await__"):
+                    await result
+
+            result = await super().call_with_retry(do, failed, is_retryable,
+                                                   with_failure_count=with_failure_count)
+            outage.succeeded()
+            return result
+
+    return LoggedRetry
+
+
+_LOGGED_RETRY: type[Any] | None = None
+
+
+def redis_client(
+    url: str | BackendURL,
+    *,
+    name: str,
+    retries: int = RETRIES,
+    backoff_base: float = BACKOFF_BASE,
+    backoff_cap: float = BACKOFF_CAP,
+    socket_timeout: float | None = SOCKET_TIMEOUT,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    health_check_interval: float = HEALTH_CHECK_INTERVAL,
+    **kwargs: Any,
+) -> aioredis.Redis:
+    """An asyncio Redis client for ``url`` (``redis``, ``rediss``, ``valkey``, ``valkeys``,
+    ``unix``); ``name`` says who uses it in logs (``queues``, ``outbound 'spider'``...).
+
+    ``socket_timeout`` must exceed the longest blocking command the caller sends (BLMOVE,
+    XREADGROUP ``block``). A bad URL raises :class:`~crawlhub.backends.urls.BackendURLError`;
+    a missing client library a :class:`~crawlhub.core.errors.MissingExtraError` naming the extra.
+    """
+    global _LOGGED_RETRY
+    parsed = url if isinstance(url, BackendURL) else parse_backend_url(
+        url, kinds=("redis",), what=name)
+    require("redis", "redis", needed_by=name)  # one line naming the extra, no traceback
+    import redis.asyncio as aioredis
+    from redis.backoff import ExponentialBackoff
+
+    if _LOGGED_RETRY is None:
+        _LOGGED_RETRY = _retry_class()
+    retry = _LOGGED_RETRY(ExponentialBackoff(cap=backoff_cap, base=backoff_base), retries,
+                          Outage(name, parsed.redacted))
+    try:
+        return aioredis.Redis.from_url(
+            parsed.dsn,
+            retry=retry,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=connect_timeout,
+            health_check_interval=health_check_interval,
+            **kwargs,
+        )
+    except ValueError as exc:
+        from crawlhub.backends.urls import BackendURLError
+
+        raise BackendURLError(
+            f"{name} URL {parsed.redacted!r} is malformed ({exc}): use redis://host:6379/0"
+        ) from None

@@ -1,0 +1,93 @@
+"""``redis_client``: one factory for every Redis/Valkey client, on real servers.
+
+A throwaway Valkey server of the test's own is stopped and started again; the shared
+server is never touched.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from crawlhub.backends.errors import backend_errors
+from crawlhub.backends.redis import redis_client
+from crawlhub.backends.urls import BackendURLError
+from crawlhub.core.errors import BackendUnavailable
+from tests.servers import throwaway_valkey
+
+LOGGER = "crawlhub.storage.redis"
+
+
+def outage_lines(caplog: pytest.LogCaptureFixture, word: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == LOGGER and word in r.getMessage()]
+
+
+async def test_client_reconnects_after_the_server_restarts_and_logs_the_outage_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    with throwaway_valkey() as server:
+        client = redis_client(server.url, name="test store")
+        try:
+            await client.set("k", "before")
+            server.stop()
+            for _ in range(3):  # three failed calls during one outage
+                with pytest.raises(BackendUnavailable), backend_errors("test store"):
+                    await client.get("k")
+            server.start()
+            await client.set("k", "after")
+            assert await client.get("k") == b"after"
+            await client.set("k", "again")
+        finally:
+            await client.aclose()
+    assert len(outage_lines(caplog, "unreachable")) == 1
+    assert len(outage_lines(caplog, "reachable again")) == 1
+    assert server.url in outage_lines(caplog, "unreachable")[0]
+
+
+async def test_pipelines_reconnect_after_a_restart_too() -> None:
+    with throwaway_valkey() as server:
+        client = redis_client(server.url, name="pipes")
+        try:
+            await client.ping()
+            server.stop()
+            server.start()
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.set("a", 1).incr("a")
+                assert await pipe.execute() == [True, 2]
+        finally:
+            await client.aclose()
+
+
+async def test_an_unreachable_server_fails_after_its_retries_with_the_password_masked(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    client = redis_client("redis://:s3cret@127.0.0.1:1/0", name="nowhere", retries=2)
+    try:
+        with pytest.raises(RedisConnectionError):
+            await client.ping()
+    finally:
+        await client.aclose()
+    (line,) = outage_lines(caplog, "unreachable")
+    assert "redis://:***@127.0.0.1:1/0" in line and "s3cret" not in line
+    assert "nowhere" in line
+
+
+def test_valkey_schemes_map_to_the_redis_client_and_options_are_set() -> None:
+    client = redis_client("valkeys://127.0.0.1:6380/3", name="tls", socket_timeout=7.0)
+    kwargs = client.connection_pool.connection_kwargs
+    assert client.connection_pool.connection_class.__name__ == "SSLConnection"
+    assert (kwargs["host"], kwargs["port"], kwargs["db"]) == ("127.0.0.1", 6380, 3)
+    assert kwargs["socket_timeout"] == 7.0
+    assert kwargs["socket_connect_timeout"] > 0
+    assert kwargs["health_check_interval"] > 0
+    assert kwargs["retry"].get_retries() > 0
+
+
+def test_a_url_that_is_not_redis_is_refused_naming_the_user() -> None:
+    with pytest.raises(BackendURLError, match="outbound 'o' URL 'postgresql://db/x' has no "
+                                              "scheme crawlhub can open; accepted: redis://"):
+        redis_client("postgresql://db/x", name="outbound 'o'")
