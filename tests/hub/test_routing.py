@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from crawlhub.config.schema import OutboundConfig
 from crawlhub.core.task import BUILTIN_KEYS, Task
+from crawlhub.hub.config import OutboundConfig
 from crawlhub.hub.routing import OutboundRule, ResultOutcome, Router, decide_result, status_key
 
 

@@ -5,21 +5,18 @@ Public face; the modules behind it are loader, schema, settings, placeholders, r
 
 from crawlhub.config.dump import dump_config
 from crawlhub.config.loader import default_config, load_config
-from crawlhub.config.schema import (
-    ConvertConfig,
-    CrawlhubConfig,
-    FailureConfig,
-    InboundConfig,
-    LoggingConfig,
-    OutboundConfig,
-    RoutingConfig,
-    ServerConfig,
-    StorageConfig,
-)
+from crawlhub.config.schema import CrawlhubConfig, LoggingConfig, ServerConfig, StorageConfig
 from crawlhub.config.settings import Settings, load_settings
 from crawlhub.core.durations import parse_duration
 from crawlhub.core.errors import ConfigError, ConfigErrors
 from crawlhub.core.redact import redact
+from crawlhub.hub.config import (
+    ConvertConfig,
+    FailureConfig,
+    InboundConfig,
+    OutboundConfig,
+    RoutingConfig,
+)
 
 __all__ = [
     "ConfigError",

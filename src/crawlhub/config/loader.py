@@ -30,17 +30,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from crawlhub.config.placeholders import substitute, substitute_tree
-from crawlhub.config.schema import (
-    CrawlhubConfig,
-    InboundConfig,
-    OutboundConfig,
-    split_static_params,
-)
+from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.config.settings import DEFAULT_DATA_DIR, Settings, load_settings, where_to_set
 from crawlhub.config.yamlread import YAMLProblem, read_yaml
 from crawlhub.core.errors import ConfigError, ConfigErrors, SelectorError
 from crawlhub.core.redact import is_secret_key, redact_url
 from crawlhub.core.selectors import compile_selectors, with_location
+from crawlhub.hub.config import InboundConfig, OutboundConfig, split_static_params
 
 ENTRY_SECTIONS: tuple[str, ...] = ("inbound", "outbound")
 #: Top-level lists (besides inbound/outbound) that concatenate across includes.

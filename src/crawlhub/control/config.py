@@ -48,8 +48,8 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from crawlhub.core.configtypes import Duration
 from crawlhub.core.redact import redact_url
-from crawlhub.frontier.config import Duration
 
 DEFAULT_TAG_PATTERN = "release/{name}/{version}"
 #: What no alert webhook reaches unless ``alert_denied_networks`` says otherwise:

@@ -9,9 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from crawlhub.core.durations import parse_duration
-
-Duration = Annotated[float, BeforeValidator(parse_duration)]
+from crawlhub.core.configtypes import Duration
 
 #: Query parameters no page depends on: JSONP callbacks, cache busters, campaign tags.
 DEFAULT_VOLATILE_PARAMS: tuple[str, ...] = (
