@@ -6,7 +6,7 @@ the retry policy and the token. Each client owns its session, so cookies stay pe
 This is crawlhub's one HTTP client layer: the aiohttp building blocks below (the pool,
 timeouts, sessions and their cookie policy, query parameters, credentials on redirects,
 size-capped body reads, why a request got no answer) are what ``HttpClient`` here, the
-agents' ``Downloader``, the robots.txt fetcher and the CLI's clients are made of.
+agents' ``Downloader``, the robots.txt fetcher and ``crawlhub submit`` are made of.
 """
 
 from __future__ import annotations
