@@ -4,6 +4,9 @@ It owns one aiohttp connector (the connection pool) shared by per-job sessions, 
 job has its own cookie jar; follows redirects itself (with a limit), stops reading a body
 past ``max_size``, and applies ban rules: a banned response retires its proxy for a
 cooldown, clears the job's cookies and retries on another proxy, up to ``ban.retries``.
+The pool, the sessions, query parameters and the capped body read are the building blocks
+of ``crawlhub.fetch.http``, the one HTTP client layer; the policy (outcomes, redirects,
+bans, proxies) is here.
 
 It takes ``crawlhub.fetch.http.Request`` as input but answers ``Fetched``, not
 ``fetch.http.Response``: a ``Response`` promises a complete HTTP response, while a download
@@ -25,11 +28,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from yarl import URL
 
 from crawlhub.agents.codes import (
     BANNED,
@@ -45,9 +47,25 @@ from crawlhub.agents.codes import (
 from crawlhub.agents.proxies import ProxyConfig, ProxyPool
 from crawlhub.core.redact import redact_url
 from crawlhub.core.userregex import compile_user_regex, compile_user_test
-from crawlhub.fetch.http import Request, Response, unreachable_reason
+from crawlhub.fetch.http import (
+    REDIRECT_STATUSES,
+    Request,
+    Response,
+    add_cookies,
+    client_timeout,
+    new_connector,
+    new_session,
+    query_params,
+    read_capped,
+    redirect_target,
+    same_origin_only,
+    session_cookies,
+    unreachable_reason,
+)
 
-_REDIRECTS = frozenset((301, 302, 303, 307, 308))
+if TYPE_CHECKING:
+    from yarl import URL
+
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 #: Name your bot and a page about it in ``agent.downloader.headers.User-Agent``
 #: (e.g. ``mybot/1.0 (+https://example.com/bot)``): sites read robots.txt rules for it.
@@ -203,9 +221,7 @@ class Downloader:
         self.proxies = proxies if proxies is not None else ProxyPool.from_config(
             config.proxies, clock=clock
         )
-        self._timeout = aiohttp.ClientTimeout(
-            total=config.timeout, sock_connect=config.connect_timeout
-        )
+        self._timeout = client_timeout(config.timeout, config.connect_timeout)
         self._max_size = config.max_size
         self._max_redirects = config.max_redirects
         self._ban_statuses = frozenset(config.ban.statuses)
@@ -242,20 +258,18 @@ class Downloader:
         if self._connector is None or self._connector.closed:
             if self._closed:
                 raise RuntimeError("the downloader is closed")
-            self._connector = aiohttp.TCPConnector(
-                limit=self.config.concurrency,
-                limit_per_host=self.config.per_host,
-                ttl_dns_cache=300,
+            self._connector = new_connector(
+                limit=self.config.concurrency, per_host=self.config.per_host, dns_ttl=300
             )
         return self._connector
 
     def _new_session(self) -> aiohttp.ClientSession:
         self.sessions_created += 1
-        return aiohttp.ClientSession(
+        return new_session(
             connector=self._connector_now(),
-            connector_owner=False,
-            # unsafe: keep cookies of sites addressed by IP too (127.0.0.1, intranets)
-            cookie_jar=aiohttp.CookieJar(unsafe=True),
+            owns_connector=False,
+            # keep cookies of sites addressed by IP too (127.0.0.1, intranets)
+            cookies="all",
             headers=self.config.headers,
             timeout=self._timeout,
         )
@@ -270,7 +284,7 @@ class Downloader:
         held = self._sessions.get(job)
         if held is None:
             return {}
-        return {c.key: c.value for c in held.session.cookie_jar}
+        return session_cookies(held.session)
 
     def seed_cookies(self, job: str, cookies: Mapping[str, str]) -> None:
         """Put ``cookies`` (name -> value) in the job's cookie jar (its session is made
@@ -278,7 +292,7 @@ class Downloader:
         held = self._sessions.get(job)
         if held is None:
             held = self._sessions[job] = _JobSession(self._new_session(), self._clock())
-        held.session.cookie_jar.update_cookies({str(k): str(v) for k, v in cookies.items()})
+        add_cookies(held.session, cookies)
 
     async def release(self, job: str) -> bool:
         """Drop the job's session and cookies now (e.g. when the job ends)."""
@@ -382,10 +396,10 @@ class Downloader:
         method = req.method
         data = req.data
         json = req.json
-        params = _params(req.params)
+        params = query_params(req.params)
         headers = req.headers
-        timeout = self._timeout if req.timeout is None else aiohttp.ClientTimeout(
-            total=req.timeout, sock_connect=self.config.connect_timeout
+        timeout = self._timeout if req.timeout is None else client_timeout(
+            req.timeout, self.config.connect_timeout
         )
         hops = 0
         started = time.perf_counter()
@@ -397,11 +411,11 @@ class Downloader:
                     proxy=proxy, allow_redirects=False, timeout=timeout,
                 ) as resp:
                     status = resp.status
-                    if status in _REDIRECTS:
+                    if status in REDIRECT_STATUSES:
                         location = resp.headers.get("Location")
                         if location:
                             try:
-                                target = resp.url.join(URL(location, encoded=False))
+                                target = redirect_target(resp, location)
                             except ValueError as exc:
                                 return self._failed(
                                     req, location, started, proxy, hops + 1, INVALID_URL,
@@ -420,10 +434,10 @@ class Downloader:
                                 if status == 303 or (status in (301, 302) and method == "POST"):
                                     method, data, json = "GET", None, None
                                 if headers and target.origin() != resp.url.origin():
-                                    headers = _same_origin_only(headers)
+                                    headers = same_origin_only(headers)
                                 url, params = target, None
                                 continue
-                    body = await self._read(resp)
+                    body = await read_capped(resp, self._max_size)
                     final_url = str(resp.url)
                     if body is None:
                         return Fetched(
@@ -467,33 +481,12 @@ class Downloader:
             outcome, redirects=hops, error=redact_url(error),
         )
 
-    async def _read(self, resp: aiohttp.ClientResponse) -> bytes | None:
-        """The whole body, or ``None`` once it passes ``max_size`` (the connection is closed
-        then, so no more of it is read)."""
-        limit = self._max_size
-        length = resp.content_length
-        if length is not None:
-            if length > limit:
-                resp.close()
-                return None
-            if "Content-Encoding" not in resp.headers:
-                return await resp.read()  # the length bounds it: the fast path
-        chunks = []
-        total = 0
-        async for chunk in resp.content.iter_any():
-            total += len(chunk)
-            if total > limit:
-                resp.close()
-                return None
-            chunks.append(chunk)
-        return b"".join(chunks)
-
     def _plain_session(self) -> aiohttp.ClientSession:
         """A cookie-less session for the proxy provider."""
         if self._plain is None or self._plain.closed:
-            self._plain = aiohttp.ClientSession(
-                connector=self._connector_now(), connector_owner=False,
-                cookie_jar=aiohttp.DummyCookieJar(), timeout=self._timeout,
+            self._plain = new_session(
+                connector=self._connector_now(), owns_connector=False, cookies="none",
+                timeout=self._timeout,
             )
         return self._plain
 
@@ -529,20 +522,6 @@ class Downloader:
             await self._plain.close()
         if self._connector is not None:
             await self._connector.close()
-
-
-_ORIGIN_BOUND = frozenset(("authorization", "cookie", "proxy-authorization"))
-
-
-def _same_origin_only(headers: Mapping[str, str]) -> dict[str, str]:
-    """The request headers without credentials, for a redirect to another origin."""
-    return {k: v for k, v in headers.items() if k.lower() not in _ORIGIN_BOUND}
-
-
-def _params(params: Mapping[str, Any] | None) -> dict[str, str] | None:
-    if not params:
-        return None
-    return {str(k): str(v) for k, v in params.items() if v is not None}
 
 
 __all__ = ["BanRules", "Downloader", "DownloaderConfig", "Fetched"]

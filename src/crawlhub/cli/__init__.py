@@ -324,14 +324,15 @@ async def _submit(items: list[dict[str, Any]], url: str, token: str | None, batc
                   inbound: str | None) -> tuple[dict[str, int], list[tuple[int, str, str]]]:
     """Post ``items`` in batches; counts per status and ``(index, status, reason)`` of
     every task not taken. Deferred tasks (a token rate) are sent again until taken."""
-    import aiohttp
     from rich.progress import Progress
+
+    from crawlhub.fetch.http import new_session
 
     endpoint = f"{url}/inbound/{inbound}/" if inbound else f"{url}/task/"
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     counts: dict[str, int] = {}
     problems: list[tuple[int, str, str]] = []
-    async with aiohttp.ClientSession(headers=headers) as session:
+    async with new_session(headers=headers) as session:
         with Progress(console=err) as progress:
             bar = progress.add_task("submitting", total=len(items))
             for start in range(0, len(items), batch):

@@ -94,21 +94,16 @@ def http_fetcher(user_agent: str, *, timeout: float = 10.0, redirects: int = 5
     async def fetch(url: str, max_bytes: int) -> tuple[int, bytes]:
         import aiohttp
 
-        client_timeout = aiohttp.ClientTimeout(total=timeout)
-        async with aiohttp.ClientSession(timeout=client_timeout,
-                                         headers={"User-Agent": user_agent}) as session:
+        from crawlhub.fetch.http import client_timeout, new_session, read_prefix
+
+        async with new_session(timeout=client_timeout(timeout),
+                               headers={"User-Agent": user_agent}) as session:
             try:
                 async with session.get(url, max_redirects=redirects) as response:
-                    chunks: list[bytes] = []
-                    size = 0
+                    body = b""
                     if 200 <= response.status < 300:
-                        # read(n) may stop at a chunk: read chunks up to the limit
-                        async for chunk in response.content.iter_chunked(64 * 1024):
-                            chunks.append(chunk)
-                            size += len(chunk)
-                            if size > max_bytes:
-                                break
-                    return response.status, b"".join(chunks)
+                        body = await read_prefix(response, max_bytes)
+                    return response.status, body
             except aiohttp.TooManyRedirects:
                 return 404, b""  # RFC 9309: past the redirect limit counts as unavailable
 
