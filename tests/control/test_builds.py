@@ -215,7 +215,7 @@ async def test_a_build_over_its_time_limit_fails_and_its_process_is_killed(
 async def test_a_step_is_over_when_its_process_exits_and_what_it_left_running_is_killed(
         store: ProjectStore, control_db: ControlDB, remote: Remote, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(builders, "READ_TAIL", 0.3)
+    monkeypatch.setattr(builders.process, "READ_TAIL", 0.3)
     # the step starts a process that inherits its output and outlives it by far
     child = "import time; print('child writing', flush=True); time.sleep(60)"
     argv = [sys.executable, "-c", "import subprocess, sys;"
@@ -338,7 +338,7 @@ async def test_credentials_go_to_git_through_askpass_and_never_into_argv_or_logs
 
 def test_the_askpass_helper_answers_only_for_the_remotes_host(tmp_path: Path) -> None:
     script = tmp_path / "askpass.sh"
-    script.write_text(builders._ASKPASS)
+    script.write_text(builders.git._ASKPASS)
     script.chmod(0o700)
     env = {"PATH": os.environ["PATH"], "CRAWLHUB_GIT_HOST": "127.0.0.1:8080",
            "CRAWLHUB_GIT_USERNAME": "ci", "CRAWLHUB_GIT_PASSWORD": PASSWORD}
