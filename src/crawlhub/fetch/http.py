@@ -251,11 +251,15 @@ ORIGIN_BOUND_HEADERS = frozenset(("authorization", "cookie", "proxy-authorizatio
 CookiePolicy = Literal["safe", "all", "none"]
 
 
-def new_connector(*, limit: int = 100, per_host: int = 0, dns_ttl: int = 10
+def new_connector(*, limit: int = 100, per_host: int = 0, dns_ttl: int = 10,
+                  resolver: aiohttp.abc.AbstractResolver | None = None
                   ) -> aiohttp.TCPConnector:
     """A connection pool: ``limit`` connections at most (``per_host`` per host, 0 = no
-    limit), DNS answers kept ``dns_ttl`` s; TLS is verified (aiohttp's default)."""
-    return aiohttp.TCPConnector(limit=limit, limit_per_host=per_host, ttl_dns_cache=dns_ttl)
+    limit), DNS answers kept ``dns_ttl`` s; TLS is verified (aiohttp's default).
+    ``resolver`` replaces aiohttp's own (the alerts resolve every name through their
+    target policy)."""
+    return aiohttp.TCPConnector(limit=limit, limit_per_host=per_host, ttl_dns_cache=dns_ttl,
+                                resolver=resolver)
 
 
 def client_timeout(total: float | None, connect: float | None = None) -> aiohttp.ClientTimeout:

@@ -55,6 +55,8 @@ class Sender:
     async def _post(self, route: AlertRoute, body: bytes) -> tuple[bool, str, str]:
         import aiohttp
 
+        from crawlhub.fetch.http import REDIRECT_STATUSES
+
         if route.url is None:
             return False, "", ("the webhook URL cannot be decrypted with the keys given;"
                                " set it again (PATCH the route's url)")
@@ -77,7 +79,7 @@ class Sender:
                         # The status alone: the body is never read back, or a route
                         # would let an API client read what an internal URL answers.
                         status = response.status
-                        if status in (301, 302, 303, 307, 308):
+                        if status in REDIRECT_STATUSES:
                             location = response.headers.get("Location", "")
                             target = urljoin(url, location)
                             if not location or _origin(target) != origin:
@@ -102,13 +104,12 @@ class Sender:
             return False, "", f"{type(exc).__name__}: {exc}"
 
     def _http(self) -> aiohttp.ClientSession:
-        import aiohttp
+        from crawlhub.fetch.http import new_connector, new_session
 
         if self._session is None or self._session.closed:
             # every name is resolved through the policy, at the moment of connecting
-            connector = aiohttp.TCPConnector(resolver=policy_resolver()(self.settings.targets))
-            self._session = aiohttp.ClientSession(connector=connector,
-                                                  cookie_jar=aiohttp.DummyCookieJar())
+            connector = new_connector(resolver=policy_resolver()(self.settings.targets))
+            self._session = new_session(connector=connector, cookies="none")
         return self._session
 
     # -- email --------------------------------------------------------------------------
