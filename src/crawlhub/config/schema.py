@@ -31,6 +31,7 @@ from crawlhub.config.settings import DEFAULT_DATA_DIR, Settings
 from crawlhub.control.config import ControlSection
 from crawlhub.core.durations import parse_duration
 from crawlhub.core.errors import ConfigError
+from crawlhub.core.keys import DEFAULT_PREFIX
 from crawlhub.core.redact import SecretNames, redact_url
 from crawlhub.core.task import BUILTIN_KEY_SET
 from crawlhub.frontier.config import FrontierConfig
@@ -123,7 +124,7 @@ class StorageConfig(_Section):
     #: The agent registry and the domain gate (slots, pace, robots.txt cache) that every
     #: agent and the API share; None: the same backend as ``state``.
     agents: str | None = None
-    redis_prefix: str = "crawlhub:"
+    redis_prefix: str = DEFAULT_PREFIX
 
     @field_validator("queues", "state", "frontier")
     @classmethod

@@ -16,6 +16,7 @@ Leases and deadlines follow the convention of :mod:`crawlhub.core.clock`.
 from __future__ import annotations
 
 from crawlhub.backends.urls import parse_backend_url
+from crawlhub.core.keys import DEFAULT_PREFIX
 from crawlhub.hub.state.base import (
     CLAIM_LEASE,
     COUNTER_FIELDS,
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 
-def open_state(url: str, *, prefix: str = "crawlhub:") -> HubState:
+def open_state(url: str, *, prefix: str = DEFAULT_PREFIX) -> HubState:
     """The hub state on ``url``: a SQLite file or a Redis/Valkey server."""
     backend = parse_backend_url(url, kinds=("sqlite", "redis"), what="hub state",
                                 key="storage.state")

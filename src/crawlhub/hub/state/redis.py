@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from crawlhub.backends.redis import redis_client
 from crawlhub.core.clock import Clock, system_clock
-from crawlhub.core.keys import hub_keys
+from crawlhub.core.keys import DEFAULT_PREFIX, hub_keys
 from crawlhub.hub.state.base import (
     CLAIM_LEASE,
     DEFAULT_RETENTION,
@@ -174,7 +174,7 @@ return tostring(wait)
 class RedisHubState(RedisIntake):
     """Hub state on Redis (distributed mode): every hub process shares it."""
 
-    def __init__(self, url: str, *, prefix: str = "crawlhub:",
+    def __init__(self, url: str, *, prefix: str = DEFAULT_PREFIX,
                  retention: float = DEFAULT_RETENTION,
                  clock: Clock | None = None) -> None:
         self.url = url
