@@ -3,13 +3,18 @@
 Each client has socket timeouts, a health check on idle connections and a retry policy
 with exponential backoff on connection errors and timeouts; an outage is logged once,
 with the URL's password masked, and its end once more.
+
+:func:`lua` loads the Lua scripts a module sends: files in the ``lua/`` folder of its
+package, shipped in the wheel beside the code.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 from collections.abc import Awaitable, Callable
+from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from crawlhub.backends.urls import BackendURL, parse_backend_url
@@ -140,3 +145,19 @@ def redis_client(
         raise BackendURLError(
             f"{name} URL {parsed.redacted!r} is malformed ({exc}): use redis://host:6379/0"
         ) from None
+
+
+def lua(package: str | None, *names: str) -> str:
+    """The Lua scripts ``names`` of ``package`` (files in its ``lua/`` folder), joined in
+    order, so a shared prelude and a body make one script: ``lua(__package__,
+    "prelude.lua", "push.lua")``. Each file is read once."""
+    if not package:
+        raise ValueError("lua() needs the package that holds the scripts (__package__)")
+    if not names:
+        raise ValueError("lua() needs the names of the scripts")
+    return "".join(_lua_file(package, name) for name in names)
+
+
+@functools.cache
+def _lua_file(package: str, name: str) -> str:
+    return resources.files(package).joinpath("lua").joinpath(name).read_text(encoding="utf-8")

@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from crawlhub.backends.redis import lua
 from crawlhub.core import jsoncodec, rejects
 from crawlhub.core.errors import CrawlhubError
 from crawlhub.core.keys import DEFAULT_PREFIX, dead_stream
@@ -393,12 +394,7 @@ class MemoryBus:
 
 
 # ------------------------------------------------------------------------ Redis
-# Every message of a stream, then the stream gone (group and pending list with it).
-_TAKE_ALL = """
-local all = redis.call('XRANGE', KEYS[1], '-', '+')
-redis.call('DEL', KEYS[1])
-return all
-"""
+_TAKE_ALL = lua(__package__, "take_all.lua")
 
 
 #: Bad records already counted: (hash key, field, hash of the value).
