@@ -17,8 +17,7 @@ from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from crawlhub.backends.urls import BackendURL, parse_backend_url
-from crawlhub.core.extras import require
+from crawlhub.backends.backend import Backend, BackendURLError
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -101,7 +100,7 @@ _LOGGED_RETRY: type[Any] | None = None
 
 
 def redis_client(
-    url: str | BackendURL,
+    url: str | Backend,
     *,
     name: str,
     retries: int = RETRIES,
@@ -116,13 +115,12 @@ def redis_client(
     ``unix``); ``name`` says who uses it in logs (``queues``, ``outbound 'spider'``...).
 
     ``socket_timeout`` must exceed the longest blocking command the caller sends (BLMOVE,
-    XREADGROUP ``block``). A bad URL raises :class:`~crawlhub.backends.urls.BackendURLError`;
+    XREADGROUP ``block``). A bad URL raises :class:`~crawlhub.backends.backend.BackendURLError`;
     a missing client library a :class:`~crawlhub.core.errors.MissingExtraError` naming the extra.
     """
     global _LOGGED_RETRY
-    parsed = url if isinstance(url, BackendURL) else parse_backend_url(
-        url, kinds=("redis",), what=name)
-    require("redis", "redis", needed_by=name)  # one line naming the extra, no traceback
+    parsed = Backend.parse(url, kinds=("redis",), what=name)
+    parsed.require(name)  # one line naming the extra, no traceback
     import redis.asyncio as aioredis
     from redis.backoff import ExponentialBackoff
 
@@ -140,8 +138,6 @@ def redis_client(
             **kwargs,
         )
     except ValueError as exc:
-        from crawlhub.backends.urls import BackendURLError
-
         raise BackendURLError(
             f"{name} URL {parsed.redacted!r} is malformed ({exc}): use redis://host:6379/0"
         ) from None

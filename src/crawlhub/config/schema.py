@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from crawlhub.agents.config import AgentSection
-from crawlhub.backends.urls import SCHEMES, Kind
+from crawlhub.backends.backend import SCHEMES, Kind
 from crawlhub.center.config import CenterSection
 from crawlhub.collect.config import CollectJobConfig
 from crawlhub.config.settings import DEFAULT_DATA_DIR, Settings

@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import NoScriptError, RedisError
 
+from crawlhub.backends.backend import Backend
 from crawlhub.backends.redis import lua, redis_client
 from crawlhub.core.errors import FrontierError
 from crawlhub.core.keys import frontier_keys, frontier_segment_key
@@ -135,11 +136,11 @@ class RedisSeedStore:
     """Seeds of frontier ``name`` on the Redis (or Valkey) server at ``url``."""
 
     def __init__(
-        self, url: str, name: str, *, prefix: str, expected_items: int, fp_rate: float,
+        self, url: str | Backend, name: str, *, prefix: str, expected_items: int, fp_rate: float,
         archive: bool = True,
     ) -> None:
         self.name = check_frontier_name(name)
-        self.url = url
+        self.url = str(url)
         self.prefix = prefix
         #: False: finished seeds lose their records (see FrontierConfig.archive)
         self.archive = archive

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import NoScriptError, RedisError
 
+from crawlhub.backends.backend import Backend
 from crawlhub.backends.redis import lua, redis_client
 from crawlhub.core.clock import Clock, system_clock
 from crawlhub.core.errors import QueueError
@@ -116,12 +117,12 @@ class RedisQueueBackend:
 
     def __init__(
         self,
-        url: str,
+        url: str | Backend,
         prefix: str = DEFAULT_PREFIX,
         *,
         clock: Clock | None = None,
     ) -> None:
-        self.url = url
+        self.url = str(url)
         self.prefix = prefix
         self.clock: Clock = clock or system_clock
         self.redis = redis_client(url, name="queues")

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from crawlhub.agents.politeness.base import DomainRules, Grant, Release, RobotsEntry
+from crawlhub.backends.backend import Backend
 from crawlhub.backends.redis import lua, redis_client
 from crawlhub.core.keys import DEFAULT_PREFIX, agent_keys
 
@@ -23,8 +24,8 @@ _CLAIM = lua(__package__, "claim.lua")
 class RedisGateStore:
     """:class:`~crawlhub.agents.politeness.base.GateStore` on a Redis/Valkey server."""
 
-    def __init__(self, url: str, *, prefix: str = DEFAULT_PREFIX) -> None:
-        self.url = url
+    def __init__(self, url: str | Backend, *, prefix: str = DEFAULT_PREFIX) -> None:
+        self.url = str(url)
         self._redis = redis_client(url, name="domain gate")
         keys = agent_keys(prefix)
         self._domain = keys["domain"]

@@ -13,6 +13,7 @@ from crawlhub.agents.registry.base import (
     AgentStatus,
     Heartbeat,
 )
+from crawlhub.backends.backend import Backend
 from crawlhub.backends.redis import lua, redis_client
 from crawlhub.core import jsoncodec, rejects
 from crawlhub.core.clock import Clock, system_clock
@@ -43,10 +44,10 @@ def _pairs(flat: Sequence[Any]) -> dict[str, Any]:
 class RedisAgentRegistry:
     """:class:`~crawlhub.agents.registry.base.AgentRegistry` on a Redis/Valkey server."""
 
-    def __init__(self, url: str, *, prefix: str = DEFAULT_PREFIX,
+    def __init__(self, url: str | Backend, *, prefix: str = DEFAULT_PREFIX,
                  dead_after: float = DEFAULT_DEAD_AFTER,
                  retention: float = DEFAULT_RETENTION, clock: Clock = system_clock) -> None:
-        self.url = url
+        self.url = str(url)
         self.dead_after = dead_after
         self.retention = retention
         self.clock = clock

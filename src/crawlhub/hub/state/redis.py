@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from crawlhub.backends.backend import Backend
 from crawlhub.backends.redis import lua, redis_client
 from crawlhub.core.clock import Clock, system_clock
 from crawlhub.core.keys import DEFAULT_PREFIX, hub_keys
@@ -35,10 +36,10 @@ _TOKENS_LUA = lua(__package__, "tokens.lua")
 class RedisHubState(RedisIntake):
     """Hub state on Redis (distributed mode): every hub process shares it."""
 
-    def __init__(self, url: str, *, prefix: str = DEFAULT_PREFIX,
+    def __init__(self, url: str | Backend, *, prefix: str = DEFAULT_PREFIX,
                  retention: float = DEFAULT_RETENTION,
                  clock: Clock | None = None) -> None:
-        self.url = url
+        self.url = str(url)
         self.retention = retention
         #: Epoch seconds for retention and token buckets (crawlhub.core.clock: the caller's,
         #: never the server's); tests pass a fake one.
