@@ -11,9 +11,9 @@ import logging
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from crawlhub.backends.backend import BackendURLError
 from crawlhub.backends.errors import backend_errors
 from crawlhub.backends.redis import redis_client
-from crawlhub.backends.urls import BackendURLError
 from crawlhub.core.errors import BackendUnavailable
 from tests.servers import throwaway_valkey
 

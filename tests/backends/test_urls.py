@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from crawlhub.backends.urls import BackendURLError, accepted_schemes, parse_backend_url
+from crawlhub.backends.backend import BackendURLError, accepted_schemes, parse_backend_url
 from crawlhub.core.errors import ConfigError
 
 

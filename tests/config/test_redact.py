@@ -236,7 +236,7 @@ def test_one_redaction_function_serves_every_module() -> None:
     import ast
 
     import crawlhub
-    from crawlhub.backends.urls import redact_url as storage_redact_url
+    from crawlhub.backends.backend import redact_url as storage_redact_url
 
     assert storage_redact_url is redact_url
     src = Path(crawlhub.__file__).parent

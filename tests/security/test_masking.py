@@ -16,7 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 from crawlhub.app.asgi import create_app
-from crawlhub.backends.urls import parse_backend_url
+from crawlhub.backends.backend import parse_backend_url
 from crawlhub.cli import app
 from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.core.errors import ConfigError, CrawlhubError, SinkError

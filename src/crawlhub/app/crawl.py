@@ -35,6 +35,7 @@ from crawlhub.agents.extract import ExtractionRules
 from crawlhub.agents.politeness.robots import Refusal
 from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.core.errors import CrawlhubError
+from crawlhub.core.keys import DEFAULT_PREFIX
 from crawlhub.frontier.sqlite import SqliteSeedStore
 from crawlhub.queues.base import Message
 from crawlhub.services import Services
@@ -113,7 +114,7 @@ class CrawlOptions:
     center: str | None = None
     strategy: str = "random"
     agents: int = 1
-    center_prefix: str = "crawlhub:"
+    center_prefix: str = DEFAULT_PREFIX
     #: seconds to wait for the center's allocation
     allocate_timeout: float = 10.0
     #: pause / continue / exit (anything with ``state``, e.g. ``crawlhub.sdk.Manual()``);

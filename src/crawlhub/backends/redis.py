@@ -3,17 +3,21 @@
 Each client has socket timeouts, a health check on idle connections and a retry policy
 with exponential backoff on connection errors and timeouts; an outage is logged once,
 with the URL's password masked, and its end once more.
+
+:func:`lua` loads the Lua scripts a module sends: files in the ``lua/`` folder of its
+package, shipped in the wheel beside the code.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 from collections.abc import Awaitable, Callable
+from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from crawlhub.backends.urls import BackendURL, parse_backend_url
-from crawlhub.core.extras import require
+from crawlhub.backends.backend import Backend, BackendURLError
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -96,7 +100,7 @@ _LOGGED_RETRY: type[Any] | None = None
 
 
 def redis_client(
-    url: str | BackendURL,
+    url: str | Backend,
     *,
     name: str,
     retries: int = RETRIES,
@@ -111,13 +115,12 @@ def redis_client(
     ``unix``); ``name`` says who uses it in logs (``queues``, ``outbound 'spider'``...).
 
     ``socket_timeout`` must exceed the longest blocking command the caller sends (BLMOVE,
-    XREADGROUP ``block``). A bad URL raises :class:`~crawlhub.backends.urls.BackendURLError`;
+    XREADGROUP ``block``). A bad URL raises :class:`~crawlhub.backends.backend.BackendURLError`;
     a missing client library a :class:`~crawlhub.core.errors.MissingExtraError` naming the extra.
     """
     global _LOGGED_RETRY
-    parsed = url if isinstance(url, BackendURL) else parse_backend_url(
-        url, kinds=("redis",), what=name)
-    require("redis", "redis", needed_by=name)  # one line naming the extra, no traceback
+    parsed = Backend.parse(url, kinds=("redis",), what=name)
+    parsed.require(name)  # one line naming the extra, no traceback
     import redis.asyncio as aioredis
     from redis.backoff import ExponentialBackoff
 
@@ -135,8 +138,22 @@ def redis_client(
             **kwargs,
         )
     except ValueError as exc:
-        from crawlhub.backends.urls import BackendURLError
-
         raise BackendURLError(
             f"{name} URL {parsed.redacted!r} is malformed ({exc}): use redis://host:6379/0"
         ) from None
+
+
+def lua(package: str | None, *names: str) -> str:
+    """The Lua scripts ``names`` of ``package`` (files in its ``lua/`` folder), joined in
+    order, so a shared prelude and a body make one script: ``lua(__package__,
+    "prelude.lua", "push.lua")``. Each file is read once."""
+    if not package:
+        raise ValueError("lua() needs the package that holds the scripts (__package__)")
+    if not names:
+        raise ValueError("lua() needs the names of the scripts")
+    return "".join(_lua_file(package, name) for name in names)
+
+
+@functools.cache
+def _lua_file(package: str, name: str) -> str:
+    return resources.files(package).joinpath("lua").joinpath(name).read_text(encoding="utf-8")

@@ -21,11 +21,10 @@ import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Self, TypeVar
 
+from crawlhub.backends.backend import Backend
 from crawlhub.backends.errors import unavailable
 from crawlhub.backends.sqlite import SqliteDB, immediate
-from crawlhub.backends.urls import parse_backend_url
 from crawlhub.core.errors import ConfigError
-from crawlhub.core.extras import require
 from crawlhub.core.redact import redact_url
 
 T = TypeVar("T")
@@ -47,14 +46,16 @@ class SqlDB:
     what = "database"
     key = "url"
 
-    def __init__(self, url: str, *, prefix: str = "crawlhub_", pool_size: int = 4) -> None:
+    def __init__(self, url: str | Backend, *, prefix: str = "crawlhub_",
+                 pool_size: int = 4) -> None:
         check_table_prefix(prefix)
-        backend = parse_backend_url(url, kinds=("sqlite", "postgres"), what=self.what,
-                                    key=self.key)
-        self.url = url
+        backend = Backend.parse(url, kinds=("sqlite", "postgres"), what=self.what,
+                                key=self.key)
+        self.backend = backend
+        self.url = str(url)
         self.prefix = prefix
         self.dialect = "sqlite" if backend.kind == "sqlite" else "postgresql"
-        self.name = redact_url(url)
+        self.name = redact_url(self.url)
         self._path = backend.path if backend.kind == "sqlite" else None
         self._dsn = backend.dsn if backend.kind != "sqlite" else None
         self._pool_size = pool_size
@@ -63,7 +64,7 @@ class SqlDB:
         self._sqlite_lock: asyncio.Lock | None = None
 
     @classmethod
-    async def open(cls, url: str, *, prefix: str = "crawlhub_") -> Self:
+    async def open(cls, url: str | Backend, *, prefix: str = "crawlhub_") -> Self:
         db = cls(url, prefix=prefix)
         await db.connect()
         return db
@@ -82,7 +83,7 @@ class SqlDB:
                 await self._sqlite.run(lambda conn: None)  # a bad path fails here
             return
         if self._pool is None:
-            asyncpg = require("asyncpg", "postgres", needed_by=f"the PostgreSQL {self.what}")
+            asyncpg = self.backend.require(f"the PostgreSQL {self.what}")
             try:
                 self._pool = await asyncpg.create_pool(self._dsn, min_size=1,
                                                        max_size=self._pool_size)
@@ -216,7 +217,7 @@ class SqlDB:
         return self._pool
 
     async def _pg_call(self, method: str, sql: str, *args: Any) -> Any:
-        asyncpg = require("asyncpg", "postgres", needed_by=f"the PostgreSQL {self.what}")
+        asyncpg = self.backend.require(f"the PostgreSQL {self.what}")
         try:
             return await getattr(self._pg(), method)(sql, *args)
         except (OSError, asyncpg.exceptions.ConnectionDoesNotExistError,

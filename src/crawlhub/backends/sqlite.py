@@ -17,8 +17,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TypeVar
 
+from crawlhub.backends.backend import MEMORY, Backend, sqlite_file
 from crawlhub.backends.errors import is_unavailable, unavailable
-from crawlhub.backends.urls import MEMORY, sqlite_file
 
 T = TypeVar("T")
 
@@ -73,12 +73,13 @@ class SqliteDB:
     errors (bad SQL, constraints) pass through unchanged.
     """
 
-    def __init__(self, url_or_path: str | Path, *, schema: str = "",
+    def __init__(self, url_or_path: str | Path | Backend, *, schema: str = "",
                  busy_timeout: float = BUSY_TIMEOUT, synchronous: str = "NORMAL",
                  name: str = "") -> None:
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
-        self.path = sqlite_file(str(url_or_path))
+        self.path = sqlite_file(url_or_path if isinstance(url_or_path, Backend)
+                                else str(url_or_path))
         self.name = name or f"SQLite file {self.path}"
         self._schema = schema
         self._busy_timeout = busy_timeout

@@ -39,6 +39,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from crawlhub.backends.backend import Backend
+from crawlhub.backends.redis import lua, redis_client
 from crawlhub.core import jsoncodec, rejects
 from crawlhub.core.errors import CrawlhubError
 from crawlhub.core.keys import DEFAULT_PREFIX, dead_stream
@@ -192,19 +194,22 @@ class Bus(Protocol):
     async def close(self) -> None: ...
 
 
-def open_bus(url: str, *, prefix: str = DEFAULT_PREFIX, signer: Signer | None = None) -> Bus:
+def open_bus(url: str | Backend, *, prefix: str = DEFAULT_PREFIX,
+             signer: Signer | None = None) -> Bus:
     """The bus on ``url``: ``redis://...`` (or ``valkey://``, ``rediss://``, ``unix://``)
     or ``memory://NAME`` (in process; the same object for every caller of that name).
     ``signer``: sign every message sent and drop every one read that it does not accept
     (Redis only: in process no one else writes)."""
-    if url.startswith("memory://"):
+    if isinstance(url, str) and url.startswith("memory://"):
         name = url[len("memory://"):] or "default"
         bus = _MEMORY.get(name)
         if bus is None or bus.closed:
             bus = _MEMORY[name] = MemoryBus(url)
         bus.users += 1
         return bus
-    return RedisBus(url, prefix=prefix, signer=signer)
+    backend = Backend.parse(url, kinds=BUSES, what="download center bus")
+    redis_bus: Bus = backend.open(BUSES, prefix=prefix, signer=signer)
+    return redis_bus
 
 
 def channel_family(channel: str) -> str:
@@ -393,12 +398,7 @@ class MemoryBus:
 
 
 # ------------------------------------------------------------------------ Redis
-# Every message of a stream, then the stream gone (group and pending list with it).
-_TAKE_ALL = """
-local all = redis.call('XRANGE', KEYS[1], '-', '+')
-redis.call('DEL', KEYS[1])
-return all
-"""
+_TAKE_ALL = lua(__package__, "take_all.lua")
 
 
 #: Bad records already counted: (hash key, field, hash of the value).
@@ -448,11 +448,9 @@ class RedisBus:
     """:class:`Bus` on Redis Streams: channel ``name`` is the stream
     ``<prefix>center:<name>``, its group ``g``; tables are hashes of JSON."""
 
-    def __init__(self, url: str, *, prefix: str = DEFAULT_PREFIX,
+    def __init__(self, url: str | Backend, *, prefix: str = DEFAULT_PREFIX,
                  longest_block: float = 5.0, signer: Signer | None = None) -> None:
-        from crawlhub.backends.redis import redis_client
-
-        self.url = url
+        self.url = str(url)
         self.signer = signer
         self._prefix = f"{prefix}center:"
         self.dead_key = dead_stream(prefix, "center")
@@ -462,9 +460,9 @@ class RedisBus:
                                    socket_timeout=longest_block + 10.0)
         self._groups: set[str] = set()
         self._take_all = self._redis.register_script(_TAKE_ALL)
-        self._where = redact_url(url)
+        self._where = redact_url(self.url)
         if signer is None:
-            warn_unsigned(url)
+            warn_unsigned(self.url)
 
     def key(self, channel: str) -> str:
         return self._prefix + channel
@@ -687,6 +685,10 @@ class RedisBus:
 
     async def close(self) -> None:
         await self._redis.aclose()
+
+
+#: The bus on each kind of broker (``memory://`` is not a storage URL: open_bus keeps it).
+BUSES = {"redis": RedisBus}
 
 
 class Outbox:

@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from crawlhub.core.errors import ConfigError, CrawlhubError
 from crawlhub.core.jobprotocol import EXIT
+from crawlhub.core.keys import DEFAULT_PREFIX
 
 err = Console(stderr=True)
 
@@ -68,7 +69,7 @@ def crawl_command(
     ] = 1,
     center_prefix: Annotated[str, typer.Option(
         help="With --center: the key prefix of the center's broker (its config's"
-             " storage.redis_prefix).")] = "crawlhub:",
+             " storage.redis_prefix).")] = DEFAULT_PREFIX,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
 ) -> None:
     """Crawl URLs into JSON lines, resumably.

@@ -19,7 +19,7 @@ from pydantic import (
 )
 
 from crawlhub.agents.config import AgentSection
-from crawlhub.backends.urls import SCHEMES, Kind
+from crawlhub.backends.backend import SCHEMES, Kind
 from crawlhub.center.config import CenterSection
 from crawlhub.collect.config import CollectJobConfig
 from crawlhub.config.settings import DEFAULT_DATA_DIR, Settings
@@ -30,6 +30,7 @@ from crawlhub.core.configtypes import (
     as_dict,
 )
 from crawlhub.core.configtypes import Section as _Section
+from crawlhub.core.keys import DEFAULT_PREFIX
 from crawlhub.core.redact import SecretNames, redact_url
 from crawlhub.frontier.config import FrontierConfig
 from crawlhub.hub.config import (
@@ -71,7 +72,7 @@ class StorageConfig(_Section):
     #: The agent registry and the domain gate (slots, pace, robots.txt cache) that every
     #: agent and the API share; None: the same backend as ``state``.
     agents: str | None = None
-    redis_prefix: str = "crawlhub:"
+    redis_prefix: str = DEFAULT_PREFIX
 
     @field_validator("queues", "state", "frontier")
     @classmethod

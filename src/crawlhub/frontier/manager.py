@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from crawlhub.core.errors import FrontierError
+from crawlhub.core.keys import DEFAULT_PREFIX
 from crawlhub.frontier.bloom import stable_hash
 from crawlhub.frontier.config import FrontierConfig
 from crawlhub.frontier.open import open_store
@@ -425,7 +426,7 @@ def build_frontier(
     config: FrontierConfig,
     storage_url: str,
     *,
-    prefix: str = "crawlhub:",
+    prefix: str = DEFAULT_PREFIX,
     clock: Callable[[], float] = time.time,
 ) -> Frontier:
     """One frontier on ``storage_url`` (not opened yet)."""

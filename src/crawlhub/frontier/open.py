@@ -3,11 +3,18 @@ the protocol (:mod:`crawlhub.frontier.store`) and its backends import only downw
 
 from __future__ import annotations
 
+from crawlhub.backends.backend import Backend
 from crawlhub.frontier.store import SeedStore
+
+#: The seed store of each kind of storage (imported when chosen).
+STORES = {
+    "sqlite": "crawlhub.frontier.sqlite:SqliteSeedStore",
+    "redis": "crawlhub.frontier.redis:RedisSeedStore",
+}
 
 
 def open_store(
-    url: str,
+    url: str | Backend,
     name: str,
     *,
     prefix: str,
@@ -19,18 +26,9 @@ def open_store(
 
     ``archive=False`` (Redis): a seed finished ok or failed drops its record; the embedded
     table keeps its rows, which are its filter's write-ahead log."""
-    from crawlhub.backends.urls import parse_backend_url
-
-    backend = parse_backend_url(url, kinds=("sqlite", "redis"), what="frontier storage",
-                                key="storage.frontier")
-    if backend.kind == "sqlite":
-        from crawlhub.frontier.sqlite import SqliteSeedStore
-
-        return SqliteSeedStore(url, name, expected_items=expected_items, fp_rate=fp_rate)
-    from crawlhub.core.extras import require
-
-    require("redis", "redis", needed_by="the Redis frontier store (storage.frontier)")
-    from crawlhub.frontier.redis import RedisSeedStore
-
-    return RedisSeedStore(url, name, prefix=prefix, expected_items=expected_items,
-                          fp_rate=fp_rate, archive=archive)
+    backend = Backend.parse(url, kinds=STORES, what="frontier storage", key="storage.frontier")
+    store: SeedStore = backend.open(
+        STORES, name, expected_items=expected_items, fp_rate=fp_rate,
+        needed_by="the Redis frontier store (storage.frontier)",
+        redis={"prefix": prefix, "archive": archive})
+    return store

@@ -43,7 +43,8 @@ from typing import Any, TypeVar
 
 from redis.exceptions import NoScriptError, RedisError
 
-from crawlhub.backends.redis import redis_client
+from crawlhub.backends.backend import Backend
+from crawlhub.backends.redis import lua, redis_client
 from crawlhub.core.errors import FrontierError
 from crawlhub.core.keys import frontier_keys, frontier_segment_key
 from crawlhub.core.redact import redact_url
@@ -68,345 +69,25 @@ CACHE_MAX = 4_000_000
 _SETTERS_MAX = 4
 _COUNTERS = ("admitted", "duplicates", "pending", "leased", "done", "failed", "dispatched")
 
-_PRELUDE = """
-local function parse(member)
-  local seq, prio, seg, key = string.match(member, '^(%d+)|(%-?%d+)|(%-?%d+)|(.*)$')
-  return seq, tonumber(prio), seg, key
-end
+_PRELUDE = lua(__package__, "prelude.lua")
 
-local function member_of(stem, seg, key)
-  local v = redis.call('HGET', stem .. seg .. ':seeds', key)
-  if not v then return nil end
-  local seq, prio = string.match(v, '^(%d+)|(%-?%d+)|')
-  return string.format('%016d|%s|%s|%s', tonumber(seq), prio, seg, key), tonumber(prio)
-end
+_FILTER = lua(__package__, "filter.lua")
 
-local function count(stem, seg, field, n)
-  redis.call('HINCRBY', stem .. seg .. ':stats', field, n)
-end
+_ADMIT = lua(__package__, "admit.lua")
 
--- waiting seeds whose time came and expired leases go to ready (bounded per call)
-local function sweep(stem, ready, due, leased, now)
-  local moved = 0
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, 1000)) do
-    local _, prio = parse(m)
-    redis.call('ZREM', due, m)
-    redis.call('ZADD', ready, -prio, m)
-    moved = moved + 1
-  end
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', leased, '-inf', now, 'LIMIT', 0, 1000)) do
-    local _, prio, seg = parse(m)
-    redis.call('ZREM', leased, m)
-    redis.call('ZADD', ready, -prio, m)
-    count(stem, seg, 'leased', -1)
-    count(stem, seg, 'pending', 1)
-    moved = moved + 1
-  end
-  return moved
-end
-"""
+_SET_BITS = lua(__package__, "set_bits.lua")
 
-# The bloom filter of one segment, for the admit and set_bits scripts.
-# KEYS[1]: the filter's meta hash   ARGV[1]: segment   ARGV[2]: plan, 'capacity,bits,k;...'
-# for each layer the filter may grow to.
-_FILTER = """
-local meta, seg = KEYS[1], ARGV[1]
-local plan = {}
-for cap, bits, k in string.gmatch(ARGV[2], '(%d+),(%d+),(%d+)') do
-  plan[#plan + 1] = {tonumber(cap), tonumber(bits), tonumber(k)}
-end
+_CLAIM = lua(__package__, "claim.lua")
 
-local info = {}
-local raw = redis.call('HGETALL', meta)
-for i = 1, #raw, 2 do info[raw[i]] = raw[i + 1] end
-local layers = {}
-for i = 1, tonumber(info['layers'] or '0') do
-  layers[i] = {cap = tonumber(info['cap' .. i]), bits = tonumber(info['bits' .. i]),
-               k = tonumber(info['k' .. i]), count = tonumber(info['count' .. i] or '0'),
-               key = meta .. ':' .. i}
-end
+_EXTEND = lua(__package__, "extend.lua")
 
-local function add_layer()
-  local i = #layers + 1
-  local spec = plan[i]
-  if not spec then
-    error('frontier bloom filter of segment ' .. seg .. ' is full at ' .. #layers ..
-          ' layers: raise frontier.expected_items')
-  end
-  -- allocate the whole bit array at once: exact size, no incremental regrowth
-  redis.call('SETRANGE', meta .. ':' .. i, spec[2] / 8 - 1, '\\0')
-  layers[i] = {cap = spec[1], bits = spec[2], k = spec[3], count = 0, key = meta .. ':' .. i}
-  redis.call('HSET', meta, 'layers', i, 'cap' .. i, spec[1], 'bits' .. i, spec[2],
-             'k' .. i, spec[3], 'count' .. i, 0)
-end
-if #layers == 0 then add_layer() end
+_RELEASE = lua(__package__, "release.lua")
 
--- bit j of a key in a layer: (h1 + j * h2) mod bits (double hashing). Offsets go to
--- Redis as '%d' strings: a number argument costs a '%.17g' conversion per call.
-local fmt = string.format
+_FINISH = lua(__package__, "finish.lua")
 
-local function present(h1, h2)
-  for i = 1, #layers do
-    local layer = layers[i]
-    local all = true
-    for j = 0, layer.k - 1 do
-      -- GETBIT stops at the first clear bit: a new key rarely needs more than two
-      if redis.call('GETBIT', layer.key, fmt('%d', (h1 + j * h2) % layer.bits)) == 0 then
-        all = false
-        break
-      end
-    end
-    if all then return true end
-  end
-  return false
-end
-"""
+_COUNTS = lua(__package__, "counts.lua")
 
-# KEYS: meta seeds stats ready due seq segments
-# ARGV: segment plan now_ms exact channel entries duplicates
-#   entries: for each seed the header _ENTRY (h1 h2 ready_ms dispatched, then the
-#   lengths of the priority's text, the key and the payload), then those three
-#   duplicates: repeats of a key inside the batch, already settled by the client
-# Returns one character per entry: '1' admitted, '0' a duplicate; '2' a duplicate the
-# filter missed (stored, its bits not set yet); '3' admitted though the filter had it
-# (exact: a false positive). The bits of '1' and '2' are set_bits' job.
-_ADMIT = """
-local seeds, stats, ready, due = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local seqkey, segments = KEYS[6], KEYS[7]
-local now, exact, channel, blob = tonumber(ARGV[3]), ARGV[4] == '1', ARGV[5], ARGV[6]
-
--- new seeds are written in multi-member calls, CHUNK at a time
-local CHUNK = 1000
-local ready_set, due_set = {}, {}
-local function flush()
-  if #ready_set > 0 then redis.call('ZADD', ready, unpack(ready_set)); ready_set = {} end
-  if #due_set > 0 then redis.call('ZADD', due, unpack(due_set)); due_set = {} end
-end
-
-local out = {}
-local admitted, dups, pending, dispatched, signal = 0, tonumber(ARGV[7]), 0, 0, false
-local seq = tonumber(redis.call('GET', seqkey) or '0')
-local pos, e = 1, 0
-while pos <= #blob do
-  e = e + 1
-  local h1, h2, ready_ms, disp, plen, klen, vlen, at =
-    struct.unpack('<I4I4dBBI4I4', blob, pos)
-  local kat = at + plen
-  local key = string.sub(blob, kat, kat + klen - 1)
-  pos = kat + klen + vlen
-  local hit = present(h1, h2)
-  if hit and not exact then
-    dups = dups + 1
-    out[e] = '0'
-  else
-    -- strings built by concatenation: a number turned into text costs a sprintf
-    local sq, prio = fmt('%016d', seq + 1), string.sub(blob, at, kat - 1)
-    local record = sq .. '|' .. prio .. '|' .. string.sub(blob, kat + klen, pos - 1)
-    -- the seed record decides: HSETNX admits a key exactly once
-    if redis.call('HSETNX', seeds, key, record) == 0 then
-      dups = dups + 1
-      out[e] = hit and '0' or '2'
-    else
-      seq = seq + 1
-      if disp == 1 then
-        dispatched = dispatched + 1
-      else
-        local member = sq .. '|' .. prio .. '|' .. seg .. '|' .. key
-        if ready_ms <= now then
-          ready_set[#ready_set + 1] = prio == '0' and '0' or -tonumber(prio)
-          ready_set[#ready_set + 1] = member
-          signal = true
-        else
-          due_set[#due_set + 1] = ready_ms
-          due_set[#due_set + 1] = member
-        end
-        pending = pending + 1
-      end
-      admitted = admitted + 1
-      out[e] = hit and '3' or '1'
-      if #ready_set + #due_set >= 2 * CHUNK then flush() end
-    end
-  end
-end
-flush()
-if admitted > 0 then redis.call('SET', seqkey, string.format('%d', seq)) end
-redis.call('HINCRBY', stats, 'admitted', admitted)
-if dups > 0 then redis.call('HINCRBY', stats, 'duplicates', dups) end
-if pending > 0 then redis.call('HINCRBY', stats, 'pending', pending) end
-if dispatched > 0 then redis.call('HINCRBY', stats, 'dispatched', dispatched) end
-redis.call('ZADD', segments, tonumber(seg), seg)
-if signal then redis.call('PUBLISH', channel, '1') end
-return table.concat(out)
-"""
-
-# KEYS: meta   ARGV: segment plan admitted found
-#   admitted, found: h1 h2 ('<I4I4') of each key admit stored ('1') or found stored
-#   unknown to the filter ('2'); bits of the latter may be set already (then skipped)
-_SET_BITS = """
-local set_args = {}
-local function add(h1, h2)
-  local layer = layers[#layers]
-  if layer.count >= layer.cap then
-    add_layer()
-    layer = layers[#layers]
-  end
-  local args = set_args[#layers]
-  if not args then
-    args = {}
-    for j = 0, layer.k - 1 do
-      args[4 * j + 1] = 'SET'; args[4 * j + 2] = 'u1'; args[4 * j + 4] = '1'
-    end
-    set_args[#layers] = args
-  end
-  for j = 0, layer.k - 1 do args[4 * j + 3] = fmt('%d', (h1 + j * h2) % layer.bits) end
-  redis.call('BITFIELD', layer.key, unpack(args))
-  layer.count = layer.count + 1
-end
-for pos = 1, #ARGV[3], 8 do
-  add(struct.unpack('<I4I4', ARGV[3], pos))
-end
-for pos = 1, #ARGV[4], 8 do
-  local h1, h2 = struct.unpack('<I4I4', ARGV[4], pos)
-  if not present(h1, h2) then add(h1, h2) end
-end
-local counts = {}
-for i = 1, #layers do
-  counts[#counts + 1] = 'count' .. i
-  counts[#counts + 1] = layers[i].count
-end
-redis.call('HSET', meta, unpack(counts))
-return #layers
-"""
-
-# KEYS: ready due leased   ARGV: stem now_ms lease_until_ms n
-_CLAIM = """
-local ready, due, leased = KEYS[1], KEYS[2], KEYS[3]
-local stem, now, until_ms, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-sweep(stem, ready, due, leased, now)
-local out = {}
-if n <= 0 then return out end
-local popped = redis.call('ZPOPMIN', ready, n)
-for i = 1, #popped, 2 do
-  local m = popped[i]
-  local _, _, seg, key = parse(m)
-  local v = redis.call('HGET', stem .. seg .. ':seeds', key)
-  if v then  -- (a member without its seed record cannot be dispatched; it is dropped)
-    redis.call('ZADD', leased, until_ms, m)
-    local attempts = redis.call('HINCRBY', stem .. seg .. ':attempts', key, 1)
-    count(stem, seg, 'pending', -1)
-    count(stem, seg, 'leased', 1)
-    out[#out + 1] = seg
-    out[#out + 1] = key
-    out[#out + 1] = attempts
-    out[#out + 1] = string.match(v, '^%d+|%-?%d+|(.*)$')
-  end
-end
-return out
-"""
-
-# KEYS: leased   ARGV: stem lease_until_ms (seg key)*
-_EXTEND = """
-local leased, stem, until_ms = KEYS[1], ARGV[1], tonumber(ARGV[2])
-local out = {}
-for i = 3, #ARGV, 2 do
-  local m = member_of(stem, ARGV[i], ARGV[i + 1])
-  if m and redis.call('ZSCORE', leased, m) then
-    redis.call('ZADD', leased, until_ms, m)
-    out[#out + 1] = '1'
-  else
-    out[#out + 1] = '0'
-  end
-end
-return table.concat(out)
-"""
-
-# KEYS: ready leased   ARGV: stem channel (seg key)*
-_RELEASE = """
-local ready, leased, stem, channel = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
-local released = 0
-for i = 3, #ARGV, 2 do
-  local seg, key = ARGV[i], ARGV[i + 1]
-  local m, prio = member_of(stem, seg, key)
-  if m and redis.call('ZREM', leased, m) == 1 then
-    redis.call('ZADD', ready, -prio, m)
-    if redis.call('HINCRBY', stem .. seg .. ':attempts', key, -1) < 0 then
-      redis.call('HSET', stem .. seg .. ':attempts', key, 0)
-    end
-    count(stem, seg, 'leased', -1)
-    count(stem, seg, 'pending', 1)
-    released = released + 1
-  end
-end
-if released > 0 then redis.call('PUBLISH', channel, '1') end
-return released
-"""
-
-# KEYS: ready due leased   ARGV: stem channel seg key outcome now_ms ready_ms archive
-#   archive '0': a seed finished ok or failed loses its record and attempts (the filter
-#   alone remembers its key)
-_FINISH = """
-local ready, due, leased = KEYS[1], KEYS[2], KEYS[3]
-local stem, channel, seg, key, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local now, ready_ms = tonumber(ARGV[6]), tonumber(ARGV[7])
-local m, prio = member_of(stem, seg, key)
-if not m then return 0 end
-local was
-if redis.call('ZREM', leased, m) == 1 then
-  was = 'leased'
-elseif redis.call('ZREM', ready, m) == 1 or redis.call('ZREM', due, m) == 1 then
-  was = 'pending'
-else
-  return 0
-end
-count(stem, seg, was, -1)
-if outcome == 'ok' or outcome == 'failed' then
-  count(stem, seg, outcome == 'ok' and 'done' or 'failed', 1)
-  if ARGV[8] == '0' then
-    redis.call('HDEL', stem .. seg .. ':seeds', key)
-    redis.call('HDEL', stem .. seg .. ':attempts', key)
-  end
-else
-  count(stem, seg, 'pending', 1)
-  if ready_ms <= now then
-    redis.call('ZADD', ready, -prio, m)
-    redis.call('PUBLISH', channel, '1')
-  else
-    redis.call('ZADD', due, ready_ms, m)
-  end
-end
-return 1
-"""
-
-# KEYS: ready due leased segments   ARGV: stem now_ms
-_COUNTS = """
-local ready, due, leased, segments, stem = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
-sweep(stem, ready, due, leased, tonumber(ARGV[2]))
-local out = {}
-for _, seg in ipairs(redis.call('ZRANGE', segments, 0, -1)) do
-  out[#out + 1] = seg
-  out[#out + 1] = redis.call('HGETALL', stem .. seg .. ':stats')
-end
-return out
-"""
-
-# KEYS: segments   ARGV: stem before
-_PRUNE = """
-local segments, stem, before = KEYS[1], ARGV[1], tonumber(ARGV[2])
-local gone = {}
-for _, seg in ipairs(redis.call('ZRANGEBYSCORE', segments, '-inf', '(' .. before)) do
-  local st = stem .. seg
-  local owed = tonumber(redis.call('HGET', st .. ':stats', 'pending') or '0')
-             + tonumber(redis.call('HGET', st .. ':stats', 'leased') or '0')
-  if owed == 0 then
-    local layers = tonumber(redis.call('HGET', st .. ':bloom', 'layers') or '0')
-    for i = 1, layers do redis.call('DEL', st .. ':bloom:' .. i) end
-    redis.call('DEL', st .. ':seeds', st .. ':attempts', st .. ':stats', st .. ':bloom')
-    redis.call('ZREM', segments, seg)
-    gone[#gone + 1] = seg
-  end
-end
-return gone
-"""
+_PRUNE = lua(__package__, "prune.lua")
 
 _SCRIPTS = {
     "admit": _FILTER + _ADMIT,
@@ -455,11 +136,11 @@ class RedisSeedStore:
     """Seeds of frontier ``name`` on the Redis (or Valkey) server at ``url``."""
 
     def __init__(
-        self, url: str, name: str, *, prefix: str, expected_items: int, fp_rate: float,
+        self, url: str | Backend, name: str, *, prefix: str, expected_items: int, fp_rate: float,
         archive: bool = True,
     ) -> None:
         self.name = check_frontier_name(name)
-        self.url = url
+        self.url = str(url)
         self.prefix = prefix
         #: False: finished seeds lose their records (see FrontierConfig.archive)
         self.archive = archive

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from crawlhub.backends.backend import Backend
 from crawlhub.backends.sqlite import SqliteDB
 from crawlhub.core.errors import FrontierError
 from crawlhub.frontier.bloom import ScalableBloom, load_snapshot, save_snapshot, stable_hash
@@ -127,9 +128,9 @@ class SqliteSeedStore:
     """Seeds of frontier ``name`` in the SQLite file ``url``; filters snapshot beside it
     in ``<file>-bloom/<name>/``."""
 
-    def __init__(self, url: str, name: str, *, expected_items: int, fp_rate: float) -> None:
+    def __init__(self, url: str | Backend, name: str, *, expected_items: int, fp_rate: float) -> None:
         self.name = check_frontier_name(name)
-        self.url = url
+        self.url = str(url)
         self.expected_items = expected_items
         self.fp_rate = fp_rate
         self._t = f"frontier:{name}"

@@ -48,7 +48,7 @@ from crawlhub.core.errors import (
     FrontierError,
     QueueError,
 )
-from crawlhub.core.keys import queue_keys, queue_registry
+from crawlhub.core.keys import DEFAULT_PREFIX, queue_keys, queue_registry
 from crawlhub.core.redact import redact_url
 from crawlhub.core.task import RESULT_KEY, Task
 from crawlhub.frontier.store import Entry
@@ -595,7 +595,7 @@ class IntakeStage(DispatchStage):
             assert isinstance(transport, QueueOutbound)
             queue = transport.queue
             if g is None:
-                prefix = getattr(transport.backend, "prefix", "crawlhub:")
+                prefix = getattr(transport.backend, "prefix", DEFAULT_PREFIX)
                 registry = queue_registry(prefix)
                 keys = queue_keys(prefix, queue.name)
                 g = index[t.rule.name] = len(groups)

@@ -12,6 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from crawlhub.core import jsoncodec
 from crawlhub.core.errors import ConfigError
+from crawlhub.core.keys import DEFAULT_PREFIX
 from crawlhub.core.loading import import_object
 from crawlhub.queues.base import QueueBackend, ReliableQueue
 
@@ -151,7 +152,7 @@ def build_transport(
         if init.get("url"):
             from crawlhub.queues import open_backend
 
-            backend = open_backend(str(init["url"]), prefix=str(init.get("prefix", "crawlhub:")))
+            backend = open_backend(str(init["url"]), prefix=str(init.get("prefix", DEFAULT_PREFIX)))
         return QueueOutbound(backend.queue(key, max_attempts=max_attempts), backend)
     if class_name in REDIS_LIST_NAMES:
         max_attempts_of(class_name, init, file=file, entry=entry)

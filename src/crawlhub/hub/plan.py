@@ -215,7 +215,7 @@ def _check_inbound_class(name: str, class_name: str, init: dict[str, Any], threa
 
 def _check_url(url: str, what: str, where: dict[str, Any],
                kinds: tuple[str, ...] | None = None) -> None:
-    from crawlhub.backends.urls import parse_backend_url
+    from crawlhub.backends.backend import parse_backend_url
 
     try:
         parse_backend_url(url, kinds=kinds, what=what, key="init.url")  # type: ignore[arg-type]

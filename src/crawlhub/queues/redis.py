@@ -26,7 +26,8 @@ from typing import Any, TypeVar
 
 from redis.exceptions import NoScriptError, RedisError
 
-from crawlhub.backends.redis import redis_client
+from crawlhub.backends.backend import Backend
+from crawlhub.backends.redis import lua, redis_client
 from crawlhub.core.clock import Clock, system_clock
 from crawlhub.core.errors import QueueError
 from crawlhub.core.keys import DEFAULT_PREFIX, queue_keys, queue_registry
@@ -47,247 +48,27 @@ T = TypeVar("T")
 _KEY_ORDER = ("ready", "leased", "dead", "payloads", "priorities", "attempts", "stats", "seq",
               "reasons")
 
-# Shared head of every script: key names, the clock, lease checks and the expiry sweep.
-# Numbers handed to redis.call become strings with 14 significant digits, which is why
-# deadlines are integer milliseconds and scores are plain priorities. Batches travel as
-# a few framed string arguments, not one argument per message: packing thousands of
-# arguments costs the client more than the script costs the server.
-_PRELUDE = """
-local ready, leased, dead, payloads = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local priorities, attempts, stats, seq = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local reasons = KEYS[9]
-local CHUNK = 1000  -- ids per multi-argument call, well below Lua's unpack() limit
-local DEFAULT_MAX_ATTEMPTS = @DEFAULT_MAX_ATTEMPTS@
+_PRELUDE = lua(__package__, "prelude.lua")
 
--- the caller's clock in integer milliseconds (crawlhub.core.clock: no TIME in scripts)
-local function now_ms(given)
-  return tonumber(given)
-end
+PUSH_ROWS_LUA = lua(__package__, "push_rows.lua")
 
--- refs arrive as 'member:attempt,member:,...'; an empty attempt means any lease
-local function refs(arg)
-  return string.gmatch(arg, '(%d+):(%d*)')
-end
+_PUSH = PUSH_ROWS_LUA + lua(__package__, "push.lua")
 
--- leased now, and by the lease a receipt names when `want` is not ''
-local function holds(id, want)
-  if not redis.call('ZSCORE', leased, id) then return false end
-  return want == '' or redis.call('HGET', attempts, id) == want
-end
+_LEASE = lua(__package__, "lease.lua")
 
-local function to_ready(id)
-  redis.call('ZADD', ready, -tonumber(redis.call('HGET', priorities, id)), id)
-end
+_ACK = lua(__package__, "ack.lua")
 
--- the delivery limit in force; a configured one (given > 0) is stored for every process
-local function limit(given)
-  local n = tonumber(given)
-  if n > 0 then
-    redis.call('HSET', stats, 'max_attempts', n)
-    return n
-  end
-  return tonumber(redis.call('HGET', stats, 'max_attempts') or DEFAULT_MAX_ATTEMPTS)
-end
+_NACK = lua(__package__, "nack.lua")
 
-local function kill(id, reason, kind)
-  redis.call('RPUSH', dead, id)
-  redis.call('HSET', reasons, id, reason)
-  redis.call('HINCRBY', stats, 'failed:' .. kind, 1)
-end
+_EXTEND = lua(__package__, "extend.lua")
 
-local function spent(a)
-  return 'delivered ' .. a .. ' times without ack'
-end
+_REQUEUE = lua(__package__, "requeue.lua")
 
--- expired leases back to ready, or to the dead letter once delivered `max` times
-local function requeue(now, max)
-  local expired = redis.call('ZRANGEBYSCORE', leased, '-inf', now)
-  if #expired == 0 then return 0 end
-  local back, died = 0, 0
-  for _, id in ipairs(expired) do
-    local a = tonumber(redis.call('HGET', attempts, id) or '0')
-    if a >= max then
-      kill(id, spent(a), 'max_attempts'); died = died + 1
-    else
-      to_ready(id); back = back + 1
-    end
-  end
-  redis.call('ZREMRANGEBYSCORE', leased, '-inf', now)
-  if back > 0 then redis.call('HINCRBY', stats, 'retried', back) end
-  if died > 0 then redis.call('HINCRBY', stats, 'failed', died) end
-  return #expired
-end
-"""
+_COUNTERS = lua(__package__, "counters.lua")
 
-# push_rows(ready, payloads, priorities, stats, seq, blob, lens, prios): payloads
-# concatenated, their byte lengths 'l1,l2,..', their priorities 'p1,p2,..'; returns the
-# first id (push_list: the same from Lua lists). Also run by the hub's intake script
-# (hub/state/intake/redis.py) when its ledger shares the server, so a task's ledger entry
-# and its push are one atomic step.
-PUSH_ROWS_LUA = """
--- push_list: the same with the payloads and priorities as Lua lists
-local function push_list(ready, payloads, priorities, stats, seq, items, prios)
-  local n = #items
-  if n == 0 then return 0 end
-  local first = redis.call('INCRBY', seq, n) - n + 1
-  local z, p, q = {}, {}, {}
-  for i = 1, n do
-    local id = string.format('%016d', first + i - 1)
-    local prio = prios[i]
-    z[#z + 1] = prio == '0' and 0 or -tonumber(prio); z[#z + 1] = id
-    p[#p + 1] = id; p[#p + 1] = items[i]
-    q[#q + 1] = id; q[#q + 1] = prio
-    if #q >= 2000 or i == n then
-      redis.call('ZADD', ready, unpack(z))
-      redis.call('HSET', payloads, unpack(p))
-      redis.call('HSET', priorities, unpack(q))
-      z, p, q = {}, {}, {}
-    end
-  end
-  redis.call('HINCRBY', stats, 'total', n)
-  return first
-end
+_DEAD_LETTERS = lua(__package__, "dead_letters.lua")
 
-local function push_rows(ready, payloads, priorities, stats, seq, blob, lens_arg, prios_arg)
-  local items, prios, pos = {}, {}, 1
-  for x in string.gmatch(lens_arg, '%d+') do
-    local stop = pos + tonumber(x)
-    items[#items + 1] = string.sub(blob, pos, stop - 1)
-    pos = stop
-  end
-  for x in string.gmatch(prios_arg, '[^,]+') do prios[#prios + 1] = x end
-  return push_list(ready, payloads, priorities, stats, seq, items, prios)
-end
-"""
-
-# ARGV: payloads concatenated, their byte lengths 'l1,l2,..', their priorities 'p1,p2,..',
-# the configured delivery limit (0: none)
-_PUSH = PUSH_ROWS_LUA + """
-if tonumber(ARGV[4] or '0') > 0 then limit(ARGV[4]) end
-return push_rows(ready, payloads, priorities, stats, seq, ARGV[1], ARGV[2], ARGV[3])
-"""
-
-# ARGV: now, visibility timeout ms, n, limit -> {deadline, id, priority, attempts, payload, ...}
-_LEASE = """
-local now = now_ms(ARGV[1])
-local deadline = now + tonumber(ARGV[2])
-requeue(now, limit(ARGV[4]))
-local popped = redis.call('ZPOPMIN', ready, tonumber(ARGV[3]))
-local out = {deadline}
-for s = 1, #popped, 2 * CHUNK do
-  local ids, z = {}, {}
-  for i = s, math.min(s + 2 * CHUNK - 1, #popped), 2 do
-    ids[#ids + 1] = popped[i]; z[#z + 1] = deadline; z[#z + 1] = popped[i]
-  end
-  redis.call('ZADD', leased, unpack(z))
-  local pr = redis.call('HMGET', priorities, unpack(ids))
-  local pl = redis.call('HMGET', payloads, unpack(ids))
-  for j, id in ipairs(ids) do
-    out[#out + 1] = id
-    out[#out + 1] = pr[j]
-    out[#out + 1] = redis.call('HINCRBY', attempts, id, 1)
-    out[#out + 1] = pl[j]
-  end
-end
-return out
-"""
-
-# ARGV: refs
-_ACK = """
-local k = 0
-for id, want in refs(ARGV[1]) do
-  if holds(id, want) then
-    redis.call('ZREM', leased, id)
-    redis.call('HDEL', payloads, id)
-    redis.call('HDEL', priorities, id)
-    redis.call('HDEL', attempts, id)
-    k = k + 1
-  end
-end
-if k > 0 then redis.call('HINCRBY', stats, 'success', k) end
-return k
-"""
-
-# ARGV: '1' for the dead letter else '0', refs, reason, limit, kind (of a dead letter)
-_NACK = """
-local dead_letter = ARGV[1] == '1'
-local reason = ARGV[3]
-local max = 0
-if not dead_letter then max = limit(ARGV[4]) end
-local back, died = 0, 0
-for id, want in refs(ARGV[2]) do
-  if holds(id, want) then
-    redis.call('ZREM', leased, id)
-    if dead_letter then
-      kill(id, reason, ARGV[5]); died = died + 1
-    else
-      local a = tonumber(redis.call('HGET', attempts, id))
-      if a >= max then
-        local why = spent(a)
-        if reason ~= '' then why = why .. '; last nack: ' .. reason end
-        kill(id, why, 'max_attempts'); died = died + 1
-      else
-        to_ready(id); back = back + 1
-      end
-    end
-  end
-end
-if back > 0 then redis.call('HINCRBY', stats, 'retried', back) end
-if died > 0 then redis.call('HINCRBY', stats, 'failed', died) end
-return back + died
-"""
-
-# ARGV: now, visibility timeout ms, refs
-_EXTEND = """
-local deadline = now_ms(ARGV[1]) + tonumber(ARGV[2])
-local k = 0
-for id, want in refs(ARGV[3]) do
-  if holds(id, want) then
-    redis.call('ZADD', leased, deadline, id)
-    k = k + 1
-  end
-end
-return k
-"""
-
-# ARGV: now, limit
-_REQUEUE = """
-return requeue(now_ms(ARGV[1]), limit(ARGV[2]))
-"""
-
-# ARGV: now, limit
-_COUNTERS = """
-local max = limit(ARGV[2])
-requeue(now_ms(ARGV[1]), max)
-local c = redis.call('HMGET', stats, 'total', 'success', 'failed', 'retried')
-c[5] = redis.call('ZCARD', ready)
-c[6] = redis.call('ZCARD', leased)
-c[7] = redis.call('LLEN', dead)
-c[8] = max
-local kinds = redis.call('HMGET', stats, 'failed:max_attempts', 'failed:undeliverable',
-                         'failed:nacked')
-for i = 1, 3 do c[8 + i] = kinds[i] end
-return c
-"""
-
-_DEAD_LETTERS = """
-local ids = redis.call('LRANGE', dead, 0, tonumber(ARGV[1]) - 1)
-local out = {}
-for _, id in ipairs(ids) do
-  out[#out + 1] = id
-  out[#out + 1] = redis.call('HGET', priorities, id)
-  out[#out + 1] = redis.call('HGET', attempts, id)
-  out[#out + 1] = redis.call('HGET', payloads, id)
-  out[#out + 1] = redis.call('HGET', reasons, id) or ''
-end
-return out
-"""
-
-_PURGE = """
-local k = redis.call('ZCARD', ready) + redis.call('ZCARD', leased) + redis.call('LLEN', dead)
-redis.call('DEL', ready, leased, dead, payloads, priorities, attempts, stats, reasons)
-return k
-"""
+_PURGE = lua(__package__, "purge.lua")
 
 _SCRIPTS = {
     "push": _PUSH,
@@ -336,12 +117,12 @@ class RedisQueueBackend:
 
     def __init__(
         self,
-        url: str,
+        url: str | Backend,
         prefix: str = DEFAULT_PREFIX,
         *,
         clock: Clock | None = None,
     ) -> None:
-        self.url = url
+        self.url = str(url)
         self.prefix = prefix
         self.clock: Clock = clock or system_clock
         self.redis = redis_client(url, name="queues")

@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from crawlhub.backends.backend import Backend
 from crawlhub.backends.sqlite import SqliteDB
 from crawlhub.backends.sqlite import immediate as _write
-from crawlhub.backends.urls import parse_backend_url
 from crawlhub.core.errors import QueueError
 from crawlhub.queues.common import (
     DEFAULT_MAX_ATTEMPTS,
@@ -195,14 +195,14 @@ class SqliteQueueBackend:
 
     def __init__(
         self,
-        url: str,
+        url: str | Backend,
         *,
         busy_timeout: float = 30.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.url = url
-        self.path = parse_backend_url(url, kinds=("sqlite",), what="SQLite queue",
-                                      key="storage.queues").path
+        self.url = str(url)
+        self.path = Backend.parse(url, kinds=("sqlite",), what="SQLite queue",
+                                  key="storage.queues").path
         self.clock = clock
         self._db = SqliteDB(self.path, schema=_SCHEMA, busy_timeout=busy_timeout,
                             name=f"SQLite queue file {self.path}")

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from crawlhub.backends.urls import parse_backend_url
+from crawlhub.backends.backend import parse_backend_url
 from crawlhub.core.errors import SinkError
 from crawlhub.core.extras import require
 from crawlhub.core.redact import redact_url

@@ -33,7 +33,7 @@ from crawlhub.agents.politeness.robots import (
     http_fetcher,
     origin_of,
 )
-from crawlhub.backends.urls import parse_backend_url
+from crawlhub.backends.backend import Backend
 from crawlhub.core.clock import Clock, system_clock
 from crawlhub.core.keys import DEFAULT_PREFIX
 
@@ -56,20 +56,21 @@ __all__ = [
 ]
 
 
-def open_gate_store(url: str, *, prefix: str = DEFAULT_PREFIX) -> GateStore:
+#: The gate's store on each kind of storage (imported when chosen).
+STORES = {
+    "sqlite": "crawlhub.agents.politeness.sqlite:SqliteGateStore",
+    "redis": "crawlhub.agents.politeness.redis:RedisGateStore",
+}
+
+
+def open_gate_store(url: str | Backend, *, prefix: str = DEFAULT_PREFIX) -> GateStore:
     """The gate's store on ``url``: a SQLite file or a Redis/Valkey server."""
-    backend = parse_backend_url(url, kinds=("sqlite", "redis"), what="domain gate",
-                                key="storage.agents")
-    if backend.kind == "sqlite":
-        from crawlhub.agents.politeness.sqlite import SqliteGateStore
-
-        return SqliteGateStore(url)
-    from crawlhub.agents.politeness.redis import RedisGateStore
-
-    return RedisGateStore(url, prefix=prefix)
+    backend = Backend.parse(url, kinds=STORES, what="domain gate", key="storage.agents")
+    store: GateStore = backend.open(STORES, redis={"prefix": prefix})
+    return store
 
 
-def open_gate(url: str, *, prefix: str = DEFAULT_PREFIX, rules: DomainRules | None = None,
+def open_gate(url: str | Backend, *, prefix: str = DEFAULT_PREFIX, rules: DomainRules | None = None,
               domains: Mapping[str, DomainRules] | None = None, robots: bool = False,
               user_agent: str = "crawlhub", robots_ttl: float = DEFAULT_TTL,
               robots_error_ttl: float = DEFAULT_ERROR_TTL, robots_max_bytes: int = MAX_BYTES,

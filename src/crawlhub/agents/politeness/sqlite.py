@@ -8,6 +8,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from crawlhub.agents.politeness.base import DomainRules, Grant, Release, RobotsEntry
+from crawlhub.backends.backend import Backend
 from crawlhub.backends.sqlite import SqliteDB
 
 _SCHEMA = """
@@ -36,8 +37,8 @@ CREATE TABLE IF NOT EXISTS gate_robots (
 class SqliteGateStore:
     """:class:`~crawlhub.agents.politeness.base.GateStore` on one SQLite file."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, url: str | Backend) -> None:
+        self.url = str(url)
         self._db = SqliteDB(url, schema=_SCHEMA, name=f"domain gate {url}")
 
     async def acquire(self, domain: str, n: int, now: float, rules: DomainRules,

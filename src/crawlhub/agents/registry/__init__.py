@@ -20,7 +20,7 @@ from crawlhub.agents.registry.base import (
     listing,
     resident_bytes,
 )
-from crawlhub.backends.urls import parse_backend_url
+from crawlhub.backends.backend import Backend
 from crawlhub.core.clock import Clock, system_clock
 from crawlhub.core.keys import DEFAULT_PREFIX
 
@@ -38,7 +38,14 @@ __all__ = [
 ]
 
 
-def open_registry(url: str, *, prefix: str = DEFAULT_PREFIX,
+#: The agent registry of each kind of storage (imported when chosen).
+REGISTRIES = {
+    "sqlite": "crawlhub.agents.registry.sqlite:SqliteAgentRegistry",
+    "redis": "crawlhub.agents.registry.redis:RedisAgentRegistry",
+}
+
+
+def open_registry(url: str | Backend, *, prefix: str = DEFAULT_PREFIX,
                   dead_after: float = DEFAULT_DEAD_AFTER,
                   retention: float = DEFAULT_RETENTION,
                   clock: Clock = system_clock) -> AgentRegistry:
@@ -46,14 +53,8 @@ def open_registry(url: str, *, prefix: str = DEFAULT_PREFIX,
     if dead_after <= 0 or retention < 0:
         raise ValueError(f"dead_after must be > 0 and retention >= 0, got {dead_after!r},"
                          f" {retention!r}")
-    backend = parse_backend_url(url, kinds=("sqlite", "redis"), what="agent registry",
-                                key="storage.agents")
-    if backend.kind == "sqlite":
-        from crawlhub.agents.registry.sqlite import SqliteAgentRegistry
-
-        return SqliteAgentRegistry(url, dead_after=dead_after, retention=retention,
-                                   clock=clock)
-    from crawlhub.agents.registry.redis import RedisAgentRegistry
-
-    return RedisAgentRegistry(url, prefix=prefix, dead_after=dead_after,
-                              retention=retention, clock=clock)
+    backend = Backend.parse(url, kinds=REGISTRIES, what="agent registry", key="storage.agents")
+    registry: AgentRegistry = backend.open(REGISTRIES, dead_after=dead_after,
+                                           retention=retention, clock=clock,
+                                           redis={"prefix": prefix})
+    return registry

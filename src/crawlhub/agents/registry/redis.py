@@ -13,49 +13,18 @@ from crawlhub.agents.registry.base import (
     AgentStatus,
     Heartbeat,
 )
-from crawlhub.backends.redis import redis_client
+from crawlhub.backends.backend import Backend
+from crawlhub.backends.redis import lua, redis_client
 from crawlhub.core import jsoncodec, rejects
 from crawlhub.core.clock import Clock, system_clock
 from crawlhub.core.keys import DEFAULT_PREFIX, agent_keys
 from crawlhub.core.signing import MAX_SKEW
 
-# Forget agents last seen at or before ARGV[1] (KEYS: info, beat, seen); how many.
-_FORGET = """
-local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[1])
-for _, id in ipairs(old) do
-  redis.call('HDEL', KEYS[1], id)
-  redis.call('HDEL', KEYS[2], id)
-  redis.call('ZREM', KEYS[3], id)
-end
-return #old
-"""
+_FORGET = lua(__package__, "forget.lua")
 
-# Heartbeats (KEYS: info, beat, seen; ARGV: agent id / heartbeat / stamp triples): a
-# registered agent's beat is stored unless a later one is, and its last sign of life
-# moves to the stamp, never backwards (ZADD GT); an unknown agent gets 0.
-_BEAT = """
-local out = {}
-for i = 1, #ARGV, 3 do
-  if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 1 then
-    local seen = redis.call('ZSCORE', KEYS[3], ARGV[i])
-    if not seen or tonumber(ARGV[i + 2]) >= tonumber(seen) then
-      redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
-      redis.call('ZADD', KEYS[3], ARGV[i + 2], ARGV[i])
-    end
-    out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
-  end
-end
-return out
-"""
+_BEAT = lua(__package__, "beat.lua")
 
-# Forget agents last seen at or before ARGV[1], then return every registration, every
-# heartbeat and every last-seen time (KEYS: info, beat, seen).
-_LIST = _FORGET.replace("return #old", "") + """
-return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2]),
-        redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')}
-"""
+_LIST = _FORGET.replace("return #old", "") + lua(__package__, "list.lua")
 
 
 class _Refused(Exception):
@@ -75,10 +44,10 @@ def _pairs(flat: Sequence[Any]) -> dict[str, Any]:
 class RedisAgentRegistry:
     """:class:`~crawlhub.agents.registry.base.AgentRegistry` on a Redis/Valkey server."""
 
-    def __init__(self, url: str, *, prefix: str = DEFAULT_PREFIX,
+    def __init__(self, url: str | Backend, *, prefix: str = DEFAULT_PREFIX,
                  dead_after: float = DEFAULT_DEAD_AFTER,
                  retention: float = DEFAULT_RETENTION, clock: Clock = system_clock) -> None:
-        self.url = url
+        self.url = str(url)
         self.dead_after = dead_after
         self.retention = retention
         self.clock = clock

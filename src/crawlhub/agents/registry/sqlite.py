@@ -13,6 +13,7 @@ from crawlhub.agents.registry.base import (
     AgentStatus,
     Heartbeat,
 )
+from crawlhub.backends.backend import Backend
 from crawlhub.backends.sqlite import SqliteDB
 from crawlhub.core import jsoncodec
 from crawlhub.core.clock import Clock, system_clock
@@ -33,9 +34,9 @@ Row = tuple[str, str | None, float]
 class SqliteAgentRegistry:
     """:class:`~crawlhub.agents.registry.base.AgentRegistry` on one SQLite file."""
 
-    def __init__(self, url: str, *, dead_after: float = DEFAULT_DEAD_AFTER,
+    def __init__(self, url: str | Backend, *, dead_after: float = DEFAULT_DEAD_AFTER,
                  retention: float = DEFAULT_RETENTION, clock: Clock = system_clock) -> None:
-        self.url = url
+        self.url = str(url)
         self.dead_after = dead_after
         self.retention = retention
         self.clock = clock

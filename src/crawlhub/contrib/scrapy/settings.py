@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from crawlhub.backends.urls import BackendURLError, parse_backend_url
+from crawlhub.backends.backend import BackendURLError, parse_backend_url
 from crawlhub.core.errors import ConfigError
 from crawlhub.core.keys import DEFAULT_PREFIX
 from crawlhub.frontier.config import FrontierConfig

@@ -6,14 +6,16 @@ from __future__ import annotations
 from crawlhub.control.db import ControlDB
 from crawlhub.control.logs.store import LogStore
 
+#: The log store on each kind of database (imported when chosen).
+STORES = {
+    "sqlite": "crawlhub.control.logs.sqlite:SqliteLogStore",
+    "postgres": "crawlhub.control.logs.postgres:PostgresLogStore",
+}
+
 
 def open_log_store(db: ControlDB, *, table: str = "log_lines") -> LogStore:
     """The store on ``db`` (not yet :meth:`~LogStore.open`-ed: call it to create the
     tables); it closes ``db`` when closed."""
-    if db.dialect == "sqlite":
-        from crawlhub.control.logs.sqlite import SqliteLogStore
-
-        return SqliteLogStore(db, table=table)
-    from crawlhub.control.logs.postgres import PostgresLogStore
-
-    return PostgresLogStore(db, table=table)
+    store: LogStore = db.backend.load(STORES, needed_by=f"the PostgreSQL {db.what}")(
+        db, table=table)
+    return store

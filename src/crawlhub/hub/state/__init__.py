@@ -15,7 +15,8 @@ Leases and deadlines follow the convention of :mod:`crawlhub.core.clock`.
 
 from __future__ import annotations
 
-from crawlhub.backends.urls import parse_backend_url
+from crawlhub.backends.backend import Backend
+from crawlhub.core.keys import DEFAULT_PREFIX
 from crawlhub.hub.state.base import (
     CLAIM_LEASE,
     COUNTER_FIELDS,
@@ -42,10 +43,12 @@ __all__ = [
 ]
 
 
-def open_state(url: str, *, prefix: str = "crawlhub:") -> HubState:
+#: The hub state of each kind of storage.
+STATES = {"sqlite": SqliteHubState, "redis": RedisHubState}
+
+
+def open_state(url: str | Backend, *, prefix: str = DEFAULT_PREFIX) -> HubState:
     """The hub state on ``url``: a SQLite file or a Redis/Valkey server."""
-    backend = parse_backend_url(url, kinds=("sqlite", "redis"), what="hub state",
-                                key="storage.state")
-    if backend.kind == "sqlite":
-        return SqliteHubState(url)
-    return RedisHubState(url, prefix=prefix)
+    backend = Backend.parse(url, kinds=STATES, what="hub state", key="storage.state")
+    state: HubState = backend.open(STATES, redis={"prefix": prefix})
+    return state

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from crawlhub.backends.redis import redis_client
+from crawlhub.backends.backend import Backend
+from crawlhub.backends.redis import lua, redis_client
 from crawlhub.core.clock import Clock, system_clock
-from crawlhub.core.keys import hub_keys
+from crawlhub.core.keys import DEFAULT_PREFIX, hub_keys
 from crawlhub.hub.state.base import (
     CLAIM_LEASE,
     DEFAULT_RETENTION,
@@ -19,165 +20,26 @@ from crawlhub.hub.state.base import (
 )
 from crawlhub.hub.state.intake import RedisIntake
 
-# Lease entries whose lease ended unsettled, then those whose deadline passed; purge
-# entries past their retention that nobody holds (KEYS: ledger, deadlines, retention,
-# leases, pending; ARGV: now, limit, lease end). Returns what each lease is for and the
-# raw entry, in pairs. A claimed entry stays in the ledger.
-_CLAIM_LUA = """
-local out = {}
-local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
-for _, id in ipairs(due) do
-  local raw = redis.call('HGET', KEYS[1], id)
-  if raw then
-    redis.call('ZADD', KEYS[4], ARGV[3], id)
-    local pending = redis.call('HGET', KEYS[5], id) or 'timeout'
-    table.insert(out, pending)
-    table.insert(out, raw)
-  else
-    redis.call('ZREM', KEYS[4], id)
-    redis.call('HDEL', KEYS[5], id)
-  end
-end
-local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
-for _, id in ipairs(ids) do
-  redis.call('ZREM', KEYS[2], id)
-  local raw = redis.call('HGET', KEYS[1], id)
-  if raw then
-    redis.call('ZADD', KEYS[4], ARGV[3], id)
-    redis.call('HSET', KEYS[5], id, 'timeout')
-    table.insert(out, 'timeout')
-    table.insert(out, raw)
-  end
-end
-local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
-for _, id in ipairs(old) do
-  if not redis.call('ZSCORE', KEYS[4], id) then
-    redis.call('HDEL', KEYS[1], id)
-    redis.call('ZREM', KEYS[2], id)
-  end
-  redis.call('ZREM', KEYS[3], id)
-end
-return out
-"""
+_CLAIM_LUA = lua(__package__, "claim.lua")
 
-# Every lease ends now (KEYS: leases; ARGV: now): the next claim takes the entries over.
-_END_LEASES_LUA = """
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf')
-for _, id in ipairs(ids) do
-  redis.call('ZADD', KEYS[1], ARGV[1], id)
-end
-return #ids
-"""
+_END_LEASES_LUA = lua(__package__, "end_leases.lua")
 
-# Settle one entry if it is still exactly what the caller read (KEYS: ledger, deadlines,
-# retention, leases, pending, counters, unpushed; ARGV: uuid, expected entry, next entry
-# ("" = remove), its deadline ("" = none), what its lease is for ("" = no lease: it waits
-# for its result), lease end, retention expiry, then counter field / increment pairs).
-# Settled means pushed: the intake has no push of it left to redo.
-_SETTLE_LUA = """
-if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
-local id = ARGV[1]
-redis.call('ZREM', KEYS[7], id)
-if ARGV[3] == '' then
-  redis.call('HDEL', KEYS[1], id)
-  redis.call('ZREM', KEYS[2], id)
-  redis.call('ZREM', KEYS[3], id)
-  redis.call('ZREM', KEYS[4], id)
-  redis.call('HDEL', KEYS[5], id)
-else
-  redis.call('HSET', KEYS[1], id, ARGV[3])
-  redis.call('ZADD', KEYS[3], ARGV[7], id)
-  if ARGV[5] == '' then
-    redis.call('ZREM', KEYS[4], id)
-    redis.call('HDEL', KEYS[5], id)
-    if ARGV[4] == '' then
-      redis.call('ZREM', KEYS[2], id)
-    else
-      redis.call('ZADD', KEYS[2], ARGV[4], id)
-    end
-  else
-    redis.call('ZREM', KEYS[2], id)
-    redis.call('ZADD', KEYS[4], ARGV[6], id)
-    redis.call('HSET', KEYS[5], id, ARGV[5])
-  end
-end
-for i = 8, #ARGV, 2 do redis.call('HINCRBY', KEYS[6], ARGV[i], ARGV[i + 1]) end
-return 1
-"""
+_SETTLE_LUA = lua(__package__, "settle.lua")
 
-# Record entries (KEYS: ledger, deadlines, retention, counters; ARGV: uuids joined, their
-# lengths, entries joined, their lengths, deadlines ("" = none), retention expiry, then
-# counter field / increment pairs). Packed into a
-# few arguments: encoding hundreds of small arguments is what costs the client most.
-_RECORD_LUA = """
-local function split(blob, lengths)
-  local out, pos = {}, 1
-  for len in string.gmatch(lengths, '[^,]+') do
-    local n = tonumber(len)
-    table.insert(out, string.sub(blob, pos, pos + n - 1))
-    pos = pos + n
-  end
-  return out
-end
-local ids = split(ARGV[1], ARGV[2])
-local entries = split(ARGV[3], ARGV[4])
-local deadlines = {}
-for d in string.gmatch(ARGV[5], '([^,]*),?') do table.insert(deadlines, d) end
--- Bulk commands, a few hundred fields at a time (unpack has a stack limit).
-local h, z, r = {}, {}, {}
-for i, id in ipairs(ids) do
-  h[#h + 1] = id; h[#h + 1] = entries[i]
-  if deadlines[i] ~= nil and deadlines[i] ~= '' then
-    z[#z + 1] = deadlines[i]; z[#z + 1] = id
-  end
-  r[#r + 1] = ARGV[6]; r[#r + 1] = id
-  if #h >= 512 or i == #ids then
-    redis.call('HSET', KEYS[1], unpack(h))
-    if #z > 0 then redis.call('ZADD', KEYS[2], unpack(z)) end
-    redis.call('ZADD', KEYS[3], unpack(r))
-    h, z, r = {}, {}, {}
-  end
-end
-for i = 7, #ARGV, 2 do redis.call('HINCRBY', KEYS[4], ARGV[i], ARGV[i + 1]) end
-return #ids
-"""
+_RECORD_LUA = lua(__package__, "record.lua")
 
-# Remove one entry and return it (KEYS: ledger, deadlines, retention; ARGV: uuid).
-_RESOLVE_LUA = """
-local raw = redis.call('HGET', KEYS[1], ARGV[1])
-if raw then
-  redis.call('HDEL', KEYS[1], ARGV[1])
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('ZREM', KEYS[3], ARGV[1])
-end
-return raw
-"""
+_RESOLVE_LUA = lua(__package__, "resolve.lua")
 
-# Token bucket shared by every hub process (KEYS: bucket hash; ARGV: rate, n, burst, the
-# caller's now: crawlhub.core.clock, hosts keep their clocks in sync).
-_TOKENS_LUA = """
-local now = tonumber(ARGV[4])
-local rate = tonumber(ARGV[1])
-local n = tonumber(ARGV[2])
-local burst = tonumber(ARGV[3])
-local tokens = tonumber(redis.call('HGET', KEYS[1], 'tokens') or burst)
-local stamp = tonumber(redis.call('HGET', KEYS[1], 'stamp') or now)
-tokens = math.min(burst, tokens + math.max(0, now - stamp) * rate)
-local wait = 0
-if tokens >= n then tokens = tokens - n else wait = (n - tokens) / rate end
-redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'stamp', tostring(now))
-redis.call('EXPIRE', KEYS[1], 3600)
-return tostring(wait)
-"""
+_TOKENS_LUA = lua(__package__, "tokens.lua")
 
 
 class RedisHubState(RedisIntake):
     """Hub state on Redis (distributed mode): every hub process shares it."""
 
-    def __init__(self, url: str, *, prefix: str = "crawlhub:",
+    def __init__(self, url: str | Backend, *, prefix: str = DEFAULT_PREFIX,
                  retention: float = DEFAULT_RETENTION,
                  clock: Clock | None = None) -> None:
-        self.url = url
+        self.url = str(url)
         self.retention = retention
         #: Epoch seconds for retention and token buckets (crawlhub.core.clock: the caller's,
         #: never the server's); tests pass a fake one.

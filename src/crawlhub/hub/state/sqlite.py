@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
+from crawlhub.backends.backend import Backend
 from crawlhub.backends.sqlite import SqliteDB
 from crawlhub.core.clock import Clock, system_clock
 from crawlhub.hub.state.base import (
@@ -70,9 +71,9 @@ CREATE TABLE IF NOT EXISTS rates (
 class SqliteHubState(SqliteIntake):
     """Hub state in one SQLite file (embedded mode)."""
 
-    def __init__(self, url: str, *, retention: float = DEFAULT_RETENTION,
+    def __init__(self, url: str | Backend, *, retention: float = DEFAULT_RETENTION,
                  clock: Clock = system_clock) -> None:
-        self.url = url
+        self.url = str(url)
         self.retention = retention
         #: Epoch seconds for retention and token buckets; tests pass a fake one.
         self.clock = clock

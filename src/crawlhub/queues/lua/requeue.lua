@@ -1,0 +1,2 @@
+-- ARGV: now, limit
+return requeue(now_ms(ARGV[1]), limit(ARGV[2]))
