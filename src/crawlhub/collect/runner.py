@@ -37,7 +37,7 @@ from crawlhub.collect.source import (
     list_request,
     read_page,
 )
-from crawlhub.collect.store.base import MetadataStore, Progress, RunRecord
+from crawlhub.collect.store.base import JobRunRecord, MetadataStore, Progress
 from crawlhub.core.errors import CancelledError, FetchError
 from crawlhub.core.jobprotocol import EXIT, PAUSE, RUN
 from crawlhub.fetch.fetcher import Fetcher
@@ -175,7 +175,7 @@ class JobRun:
             raise
 
     async def _run(self) -> RunResult:
-        record = RunRecord(
+        record = JobRunRecord(
             run_id=self.run_id,
             job=self.job.name,
             strategy=self.job.strategy.type,
@@ -341,7 +341,7 @@ class JobRun:
                 saved_offset=saved.saved_offset,
             )
             await self.store.finish_run(
-                RunRecord(
+                JobRunRecord(
                     run_id=saved.run_id,
                     job=self.job.name,
                     strategy=self.job.strategy.type,
