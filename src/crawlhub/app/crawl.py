@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from crawlhub import sdk
-from crawlhub.agents.agent import Agent, HubReport, Page, link_tasks
+from crawlhub.agents.agent import Agent, CrawledPage, HubReport, link_tasks
 from crawlhub.agents.codes import CONNECTION_ERROR, ROBOTS_DISALLOWED, ResultCodes
 from crawlhub.agents.downloader import Downloader, DownloaderConfig
 from crawlhub.agents.extract import ExtractionRules
@@ -75,7 +75,7 @@ class Seen:
         if len(new) >= self.size:
             self.old, self.new = new, set()
 
-    async def submit(self, hub: Any, links: dict[str, int], pages: Sequence[Page]) -> int:
+    async def submit(self, hub: Any, links: dict[str, int], pages: Sequence[CrawledPage]) -> int:
         """Submit the links of ``pages`` not submitted lately through ``hub`` (each with
         its page's depth + 1 and ``extract``), then remember them; how many went."""
         fresh = self.fresh(links)
@@ -388,7 +388,7 @@ class Crawl:
         urls = [str(m.payload.get("url")) for m in messages]
         return set(await written(urls))
 
-    def _note_start(self, page: Page) -> None:
+    def _note_start(self, page: CrawledPage) -> None:
         """Whether a start URL's server answered (a later try may, after one that did not)."""
         url = str(page.task.get("url"))
         refusal, fetched = page.refusal, page.fetched
@@ -403,7 +403,7 @@ class Crawl:
         else:
             self.progress.unreachable.pop(url, None)
 
-    async def _on_pages(self, pages: list[Page]) -> None:
+    async def _on_pages(self, pages: list[CrawledPage]) -> None:
         """Admit the links found, then write the items (links first: a kill after the
         items were written must not lose the pages only they lead to)."""
         progress = self.progress

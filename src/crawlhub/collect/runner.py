@@ -29,7 +29,7 @@ from crawlhub.collect.plan import (
     window_segments,
 )
 from crawlhub.collect.source import (
-    Page,
+    ListPage,
     detail_request,
     is_fresh,
     item_date,
@@ -518,7 +518,7 @@ class JobRun:
             unit.parsed = True
         return records
 
-    def _fresh(self, page: Page) -> list[dict[str, Any]]:
+    def _fresh(self, page: ListPage) -> list[dict[str, Any]]:
         """The page's items inside ``filter_days`` (copies: the writer adds metadata)."""
         now = self.now()
         days = self.job.strategy.filter_days
