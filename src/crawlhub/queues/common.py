@@ -51,7 +51,7 @@ class Ref:
 
 
 @dataclass(slots=True)
-class Counters:
+class QueueCounters:
     """Raw counters a backend reads in one atomic step; :func:`build_stats` names them."""
 
     total: int = 0
@@ -238,7 +238,7 @@ def parse_refs(ids: Sequence[str] | str) -> list[Ref]:
     return refs
 
 
-def build_stats(name: str, c: Counters) -> QueueStats:
+def build_stats(name: str, c: QueueCounters) -> QueueStats:
     return QueueStats(
         name=name,
         total=c.total,
@@ -393,7 +393,7 @@ class BaseQueue(ABC):
     async def _length(self) -> int: ...
 
     @abstractmethod
-    async def _counters(self) -> Counters: ...
+    async def _counters(self) -> QueueCounters: ...
 
     @abstractmethod
     async def _dead_letters(self, n: int) -> list[Row]: ...

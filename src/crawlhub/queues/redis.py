@@ -34,7 +34,7 @@ from crawlhub.core.redact import redact_url
 from crawlhub.queues.common import (
     DEFAULT_MAX_ATTEMPTS,
     BaseQueue,
-    Counters,
+    QueueCounters,
     Ref,
     Row,
     check_name,
@@ -473,9 +473,9 @@ class RedisQueue(BaseQueue):
         c = await self._counters()
         return c.ready + c.leased
 
-    async def _counters(self) -> Counters:
+    async def _counters(self) -> QueueCounters:
         raw = await self._run("counters", "stats", [self.backend.now_arg(), self.limit])
-        return Counters(*(int(v or 0) for v in raw))
+        return QueueCounters(*(int(v or 0) for v in raw))
 
     async def _dead_letters(self, n: int) -> list[Row]:
         out = await self._run("dead_letters", "dead_letters", [n])
