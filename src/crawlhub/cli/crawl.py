@@ -97,7 +97,7 @@ def crawl_command(
                             extract=rules, robots=robots, sink=read_sink(sink),
                             user_agent=user_agent, center=center, strategy=strategy,
                             agents=agents, center_prefix=center_prefix)
-        from crawlhub.center.protocol import STRATEGIES
+        from crawlhub.center.messages import STRATEGIES
 
         if strategy not in STRATEGIES:
             raise ConfigError(f"--strategy {strategy!r}: use {', '.join(STRATEGIES)}",
