@@ -37,7 +37,7 @@ from crawlhub.queues.common import (
     QueueCounters,
     Ref,
     Row,
-    check_name,
+    check_queue_name,
     dead_kind,
     encode_groups,
 )
@@ -355,7 +355,7 @@ class RedisQueueBackend:
     def queue(self, name: str, *, max_attempts: int | None = None) -> RedisQueue:
         q = self._queues.get(name)
         if q is None:
-            q = self._queues[name] = RedisQueue(check_name(name), self, max_attempts)
+            q = self._queues[name] = RedisQueue(check_queue_name(name), self, max_attempts)
         else:
             q.configure(max_attempts)
         return q

@@ -22,7 +22,7 @@ from crawlhub.queues.common import (
     QueueCounters,
     Ref,
     Row,
-    check_name,
+    check_queue_name,
     dead_kind,
     encode_groups,
     spent_reason,
@@ -215,7 +215,7 @@ class SqliteQueueBackend:
     def queue(self, name: str, *, max_attempts: int | None = None) -> SqliteQueue:
         q = self._queues.get(name)
         if q is None:
-            q = self._queues[name] = SqliteQueue(check_name(name), self, max_attempts)
+            q = self._queues[name] = SqliteQueue(check_queue_name(name), self, max_attempts)
         else:
             q.configure(max_attempts)
         return q
