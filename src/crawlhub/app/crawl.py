@@ -101,7 +101,7 @@ class CrawlOptions:
     retries: int = 2
     timeout: float = 30.0
     #: honour robots.txt: a disallowed URL is not fetched (result 2007, counted in
-    #: ``Progress.robots``); its rules cached in the data dir's politeness.db
+    #: ``CrawlProgress.robots``); its rules cached in the data dir's politeness.db
     robots: bool = True
     #: a sink mapping (``crawlhub collect``'s ``sink:``) to write items to instead of
     #: ``out``; keyed by ``url`` unless it says otherwise
@@ -123,7 +123,7 @@ class CrawlOptions:
 
 
 @dataclass
-class Progress:
+class CrawlProgress:
     pages: int = 0
     items: int = 0
     errors: int = 0
@@ -184,7 +184,7 @@ CACHE_KIB = 512
 
 
 class Crawl:
-    """One crawl; ``await Crawl(opts).run(on_progress)`` returns its :class:`Progress`."""
+    """One crawl; ``await Crawl(opts).run(on_progress)`` returns its :class:`CrawlProgress`."""
 
     def __init__(self, opts: CrawlOptions) -> None:
         self.opts = opts
@@ -201,7 +201,7 @@ class Crawl:
         self.extract = extract
         self.rules = ExtractionRules.from_config(extract)
         self.codes = ResultCodes()
-        self.progress = Progress()
+        self.progress = CrawlProgress()
         self.starts = set(opts.urls)
         self.seen = Seen()
         self.services: Services | None = None
@@ -210,7 +210,7 @@ class Crawl:
         self.sink_name = str(opts.out) if opts.sink is None else \
             f"the {opts.sink.get('type', 'jsonl')} sink"
 
-    async def run(self, on_progress: Callable[[Progress], None] | None = None) -> Progress:
+    async def run(self, on_progress: Callable[[CrawlProgress], None] | None = None) -> CrawlProgress:
         opts = self.opts
         opts.data_dir.mkdir(parents=True, exist_ok=True)
         lock = _lock(opts.data_dir)
@@ -361,7 +361,7 @@ class Crawl:
         return open_gate(f"sqlite:///{self.opts.data_dir / 'politeness.db'}", rules=rules,
                          robots=self.opts.robots, user_agent=user_agent)
 
-    async def _tick(self, queue: Any, on_progress: Callable[[Progress], None] | None) -> None:
+    async def _tick(self, queue: Any, on_progress: Callable[[CrawlProgress], None] | None) -> None:
         while True:
             await asyncio.sleep(0.5)
             with contextlib.suppress(Exception):

@@ -77,7 +77,7 @@ def crawl_command(
     continues, fetching nothing again that is already in --out. SIGTERM (and a job
     runner's exit) stops it cleanly: the pages in flight are written first.
     """
-    from crawlhub.app.crawl import Crawl, CrawlOptions, Progress
+    from crawlhub.app.crawl import Crawl, CrawlOptions, CrawlProgress
 
     bad = [u for u in urls if not u.startswith(("http://", "https://"))]
     if bad:
@@ -111,7 +111,7 @@ def crawl_command(
     # a robots.txt that cannot be had is named in the summary (and a start URL's host
     # that cannot be reached is the error): no warning for it on the way
     logging.getLogger("crawlhub.agents.robots").setLevel(logging.ERROR)
-    progress: Progress
+    progress: CrawlProgress
     previous = signal.signal(signal.SIGTERM, opts.control.terminate)
     try:
         # (no bar when stderr is not a terminal: a log file gets the summary alone)
