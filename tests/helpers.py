@@ -1,7 +1,7 @@
 """The suite's one fake clock and one ``wait_for``: tests never assert on wall-clock time.
 
 ``FakeClock`` is both kinds of clock crawlhub takes: a ``Callable[[], float]`` (queues,
-hub state, frontier, leases) and the fetch ``Clock`` (``now()``, ``sleep()``). ``wait_for``
+hub state, frontier, leases) and the fetch ``Timer`` (``now()``, ``sleep()``). ``wait_for``
 polls a condition that another task, thread or process makes true.
 """
 
@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from crawlhub.fetch.clock import ManualClock
+from crawlhub.fetch.timer import ManualTimer
 
 T = TypeVar("T")
 
@@ -20,11 +20,11 @@ T = TypeVar("T")
 WAIT = 30.0
 
 
-class FakeClock(ManualClock):
+class FakeClock(ManualTimer):
     """Virtual seconds that move only when told: ``advance``, ``set``, or a ``sleep`` on it.
 
     ``clock()`` and ``clock.now()`` read it; ``sleep`` (from the fetch layer's
-    ``ManualClock``) moves it forward at once and records the gap in ``sleeps``.
+    ``ManualTimer``) moves it forward at once and records the gap in ``sleeps``.
     """
 
     def __init__(self, start: float = 1_700_000_000.0) -> None:

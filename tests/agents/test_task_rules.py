@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from crawlhub.agents.agent import Agent, HubReport, Page, link_tasks
+from crawlhub.agents.agent import Agent, CrawledPage, HubReport, link_tasks
 from crawlhub.agents.downloader import Downloader, Fetched
 from crawlhub.agents.extract import Extracted, ExtractionRules, RuleSets
 from crawlhub.core.errors import ConfigError
@@ -84,11 +84,11 @@ def test_a_bad_named_set_in_the_file_is_refused_naming_its_key() -> None:
     assert caught.value.key == "extract.rules"
 
 
-def page(task: dict[str, Any], links: list[str] | None) -> Page:
+def page(task: dict[str, Any], links: list[str] | None) -> CrawledPage:
     url = str(task["url"])
     fetched = Fetched(url, url, 200, {}, b"", 0.0, None, "success")
     extracted = None if links is None else Extracted(links=links)
-    return Page("q", Message("1", task, 0, 1, 0.0), fetched, extracted, 1000)
+    return CrawledPage("q", Message("1", task, 0, 1, 0.0), fetched, extracted, 1000)
 
 
 def test_links_carry_the_extract_of_the_page_that_found_them_first() -> None:
@@ -123,7 +123,7 @@ async def test_the_agent_runs_each_tasks_rules_and_a_task_with_bad_rules_is_a_pa
     ]
     fields: dict[str, dict[str, Any]] = {}
 
-    async def on_pages(pages: list[Page]) -> None:
+    async def on_pages(pages: list[CrawledPage]) -> None:
         for p in pages:
             if p.extracted is not None:
                 fields[p.task["task_uuid"]] = p.extracted.fields

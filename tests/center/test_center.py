@@ -23,7 +23,7 @@ from crawlhub.center import (
     open_bus,
 )
 from crawlhub.center.bus import Envelope
-from crawlhub.center.protocol import REGISTER, REQUESTS, agent_channel
+from crawlhub.center.messages import REGISTER, REQUESTS, agent_channel
 from tests.agents.servers import Site
 from tests.helpers import wait_for
 
@@ -169,7 +169,7 @@ async def test_allocation_fails_with_the_numbers_asked_and_got(rig: Rig) -> None
 
 
 async def _beat_forever(bus: Any, agent: str) -> None:
-    from crawlhub.center.protocol import BEATS
+    from crawlhub.center.messages import BEATS
 
     while True:
         await bus.send(BEATS, {"kind": "beat", "agent": agent, "ts": time.time(), "beat": {}})

@@ -3,6 +3,8 @@ summaries of ``crawlhub --help`` are whole sentences, not cut off with "..."."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,3 +45,35 @@ def test_command_summaries_in_help_are_not_cut_off() -> None:
             line = next(li for li in section.splitlines() if li.split()[:1] == [sub_name])
             assert line.split(None, 1)[1].strip() == first, (name, sub_name)
             assert not line.rstrip().endswith("..."), line
+
+
+_WITHOUT_EXTRAS = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in {"redis", "asyncpg", "aiokafka", "curl_cffi", "scrapy",
+                                  "playwright"}:
+            raise ImportError("not installed: " + name)
+sys.meta_path.insert(0, Block())
+sys.argv = ["crawlhub", "--help"]
+from crawlhub.cli import main
+main()
+"""
+
+
+def test_every_sub_command_is_in_help_without_the_optional_extras() -> None:
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_EXTRAS], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    listed = {line.split()[0] for line in done.stdout.split("Commands:", 1)[1].splitlines()
+              if line.strip()}
+    assert {"frontier", "collect", "demo", "agents", "crawl", "agent", "center", "jobs",
+            "runs", "logs", "projects", "builds", "alerts"} <= listed
+
+
+def test_a_sub_command_that_fails_to_import_fails_the_cli_loudly() -> None:
+    broken = "import sys; sys.modules['crawlhub.cli.demo'] = None; import crawlhub.cli"
+    done = subprocess.run([sys.executable, "-c", broken], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode != 0
+    assert "crawlhub.cli.demo" in done.stderr.strip().splitlines()[-1]  # the import error

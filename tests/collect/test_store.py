@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from crawlhub.collect.store import (
+    JobRunRecord,
     Lease,
     Progress,
-    RunRecord,
     SqlMetadataStore,
     open_metadata_store,
     store_for,
@@ -80,7 +80,7 @@ async def test_runs_are_listed_newest_first_with_result_and_log(store: SqlMetada
     t = time.time()
     for i in range(3):
         await store.start_run(
-            RunRecord(
+            JobRunRecord(
                 run_id=f"r{i}",
                 job="news",
                 strategy="incremental",
@@ -88,7 +88,7 @@ async def test_runs_are_listed_newest_first_with_result_and_log(store: SqlMetada
                 started_at=t + i,
             )
         )
-    done = RunRecord(
+    done = JobRunRecord(
         run_id="r1",
         job="news",
         strategy="incremental",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from crawlhub.control.jobs.store import pid_alive
+from crawlhub.core.process import pid_alive
 from tests.cli.serving import crawlhub_serve
 from tests.control.gitremote import make_remote
 from tests.control.served_api import call

@@ -20,10 +20,10 @@ import pytest
 from crawlhub.control import builders
 from crawlhub.control.builds import BuildService
 from crawlhub.control.db import ControlDB
-from crawlhub.control.jobs.store import pid_alive
 from crawlhub.control.projects import InvalidProject, NewProject, ProjectStore, ProjectUpdate
 from crawlhub.control.secrets import SecretBox
 from crawlhub.core.errors import ConflictError, NotFoundError
+from crawlhub.core.process import pid_alive
 from tests.control.gitremote import PACKAGED, Remote, git_http_server, make_remote
 from tests.helpers import wait_for
 

@@ -15,7 +15,7 @@ from crawlhub.fetch import (
     Fetcher,
     HttpClient,
     JobLog,
-    MonotonicClock,
+    MonotonicTimer,
     Request,
     RequestScheduler,
     Response,
@@ -35,7 +35,7 @@ async def client() -> AsyncIterator[HttpClient]:
 def make_fetcher(
     client: HttpClient,
     *,
-    clock: FakeClock | MonotonicClock | None = None,
+    clock: FakeClock | MonotonicTimer | None = None,
     retry: RetryPolicy | None = None,
     token: CancellationToken | None = None,
     rate: tuple[float, float] = (0.0, 0.0),
@@ -177,7 +177,7 @@ async def test_cancel_abandons_the_response_wait_and_sends_nothing_after(
 
 async def test_cancel_interrupts_the_rate_limit_wait(api_server: ApiServer, client: HttpClient) -> None:
     token = CancellationToken()
-    fetcher = make_fetcher(client, token=token, clock=MonotonicClock(), rate=(60.0, 60.0))
+    fetcher = make_fetcher(client, token=token, clock=MonotonicTimer(), rate=(60.0, 60.0))
     await fetcher.fetch(items(api_server))
     second = asyncio.create_task(fetcher.fetch(items(api_server, 5)))
     await wait_for(lambda: fetcher.scheduler.waiting, "the second request to wait its turn")

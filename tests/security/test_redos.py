@@ -13,7 +13,7 @@ import httpx2
 import pytest
 from aiohttp import web
 
-from crawlhub.agents.agent import Agent, HubReport, Page
+from crawlhub.agents.agent import Agent, CrawledPage, HubReport
 from crawlhub.agents.downloader import Downloader
 from crawlhub.agents.extract import ExtractionRules
 from crawlhub.app.asgi import create_app
@@ -55,7 +55,7 @@ async def test_a_catastrophic_pattern_on_a_29_byte_page_neither_stalls_the_agent
                "links": {"follow": True, "allow": [HOSTILE], "deny": [HOSTILE]}}
     fields: dict[str, Any] = {}
 
-    async def on_pages(pages: list[Page]) -> None:
+    async def on_pages(pages: list[CrawledPage]) -> None:
         for p in pages:
             fields[p.task["task_uuid"]] = p.extracted.fields if p.extracted else None
 

@@ -26,7 +26,7 @@ import redis.asyncio as aioredis
 
 from crawlhub.center import CenterClient, CenterWorker, DownloadCenter, open_bus
 from crawlhub.center.bus import Envelope
-from crawlhub.center.protocol import ALLOCATIONS, BEATS, REGISTER, REQUESTS
+from crawlhub.center.messages import ALLOCATIONS, BEATS, REGISTER, REQUESTS
 from crawlhub.core import keys, rejects
 from crawlhub.core.signing import Signer
 from tests.agents.servers import Site

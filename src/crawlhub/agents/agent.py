@@ -54,7 +54,7 @@ CONTROL_POLL = 0.1
 
 
 @dataclass(slots=True)
-class Page:
+class CrawledPage:
     """One task done: its leased message, the download and what was extracted."""
 
     queue: str
@@ -80,7 +80,7 @@ class Page:
         return out
 
 
-def link_tasks(links: Mapping[str, int], pages: Sequence[Page]) -> list[dict[str, Any]]:
+def link_tasks(links: Mapping[str, int], pages: Sequence[CrawledPage]) -> list[dict[str, Any]]:
     """The tasks for ``links`` (URL -> depth) found on ``pages``: ``{url, depth}``, and the
     ``extract`` of the page that found the link first when that page's task had one, so a
     crawl keeps the rules its seed asked for, and ``center_agent``, the download center's
@@ -112,7 +112,7 @@ def link_tasks(links: Mapping[str, int], pages: Sequence[Page]) -> list[dict[str
 
 
 Report = Callable[[list[dict[str, Any]]], Awaitable[Any]]
-OnPages = Callable[[list[Page]], Awaitable[Any]]
+OnPages = Callable[[list[CrawledPage]], Awaitable[Any]]
 Skip = Callable[[Sequence[Message]], Awaitable[set[str]]]
 
 
@@ -238,7 +238,7 @@ class Agent:
         #: receipt -> (queue, when leased or last extended) of every task leased and not
         #: yet acked (or given up by a failed flush): whose leases ``renew`` extends
         self._held: dict[str, tuple[str, float]] = {}
-        self._outbox: list[Page] = []
+        self._outbox: list[CrawledPage] = []
         self._inflight = 0
         #: downloads going now (``_inflight`` also counts tasks waiting for their turn)
         self._fetching = 0
@@ -347,7 +347,7 @@ class Agent:
             url = str(m.payload.get("url") or "")
             if url in done:
                 fetched = Fetched(url, url, 0, {}, b"", 0.0, None, SUCCESS)
-                self._outbox.append(Page(name, m, fetched, None, self.codes.success,
+                self._outbox.append(CrawledPage(name, m, fetched, None, self.codes.success,
                                          skipped=True))
             else:
                 keep.append(m)
@@ -380,7 +380,7 @@ class Agent:
                     self._room.clear()
                     await self._room.wait()
 
-    async def _do(self, name: str, message: Message) -> Page:
+    async def _do(self, name: str, message: Message) -> CrawledPage:
         task = message.payload
         url = str(task.get("url") or "")
         rules = self.rules
@@ -394,7 +394,7 @@ class Agent:
             if refusal is not None:
                 refused = Fetched(url, url, 0, {}, b"", 0.0, None, ROBOTS_DISALLOWED,
                                   attempts=0, error=str(refusal))
-                return Page(name, message, refused, None, self.codes.code(ROBOTS_DISALLOWED),
+                return CrawledPage(name, message, refused, None, self.codes.code(ROBOTS_DISALLOWED),
                             refusal=refusal)
         slot = None
         gate: Any = self.gate
@@ -442,9 +442,9 @@ class Agent:
             except ParseError as exc:
                 fetched.outcome, fetched.error = PARSE_ERROR, str(exc)
                 code = self.codes.code(PARSE_ERROR, fetched.status)
-        return Page(name, message, fetched, extracted, code)
+        return CrawledPage(name, message, fetched, extracted, code)
 
-    def _bad_rules(self, name: str, message: Message, url: str, exc: ConfigError) -> Page:
+    def _bad_rules(self, name: str, message: Message, url: str, exc: ConfigError) -> CrawledPage:
         """A task whose ``extract`` cannot be used: not fetched, its result the parse
         error code, the reason logged with the task and the key."""
         log.warning("agent %s: task %s (%s): its extraction rules are invalid at key '%s':"
@@ -453,7 +453,7 @@ class Agent:
                     exc.reason)
         refused = Fetched(url, url, 0, {}, b"", 0.0, None, PARSE_ERROR, attempts=0,
                           error=f"invalid extraction rules: {exc}")
-        return Page(name, message, refused, None, self.codes.code(PARSE_ERROR))
+        return CrawledPage(name, message, refused, None, self.codes.code(PARSE_ERROR))
 
     async def _robots_refusal(self, url: str) -> Refusal | None:
         """Why robots.txt keeps this agent from ``url`` (None: it may fetch it)."""
@@ -515,7 +515,7 @@ class Agent:
             if self._outbox:
                 self._start_flush()
 
-    async def _flush(self, pages: list[Page]) -> None:
+    async def _flush(self, pages: list[CrawledPage]) -> None:
         """on_pages, report, ack: one call each for the whole flush. A failure leaves
         the tasks leased: they come back when their leases end."""
         try:

@@ -385,11 +385,6 @@ class ExtractionRules:
         except ValidationError as exc:
             raise config_error(exc, file=file, prefix=key) from None
 
-    @property
-    def needs_text(self) -> bool:
-        """False when the rules take nothing from a page but its title and links."""
-        return bool(self._tree_fields or self._regex_fields)
-
     def extract(
         self, body: bytes, url: str, *, depth: int = 0, content_type: str = ""
     ) -> Extracted:

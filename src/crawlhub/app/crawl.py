@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from crawlhub import sdk
-from crawlhub.agents.agent import Agent, HubReport, Page, link_tasks
+from crawlhub.agents.agent import Agent, CrawledPage, HubReport, link_tasks
 from crawlhub.agents.codes import CONNECTION_ERROR, ROBOTS_DISALLOWED, ResultCodes
 from crawlhub.agents.downloader import Downloader, DownloaderConfig
 from crawlhub.agents.extract import ExtractionRules
@@ -76,7 +76,7 @@ class Seen:
         if len(new) >= self.size:
             self.old, self.new = new, set()
 
-    async def submit(self, hub: Any, links: dict[str, int], pages: Sequence[Page]) -> int:
+    async def submit(self, hub: Any, links: dict[str, int], pages: Sequence[CrawledPage]) -> int:
         """Submit the links of ``pages`` not submitted lately through ``hub`` (each with
         its page's depth + 1 and ``extract``), then remember them; how many went."""
         fresh = self.fresh(links)
@@ -102,7 +102,7 @@ class CrawlOptions:
     retries: int = 2
     timeout: float = 30.0
     #: honour robots.txt: a disallowed URL is not fetched (result 2007, counted in
-    #: ``Progress.robots``); its rules cached in the data dir's politeness.db
+    #: ``CrawlProgress.robots``); its rules cached in the data dir's politeness.db
     robots: bool = True
     #: a sink mapping (``crawlhub collect``'s ``sink:``) to write items to instead of
     #: ``out``; keyed by ``url`` unless it says otherwise
@@ -124,7 +124,7 @@ class CrawlOptions:
 
 
 @dataclass
-class Progress:
+class CrawlProgress:
     pages: int = 0
     items: int = 0
     errors: int = 0
@@ -185,7 +185,7 @@ CACHE_KIB = 512
 
 
 class Crawl:
-    """One crawl; ``await Crawl(opts).run(on_progress)`` returns its :class:`Progress`."""
+    """One crawl; ``await Crawl(opts).run(on_progress)`` returns its :class:`CrawlProgress`."""
 
     def __init__(self, opts: CrawlOptions) -> None:
         self.opts = opts
@@ -202,7 +202,7 @@ class Crawl:
         self.extract = extract
         self.rules = ExtractionRules.from_config(extract)
         self.codes = ResultCodes()
-        self.progress = Progress()
+        self.progress = CrawlProgress()
         self.starts = set(opts.urls)
         self.seen = Seen()
         self.services: Services | None = None
@@ -211,7 +211,7 @@ class Crawl:
         self.sink_name = str(opts.out) if opts.sink is None else \
             f"the {opts.sink.get('type', 'jsonl')} sink"
 
-    async def run(self, on_progress: Callable[[Progress], None] | None = None) -> Progress:
+    async def run(self, on_progress: Callable[[CrawlProgress], None] | None = None) -> CrawlProgress:
         opts = self.opts
         opts.data_dir.mkdir(parents=True, exist_ok=True)
         lock = _lock(opts.data_dir)
@@ -362,7 +362,7 @@ class Crawl:
         return open_gate(f"sqlite:///{self.opts.data_dir / 'politeness.db'}", rules=rules,
                          robots=self.opts.robots, user_agent=user_agent)
 
-    async def _tick(self, queue: Any, on_progress: Callable[[Progress], None] | None) -> None:
+    async def _tick(self, queue: Any, on_progress: Callable[[CrawlProgress], None] | None) -> None:
         while True:
             await asyncio.sleep(0.5)
             with contextlib.suppress(Exception):
@@ -389,7 +389,7 @@ class Crawl:
         urls = [str(m.payload.get("url")) for m in messages]
         return set(await written(urls))
 
-    def _note_start(self, page: Page) -> None:
+    def _note_start(self, page: CrawledPage) -> None:
         """Whether a start URL's server answered (a later try may, after one that did not)."""
         url = str(page.task.get("url"))
         refusal, fetched = page.refusal, page.fetched
@@ -404,7 +404,7 @@ class Crawl:
         else:
             self.progress.unreachable.pop(url, None)
 
-    async def _on_pages(self, pages: list[Page]) -> None:
+    async def _on_pages(self, pages: list[CrawledPage]) -> None:
         """Admit the links found, then write the items (links first: a kill after the
         items were written must not lose the pages only they lead to)."""
         progress = self.progress

@@ -40,11 +40,6 @@ def immediate(conn: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
-def sqlite_path(url: str) -> Path:
-    """``sqlite:///rel/path.db`` -> ``rel/path.db``; ``sqlite:////abs/path.db`` -> ``/abs/path.db``."""
-    return Path(sqlite_file(url))
-
-
 def _wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
     """Switch to WAL. Two processes creating the same file at once can get "database is
     locked" here at once, without the busy handler: the switch needs an exclusive lock.

@@ -56,7 +56,7 @@ from crawlhub.center.bus import (
     retry_forever,
     wait_until,
 )
-from crawlhub.center.protocol import (
+from crawlhub.center.messages import (
     ALLOCATIONS,
     BEATS,
     FAILED,

@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from crawlhub.center.bus import MALFORMED, Bus, BusError, Outbox
-from crawlhub.center.protocol import (
+from crawlhub.center.messages import (
     FAILED,
     REQUESTS,
     SKIPPED,

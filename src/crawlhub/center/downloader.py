@@ -22,7 +22,7 @@ from crawlhub.agents.codes import CONNECTION_ERROR, PARSE_ERROR
 from crawlhub.agents.downloader import DownloaderConfig, Fetched
 from crawlhub.agents.extract import Extracted
 from crawlhub.center.client import CenterClient
-from crawlhub.center.protocol import CenterError
+from crawlhub.center.messages import CenterError
 from crawlhub.fetch.http import Request
 
 log = logging.getLogger("crawlhub.center.downloader")

@@ -48,7 +48,7 @@ from crawlhub.center.bus import (
     retry_forever,
     wait_until,
 )
-from crawlhub.center.protocol import (
+from crawlhub.center.messages import (
     BEATS,
     FAILED,
     OK,

@@ -584,7 +584,11 @@ async def _dead(storage: Any, name: str, n: int) -> list[Any]:
 
 
 # ---------------------------------------------------------------------------- sub-commands
-def _mount_optional() -> None:
+def _mount_subcommands() -> None:
+    """Mount each sub-command module's ``app`` (a group) or ``<name>_command``. A module
+    that fails to import is a bug or a broken install: its error propagates rather than
+    the command going missing from ``crawlhub --help`` (optional extras are imported
+    lazily, inside the commands that need them)."""
     for module_name, command in (("crawlhub.cli.frontier", "frontier"),
                                  ("crawlhub.cli.collect", "collect"),
                                  ("crawlhub.cli.demo", "demo"),
@@ -598,18 +602,15 @@ def _mount_optional() -> None:
                                  ("crawlhub.cli.projects", "projects"),
                                  ("crawlhub.cli.builds", "builds"),
                                  ("crawlhub.cli.alerts", "alerts")):
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
+        module = importlib.import_module(module_name)
         sub = getattr(module, "app", None)
         if isinstance(sub, typer.Typer):
             app.add_typer(sub, name=command)
-        elif callable(getattr(module, f"{command}_command", None)):
+        else:
             app.command(command)(getattr(module, f"{command}_command"))
 
 
-_mount_optional()
+_mount_subcommands()
 
 
 def main() -> None:

@@ -134,7 +134,7 @@ def _extract(path: Path | None) -> Any:
 
 async def _run(cfg: Any, settings: Any, rules: Any) -> None:
     """One agent process with ``settings`` (the merged ``agent`` section)."""
-    from crawlhub.agents.agent import Agent, HubReport, Page
+    from crawlhub.agents.agent import Agent, CrawledPage, HubReport
     from crawlhub.agents.downloader import Downloader
     from crawlhub.app.crawl import Seen
     from crawlhub.services import Services
@@ -164,7 +164,7 @@ async def _run(cfg: Any, settings: Any, rules: Any) -> None:
 
     seen = Seen()
 
-    async def on_pages(pages: list[Page]) -> None:
+    async def on_pages(pages: list[CrawledPage]) -> None:
         links: dict[str, int] = {}
         items: list[dict[str, Any]] = []
         for page in pages:

@@ -1,20 +1,60 @@
 """``crawlhub builds``: the builds of the projects on the control database of the config
-(``control.url``), newest first, and one build with its log."""
+(``control.url``), newest first, and one build with its log; :func:`call` opens that
+database for the ``projects`` commands too."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from crawlhub.cli import ConfigOpt, DataDirOpt, JsonOpt, SetOpt, get_config, out, print_json, when
-from crawlhub.cli.projects import call
+from crawlhub.cli import (
+    ConfigOpt,
+    DataDirOpt,
+    JsonOpt,
+    SetOpt,
+    get_config,
+    out,
+    print_json,
+    run,
+    when,
+)
 from crawlhub.control.builds import STATUSES, Build, BuildService
 
 app = typer.Typer(help="Builds of release tags, with logs and artifacts.",
                   no_args_is_help=True)
+T = TypeVar("T")
+
+
+@asynccontextmanager
+async def open_builds(cfg: Any) -> AsyncIterator[BuildService]:
+    """The projects and builds on the config's control database (``.projects`` on the
+    service); builds left unfinished by a dead process are marked failed on opening."""
+    from crawlhub.control.db import ControlDB
+    from crawlhub.control.secrets import SecretBox
+
+    box = SecretBox.from_config(cfg)
+    db = await ControlDB.open(cfg.control.url)
+    try:
+        builds = await BuildService.open_section(db, box, cfg.control)
+        try:
+            yield builds
+        finally:
+            await builds.close()
+    finally:
+        await db.close()
+
+
+def call(cfg: Any, fn: Callable[[BuildService], Awaitable[T]]) -> T:
+    async def go() -> T:
+        async with open_builds(cfg) as builds:
+            return await fn(builds)
+
+    return run(go())  # type: ignore[no-any-return]
 
 
 def build_table(builds: list[Build], title: str) -> Table:

@@ -78,7 +78,7 @@ def crawl_command(
     continues, fetching nothing again that is already in --out. SIGTERM (and a job
     runner's exit) stops it cleanly: the pages in flight are written first.
     """
-    from crawlhub.app.crawl import Crawl, CrawlOptions, Progress
+    from crawlhub.app.crawl import Crawl, CrawlOptions, CrawlProgress
 
     bad = [u for u in urls if not u.startswith(("http://", "https://"))]
     if bad:
@@ -98,7 +98,7 @@ def crawl_command(
                             extract=rules, robots=robots, sink=read_sink(sink),
                             user_agent=user_agent, center=center, strategy=strategy,
                             agents=agents, center_prefix=center_prefix)
-        from crawlhub.center.protocol import STRATEGIES
+        from crawlhub.center.messages import STRATEGIES
 
         if strategy not in STRATEGIES:
             raise ConfigError(f"--strategy {strategy!r}: use {', '.join(STRATEGIES)}",
@@ -112,7 +112,7 @@ def crawl_command(
     # a robots.txt that cannot be had is named in the summary (and a start URL's host
     # that cannot be reached is the error): no warning for it on the way
     logging.getLogger("crawlhub.agents.robots").setLevel(logging.ERROR)
-    progress: Progress
+    progress: CrawlProgress
     previous = signal.signal(signal.SIGTERM, opts.control.terminate)
     try:
         # (no bar when stderr is not a terminal: a log file gets the summary alone)

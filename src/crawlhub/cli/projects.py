@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import secrets
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -32,9 +30,9 @@ from crawlhub.cli import (
     get_config,
     out,
     print_json,
-    run,
     when,
 )
+from crawlhub.cli.builds import build_table, call
 from crawlhub.control.builds import Build, BuildService
 from crawlhub.control.projects import (
     InvalidProject,
@@ -48,33 +46,6 @@ app = typer.Typer(help="Projects: git remotes whose release tags are built.",
 T = TypeVar("T")
 
 _HISTORY = " Visible in the shell's history and in ps: prefer --password-stdin or --ask-password."
-
-
-@asynccontextmanager
-async def open_builds(cfg: Any) -> AsyncIterator[BuildService]:
-    """The projects and builds on the config's control database (``.projects`` on the
-    service); builds left unfinished by a dead process are marked failed on opening."""
-    from crawlhub.control.db import ControlDB
-    from crawlhub.control.secrets import SecretBox
-
-    box = SecretBox.from_config(cfg)
-    db = await ControlDB.open(cfg.control.url)
-    try:
-        builds = await BuildService.open_section(db, box, cfg.control)
-        try:
-            yield builds
-        finally:
-            await builds.close()
-    finally:
-        await db.close()
-
-
-def call(cfg: Any, fn: Callable[[BuildService], Awaitable[T]]) -> T:
-    async def go() -> T:
-        async with open_builds(cfg) as builds:
-            return await fn(builds)
-
-    return run(go())  # type: ignore[no-any-return]
 
 
 def model(cls: type[T], data: dict[str, Any]) -> T:
@@ -271,8 +242,6 @@ def show_command(name: NameArg, as_json: JsonOpt = False, config: ConfigOpt = No
         return
     _show(project)
     if builds:
-        from crawlhub.cli.builds import build_table
-
         out.print(build_table(builds, f"last {len(builds)} builds"))
 
 

@@ -12,7 +12,7 @@ from crawlhub.collect.build import new_run
 from crawlhub.collect.plan import IncrementalState, Sweep, plan_incremental
 from crawlhub.collect.runner import JobRun
 from crawlhub.collect.service import CollectJobManager, JobConflict, JobNotFound
-from crawlhub.collect.store import MetadataStore, Progress, RunRecord, open_metadata_store
+from crawlhub.collect.store import JobRunRecord, MetadataStore, Progress, open_metadata_store
 
 __all__ = [
     "CollectJobManager",
@@ -20,9 +20,9 @@ __all__ = [
     "JobConflict",
     "JobNotFound",
     "JobRun",
+    "JobRunRecord",
     "MetadataStore",
     "Progress",
-    "RunRecord",
     "Sweep",
     "new_run",
     "open_metadata_store",

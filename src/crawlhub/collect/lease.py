@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 
 from crawlhub.collect.store.base import Lease, MetadataStore
 from crawlhub.core.errors import ConflictError
+from crawlhub.core.process import pid_alive
 from crawlhub.fetch.cancel import CancellationToken
 from crawlhub.fetch.joblog import JobLog
 
@@ -48,25 +49,12 @@ def _utc(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
 
 
-def pid_alive(pid: int) -> bool:
-    """True when a process with ``pid`` exists on this host."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
 def is_live(lease: Lease, now: float) -> bool:
     """Whether ``lease`` still stands: not expired, and its process alive if on this host."""
     if lease.expires_at <= now:
         return False
     if lease.host == socket.gethostname() and lease.pid != os.getpid():
-        return pid_alive(lease.pid)
+        return pid_alive(lease.pid, zombie_is_alive=True)
     return True
 
 
@@ -113,7 +101,7 @@ class RunLease:
         """Take the job's lease; :class:`JobRunning` naming the holder when it is taken."""
         holder = await self._take(None)
         if holder.owner != self.owner and holder.host == self.host and holder.pid != self.pid:
-            if not pid_alive(holder.pid):  # killed on this host: no need to wait for expiry
+            if not pid_alive(holder.pid, zombie_is_alive=True):  # killed on this host: no need to wait for expiry
                 if self.log is not None:
                     self.log.warning("run lease of a dead process taken over",
                                      pid=holder.pid, previous_run=holder.run_id)

@@ -29,7 +29,7 @@ from crawlhub.collect.plan import (
     window_segments,
 )
 from crawlhub.collect.source import (
-    Page,
+    ListPage,
     detail_request,
     is_fresh,
     item_date,
@@ -37,7 +37,7 @@ from crawlhub.collect.source import (
     list_request,
     read_page,
 )
-from crawlhub.collect.store.base import MetadataStore, Progress, RunRecord
+from crawlhub.collect.store.base import JobRunRecord, MetadataStore, Progress
 from crawlhub.core.errors import CancelledError, FetchError
 from crawlhub.core.jobprotocol import EXIT, PAUSE, RUN
 from crawlhub.fetch.fetcher import Fetcher
@@ -175,7 +175,7 @@ class JobRun:
             raise
 
     async def _run(self) -> RunResult:
-        record = RunRecord(
+        record = JobRunRecord(
             run_id=self.run_id,
             job=self.job.name,
             strategy=self.job.strategy.type,
@@ -341,7 +341,7 @@ class JobRun:
                 saved_offset=saved.saved_offset,
             )
             await self.store.finish_run(
-                RunRecord(
+                JobRunRecord(
                     run_id=saved.run_id,
                     job=self.job.name,
                     strategy=self.job.strategy.type,
@@ -518,7 +518,7 @@ class JobRun:
             unit.parsed = True
         return records
 
-    def _fresh(self, page: Page) -> list[dict[str, Any]]:
+    def _fresh(self, page: ListPage) -> list[dict[str, Any]]:
         """The page's items inside ``filter_days`` (copies: the writer adds metadata)."""
         now = self.now()
         days = self.job.strategy.filter_days

@@ -38,7 +38,7 @@ def get_path(data: Any, path: str | None, default: Any = None) -> Any:
 
 
 @dataclass(slots=True)
-class Page:
+class ListPage:
     """One answer of the list endpoint: its items and, when the source reports it, total."""
 
     items: list[dict[str, Any]]
@@ -116,7 +116,7 @@ def api_error(source: SourceConfig, body: Any) -> str | None:
     return f"{source.error_field}={value!r} {msg}".strip()
 
 
-def read_page(source: SourceConfig, body: Any, *, where: str = "") -> Page:
+def read_page(source: SourceConfig, body: Any, *, where: str = "") -> ListPage:
     """Items (at ``items_path``) and total (at ``total_path``) of one list answer."""
     items = get_path(body, source.items_path)
     if items is None:
@@ -136,7 +136,7 @@ def read_page(source: SourceConfig, body: Any, *, where: str = "") -> Page:
                 raise SourceError(
                     f"{where}: total_path {source.total_path!r} holds {raw!r}, not a number"
                 ) from None
-    return Page(items=[i for i in items if isinstance(i, dict)], total=total)
+    return ListPage(items=[i for i in items if isinstance(i, dict)], total=total)
 
 
 def item_id(source: SourceConfig, item: Mapping[str, Any]) -> Any:

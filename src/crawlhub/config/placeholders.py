@@ -19,11 +19,6 @@ Lookup = Callable[[str], "str | None"]
 Path = tuple[str | int, ...]
 
 
-def placeholders_in(text: str) -> list[str]:
-    """The placeholder names in ``text``, in order (escaped braces are not placeholders)."""
-    return [m.group(1) for m in PLACEHOLDER_RE.finditer(text) if m.group(1)]
-
-
 def substitute(text: str, lookup: Lookup, missing: list[str] | None = None) -> str:
     """Replace each ``{name}`` by ``lookup(name)``; unescape ``{{`` and ``}}``.
 

@@ -276,8 +276,5 @@ class CrawlhubConfig(_Section):
         found = origins.get((section, key)) if key is not None else None
         return found or origins.get((section,))
 
-    def inbound_named(self, name: str) -> InboundConfig | None:
-        return next((i for i in self.inbound if i.name == name), None)
-
     def outbound_named(self, name: str) -> OutboundConfig | None:
         return next((o for o in self.outbound if o.name == name), None)

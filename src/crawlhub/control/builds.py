@@ -45,7 +45,6 @@ from crawlhub.control.builders import (
     stop_leftovers,
 )
 from crawlhub.control.db import ControlDB, Tx
-from crawlhub.control.jobs.store import pid_alive
 from crawlhub.control.projects import (
     InvalidProject,
     Project,
@@ -56,6 +55,7 @@ from crawlhub.control.projects import (
 from crawlhub.control.secrets import SecretBox
 from crawlhub.control.versions import highest
 from crawlhub.core.errors import ConflictError, CrawlhubError, NotFoundError
+from crawlhub.core.process import pid_alive
 
 if TYPE_CHECKING:
     from crawlhub.control.config import ControlSection

@@ -18,6 +18,7 @@ import ipaddress
 import json
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import (
@@ -40,6 +41,7 @@ from crawlhub.control.hooks import (
 )
 from crawlhub.control.secrets import Secret, SecretBox
 from crawlhub.core.errors import ConflictError, CrawlhubError, NotFoundError
+from crawlhub.core.names import check_name
 from crawlhub.core.redact import redact_url
 
 #: A project name: letters, digits, '-', '_' and '.', starting with a letter or digit.
@@ -57,11 +59,11 @@ class InvalidProject(CrawlhubError, ValueError):
 
 
 # ------------------------------------------------------------------------------ checks
-def check_name(name: str, what: str = "project name") -> str:
-    if not isinstance(name, str) or not NAME_RE.match(name):
+def _bad_name(what: str) -> Callable[[Any], InvalidProject]:
+    def error(name: Any) -> InvalidProject:
         shown = name[:80] if isinstance(name, str) else type(name).__name__
-        raise InvalidProject(f"{what} {shown!r} is not valid: use {NAME_RULE}")
-    return name
+        return InvalidProject(f"{what} {shown!r} is not valid: use {NAME_RULE}")
+    return error
 
 
 def _loopback(host: str) -> bool:
@@ -179,7 +181,7 @@ class _ProjectFields(BaseModel):
     @field_validator("name", "release_name", check_fields=False)
     @classmethod
     def _name(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return None if value is None else check_name(value, str(info.field_name))
+        return None if value is None else check_name(value, NAME_RE, _bad_name(str(info.field_name)))
 
     @field_validator("git_url", check_fields=False)
     @classmethod
@@ -450,7 +452,8 @@ def _missing(name: str) -> NotFoundError:
 
 def check_found(name: str) -> None:
     """A name that cannot be a project's is a 404 (never echoed beyond 80 characters)."""
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    def error(name: Any) -> NotFoundError:
         shown = name[:80] if isinstance(name, str) else ""
-        raise NotFoundError(f"no project named {shown!r} (a name is {NAME_RULE})")
+        return NotFoundError(f"no project named {shown!r} (a name is {NAME_RULE})")
+    check_name(name, NAME_RE, error)
 

@@ -27,7 +27,7 @@ claims (:mod:`crawlhub.agents.politeness`), and the download center's allocation
    leases long compared with the skew you tolerate (seconds, not milliseconds).
 
 What is not a lease: local waits (the fetch scheduler's pacing, retry backoff) use the
-monotonic :class:`crawlhub.fetch.clock.Clock`, which never crosses a process boundary.
+monotonic :class:`crawlhub.fetch.timer.Timer`, which never crosses a process boundary.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from crawlhub.core.jsoncodec import MAX_DEPTH, check_depth
@@ -82,24 +82,12 @@ class Task(dict[str, Any]):
         return str(value) if value else None
 
     @property
-    def is_rt(self) -> bool:
-        return bool(self.get("rt"))
-
-    @property
     def retry_times(self) -> int:
         return _int(self.get("retry_times"))
 
     @property
     def routed_count(self) -> int:
         return _int(self.get("routed_count"))
-
-    @property
-    def result_code(self) -> Any:
-        return self.get(RESULT_KEY)
-
-    def user_params(self) -> dict[str, Any]:
-        """The task without the built-in keys."""
-        return {k: v for k, v in self.items() if k not in BUILTIN_KEY_SET}
 
 
 _last_stamp: tuple[int, str] = (-1, "")
@@ -112,11 +100,6 @@ def _stamp(now: float) -> str:
     if _last_stamp[0] != second:
         _last_stamp = (second, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second)))
     return _last_stamp[1]
-
-
-def strip_builtin_keys(data: Mapping[str, Any], keep: Iterable[str] = ()) -> dict[str, Any]:
-    keep_set = set(keep)
-    return {k: v for k, v in data.items() if k not in BUILTIN_KEY_SET or k in keep_set}
 
 
 def _int(value: Any) -> int:

@@ -1,12 +1,11 @@
 """fetch: rate-limited request scheduling, cancellation, retries and the HTTP clients.
 
-The public face; the modules behind it hold one concept each (cancel, clock, http,
+The public face; the modules behind it hold one concept each (cancel, timer, http,
 scheduler, retry, fetcher, joblog).
 """
 
 from crawlhub.core.errors import CancelledError, FetchError
 from crawlhub.fetch.cancel import CancellationToken, ctrl_c_cancels
-from crawlhub.fetch.clock import Clock, ManualClock, MonotonicClock
 from crawlhub.fetch.fetcher import Fetcher, FetchStats
 from crawlhub.fetch.http import (
     CurlCffiClient,
@@ -21,11 +20,12 @@ from crawlhub.fetch.http import (
 from crawlhub.fetch.joblog import JobLog, JobLogs, job_log, job_logs
 from crawlhub.fetch.retry import RetryPolicy, TooManyFailures, Verdict
 from crawlhub.fetch.scheduler import RequestScheduler, Slot, check_rate
+from crawlhub.fetch.timer import ManualTimer, MonotonicTimer, Timer
 
 __all__ = [
     "CancellationToken",
     "CancelledError",
-    "Clock",
+    "Timer",
     "CurlCffiClient",
     "FetchError",
     "FetchStats",
@@ -33,8 +33,8 @@ __all__ = [
     "HttpClient",
     "JobLog",
     "JobLogs",
-    "ManualClock",
-    "MonotonicClock",
+    "ManualTimer",
+    "MonotonicTimer",
     "Request",
     "RequestScheduler",
     "RequestTimeout",

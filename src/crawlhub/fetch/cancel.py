@@ -117,14 +117,6 @@ class CancellationToken:
         return child
 
     # ---- waiting ----------------------------------------------------------------------
-    def wait_sync(self, timeout: float | None = None) -> bool:
-        """Block a thread until cancelled or ``timeout``; True if cancelled."""
-        remaining = self.remaining()
-        if remaining is not None:
-            timeout = remaining if timeout is None else min(timeout, remaining)
-        self._event.wait(timeout)
-        return self.is_cancelled
-
     async def wait(self, timeout: float | None = None) -> bool:
         """Wait until cancelled or ``timeout`` seconds pass; True if cancelled."""
         if self.is_cancelled:

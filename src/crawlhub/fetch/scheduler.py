@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from crawlhub.fetch.cancel import CancellationToken
-from crawlhub.fetch.clock import Clock, MonotonicClock
 from crawlhub.fetch.http import Request
+from crawlhub.fetch.timer import MonotonicTimer, Timer
 
 Mode = Literal["serial", "concurrent"]
 Scope = Literal["global", "job", "domain"]
@@ -66,7 +66,7 @@ class _SerialLane:
     the earliest-registered job that is waiting always goes next.
     """
 
-    def __init__(self, key: str, clock: Clock) -> None:
+    def __init__(self, key: str, clock: Timer) -> None:
         self.key = key
         self.clock = clock
         self.busy = False
@@ -120,7 +120,7 @@ class _ConcurrentLane:
     """At most ``concurrency`` in flight, started at ``rate`` per second (burst ``burst``)."""
 
     def __init__(
-        self, key: str, clock: Clock, concurrency: int, rate: float | None, burst: int
+        self, key: str, clock: Timer, concurrency: int, rate: float | None, burst: int
     ) -> None:
         self.key = key
         self.clock = clock
@@ -198,7 +198,7 @@ class RequestScheduler:
         concurrency: int = 4,
         rate_per_second: float | None = None,
         burst: int = 1,
-        clock: Clock | None = None,
+        clock: Timer | None = None,
         rng: random.Random | None = None,
     ) -> None:
         if mode not in MODES:
@@ -219,7 +219,7 @@ class RequestScheduler:
         self.concurrency = concurrency
         self.rate_per_second = rate_per_second
         self.burst = burst
-        self.clock: Clock = clock or MonotonicClock()
+        self.clock: Timer = clock or MonotonicTimer()
         self.rng = rng or random.Random()
         self._jobs: dict[str, int] = {}
         self._rates: dict[str, tuple[float, float]] = {}

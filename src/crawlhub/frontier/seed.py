@@ -78,11 +78,6 @@ class Seed:
             not_before=None if not_before is None else float(not_before),
         )
 
-    def body_bytes(self) -> bytes:
-        if self.body is None:
-            return b""
-        return self.body if isinstance(self.body, bytes) else self.body.encode()
-
     def to_dict(self) -> dict[str, Any]:
         """The user's fields as JSON-ready data (what the store keeps and the API shows)."""
         out: dict[str, Any] = {"url": self.url}

@@ -30,14 +30,13 @@ from crawlhub.core.errors import NotFoundError
 from crawlhub.core.task import BUILTIN_KEY_SET, RESULT_KEY, Task
 from crawlhub.hub.converters import build_converter
 from crawlhub.hub.failures import FailureLog
-from crawlhub.hub.inbounds import Inbound, build_source
+from crawlhub.hub.inbounds import Inbound, InboundPlan, build_source
 from crawlhub.hub.inbounds.base import InboundSource
 from crawlhub.hub.intake import IntakeStage, SubmitResult, extract_problem
 from crawlhub.hub.metrics import HubMetrics
 from crawlhub.hub.outbounds import OutboundTransport, build_transport
 from crawlhub.hub.plan import (
     HubPlan,
-    InboundPlan,
     OutboundPlan,
     check_frontier,
     compile_config,

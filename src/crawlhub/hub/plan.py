@@ -11,17 +11,19 @@ open connections or write files, run only when the hub is built (``serve``).
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from crawlhub.core.errors import ConfigError, ConfigErrors
 from crawlhub.core.loading import check_call, import_object
-from crawlhub.core.selectors import SelectorSet, compile_selectors
+from crawlhub.core.selectors import compile_selectors
 from crawlhub.hub.converters import _TASKHUB_MODULES, BUILTIN_CONVERTERS
 from crawlhub.hub.inbounds import (
     HTTP_NAMES,
     KAFKA_NAMES,
     REDIS_NAMES,
+    ConverterPlan,
+    InboundPlan,
     kafka_inbound_class,
     redis_source,
 )
@@ -34,38 +36,6 @@ if TYPE_CHECKING:
 #: Methods a user class must define for each role (their instances are what the hub calls).
 OUTBOUND_METHODS = ("send", "lag", "close")
 INBOUND_METHODS = ("run",)
-
-
-@dataclass(frozen=True, slots=True)
-class ConverterPlan:
-    """One ``convert:`` entry of an inbound: its class and arguments; ``key`` locates it
-    (``convert[0]``)."""
-
-    class_name: str
-    init: dict[str, Any]
-    key: str
-
-
-@dataclass(slots=True)
-class InboundPlan:
-    """One inbound entry, compiled: selectors, converters to build and its source class."""
-
-    name: str
-    class_name: str
-    selectors: SelectorSet
-    converters: list[ConverterPlan]
-    derive: bool = False
-    frontier: str | None = None
-    threads: int = 1
-    disabled: bool = False
-    init: dict[str, Any] = field(default_factory=dict)
-    #: where errors point: the config file and the entry (``inbound[0] 'http'``)
-    file: str | None = None
-    entry: str | None = None
-
-    @property
-    def is_http(self) -> bool:
-        return self.class_name in HTTP_NAMES
 
 
 @dataclass(slots=True)

@@ -19,6 +19,7 @@ import orjson
 
 from crawlhub.core import jsoncodec
 from crawlhub.core.errors import CrawlhubError, QueueError
+from crawlhub.core.names import check_name
 from crawlhub.queues.base import Message, QueueStats
 
 log = logging.getLogger("crawlhub.queues")
@@ -37,7 +38,7 @@ DEAD_KINDS = ("max_attempts", "undeliverable", "nacked")
 #: The reason prefix of a payload a lease (or an answer) could not hand out.
 UNDELIVERABLE = "undeliverable: "
 
-_NAME = re.compile(r"[^\s{}#]{1,200}")
+_NAME = re.compile(r"\A[^\s{}#]{1,200}\Z")
 #: An id or receipt: ASCII digits that fit a 64-bit integer (``"17"``, ``"17#2"``).
 _REF = re.compile(r"([0-9]{1,18})(?:#([0-9]{1,18}))?")
 
@@ -51,7 +52,7 @@ class Ref:
 
 
 @dataclass(slots=True)
-class Counters:
+class QueueCounters:
     """Raw counters a backend reads in one atomic step; :func:`build_stats` names them."""
 
     total: int = 0
@@ -87,13 +88,15 @@ class QueueNameError(QueueError):
     """A queue name no backend takes (the API answers 400)."""
 
 
-def check_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise QueueNameError(
-            f"queue name {name!r} is invalid: use 1-200 characters without whitespace, "
-            "'{', '}' or '#' (e.g. the outbound name)"
-        )
-    return name
+def _bad_queue_name(name: Any) -> QueueNameError:
+    return QueueNameError(
+        f"queue name {name!r} is invalid: use 1-200 characters without whitespace, "
+        "'{', '}' or '#' (e.g. the outbound name)"
+    )
+
+
+def check_queue_name(name: str) -> str:
+    return check_name(name, _NAME, _bad_queue_name)
 
 
 def check_count(n: int, what: str, place: str) -> int:
@@ -238,7 +241,7 @@ def parse_refs(ids: Sequence[str] | str) -> list[Ref]:
     return refs
 
 
-def build_stats(name: str, c: Counters) -> QueueStats:
+def build_stats(name: str, c: QueueCounters) -> QueueStats:
     return QueueStats(
         name=name,
         total=c.total,
@@ -262,7 +265,7 @@ def encode_groups(
     """Check and encode the items of a multi-queue push (empty groups dropped)."""
     encoded: dict[str, list[tuple[str, int]]] = {}
     for name, items in groups.items():
-        check_name(name)
+        check_queue_name(name)
         rows = [encode_item(item, i, name) for i, item in enumerate(items)]
         if rows:
             encoded[name] = rows
@@ -273,7 +276,7 @@ class BaseQueue(ABC):
     """The public queue methods, once: check arguments, encode, then call the backend."""
 
     def __init__(self, name: str, max_attempts: int | None = None) -> None:
-        self.name = check_name(name)
+        self.name = check_queue_name(name)
         self.max_attempts = check_max_attempts(max_attempts, f"queue {name!r}")
 
     def configure(self, max_attempts: int | None) -> None:
@@ -393,7 +396,7 @@ class BaseQueue(ABC):
     async def _length(self) -> int: ...
 
     @abstractmethod
-    async def _counters(self) -> Counters: ...
+    async def _counters(self) -> QueueCounters: ...
 
     @abstractmethod
     async def _dead_letters(self, n: int) -> list[Row]: ...

@@ -35,10 +35,10 @@ from crawlhub.core.redact import redact_url
 from crawlhub.queues.common import (
     DEFAULT_MAX_ATTEMPTS,
     BaseQueue,
-    Counters,
+    QueueCounters,
     Ref,
     Row,
-    check_name,
+    check_queue_name,
     dead_kind,
     encode_groups,
 )
@@ -136,7 +136,7 @@ class RedisQueueBackend:
     def queue(self, name: str, *, max_attempts: int | None = None) -> RedisQueue:
         q = self._queues.get(name)
         if q is None:
-            q = self._queues[name] = RedisQueue(check_name(name), self, max_attempts)
+            q = self._queues[name] = RedisQueue(check_queue_name(name), self, max_attempts)
         else:
             q.configure(max_attempts)
         return q
@@ -254,9 +254,9 @@ class RedisQueue(BaseQueue):
         c = await self._counters()
         return c.ready + c.leased
 
-    async def _counters(self) -> Counters:
+    async def _counters(self) -> QueueCounters:
         raw = await self._run("counters", "stats", [self.backend.now_arg(), self.limit])
-        return Counters(*(int(v or 0) for v in raw))
+        return QueueCounters(*(int(v or 0) for v in raw))
 
     async def _dead_letters(self, n: int) -> list[Row]:
         out = await self._run("dead_letters", "dead_letters", [n])

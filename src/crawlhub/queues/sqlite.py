@@ -19,10 +19,10 @@ from crawlhub.core.errors import QueueError
 from crawlhub.queues.common import (
     DEFAULT_MAX_ATTEMPTS,
     BaseQueue,
-    Counters,
+    QueueCounters,
     Ref,
     Row,
-    check_name,
+    check_queue_name,
     dead_kind,
     encode_groups,
     spent_reason,
@@ -215,7 +215,7 @@ class SqliteQueueBackend:
     def queue(self, name: str, *, max_attempts: int | None = None) -> SqliteQueue:
         q = self._queues.get(name)
         if q is None:
-            q = self._queues[name] = SqliteQueue(check_name(name), self, max_attempts)
+            q = self._queues[name] = SqliteQueue(check_queue_name(name), self, max_attempts)
         else:
             q.configure(max_attempts)
         return q
@@ -426,15 +426,15 @@ class SqliteQueue(BaseQueue):
         c = await self._counters()
         return c.ready + c.leased
 
-    async def _counters(self) -> Counters:
+    async def _counters(self) -> QueueCounters:
         q = self.name
 
-        def counters(conn: sqlite3.Connection) -> Counters:
+        def counters(conn: sqlite3.Connection) -> QueueCounters:
             self._requeue_if_expired(conn)
             row = conn.execute(
                 f"SELECT {', '.join(_COUNTER_NAMES)} FROM queue_counters WHERE queue = ?", (q,)
             ).fetchone()
-            c = Counters(*row) if row else Counters()
+            c = QueueCounters(*row) if row else QueueCounters()
             c.max_attempts = self.limit or _stored_limit(conn, q) or DEFAULT_MAX_ATTEMPTS
             kinds = dict(conn.execute(
                 "SELECT kind, n FROM queue_dead_counts WHERE queue = ?", (q,)).fetchall())

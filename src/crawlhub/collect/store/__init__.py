@@ -6,14 +6,14 @@
 from __future__ import annotations
 
 from crawlhub.collect.store.base import (
+    JobRunRecord,
     Lease,
     MetadataStore,
     Progress,
-    RunRecord,
     SqlMetadataStore,
 )
 
-__all__ = ["Lease", "MetadataStore", "Progress", "RunRecord", "SqlMetadataStore", "open_metadata_store", "store_for"]
+__all__ = ["JobRunRecord", "Lease", "MetadataStore", "Progress", "SqlMetadataStore", "open_metadata_store", "store_for"]
 
 
 def store_for(url: str, *, table_prefix: str = "crawlhub_collect_") -> SqlMetadataStore:

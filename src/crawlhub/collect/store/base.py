@@ -51,8 +51,9 @@ class Progress:
 
 
 @dataclass(slots=True)
-class RunRecord:
-    """One run of a job: when, how it ended, its RunResult and its log lines."""
+class JobRunRecord:
+    """The stored record of one run of a job (a :class:`~crawlhub.collect.runner.JobRun`):
+    when, how it ended, its RunResult and its log lines."""
 
     run_id: str
     job: str
@@ -131,11 +132,11 @@ class MetadataStore(Protocol):
 
     async def set_cursor(self, job: str, name: str, value: str) -> None: ...
 
-    async def start_run(self, run: RunRecord) -> None: ...
+    async def start_run(self, run: JobRunRecord) -> None: ...
 
-    async def finish_run(self, run: RunRecord) -> None: ...
+    async def finish_run(self, run: JobRunRecord) -> None: ...
 
-    async def runs(self, job: str, limit: int = 20) -> list[RunRecord]: ...
+    async def runs(self, job: str, limit: int = 20) -> list[JobRunRecord]: ...
 
     async def acquire_lease(
         self,
@@ -331,7 +332,7 @@ class SqlMetadataStore:
             time.time(),
         )
 
-    async def start_run(self, run: RunRecord) -> None:
+    async def start_run(self, run: JobRunRecord) -> None:
         await self._execute(
             f"INSERT INTO {self.runs_table} (run_id, job, strategy, status, started_at)"
             " VALUES ($1, $2, $3, $4, $5)",
@@ -342,7 +343,7 @@ class SqlMetadataStore:
             run.started_at,
         )
 
-    async def finish_run(self, run: RunRecord) -> None:
+    async def finish_run(self, run: JobRunRecord) -> None:
         await self._execute(
             f"UPDATE {self.runs_table} SET status = $2, finished_at = $3, result = $4,"
             " log = $5 WHERE run_id = $1",
@@ -353,7 +354,7 @@ class SqlMetadataStore:
             json.dumps(run.log),
         )
 
-    async def runs(self, job: str, limit: int = 20) -> list[RunRecord]:
+    async def runs(self, job: str, limit: int = 20) -> list[JobRunRecord]:
         rows = await self._fetch(
             f"SELECT run_id, job, strategy, status, started_at, finished_at, result, log"
             f" FROM {self.runs_table} WHERE job = $1 ORDER BY started_at DESC LIMIT $2",
@@ -361,7 +362,7 @@ class SqlMetadataStore:
             limit,
         )
         return [
-            RunRecord(
+            JobRunRecord(
                 run_id=r[0],
                 job=r[1],
                 strategy=r[2],

@@ -48,7 +48,7 @@ How a crawl goes:
   ``RetryMiddleware`` retries): ``skipped`` and ``failed`` replies and downloads that got
   no response (timeouts, connection errors), with the agent's error in the message.
 - **fatal**: a download the center left unanswered past its retries, or a broker down
-  past its retries (:class:`~crawlhub.center.protocol.CenterError`) fails the request
+  past its retries (:class:`~crawlhub.center.messages.CenterError`) fails the request
   and closes the spider (reason ``crawlhub_center_error``).
 
 Both Twisted reactors work (the asyncio one and the others), and so does Scrapy without a
@@ -82,7 +82,7 @@ from twisted.internet.error import ConnectError
 from crawlhub.agents.codes import TOO_LARGE
 from crawlhub.center.bus import Bus, open_bus
 from crawlhub.center.client import CenterClient
-from crawlhub.center.protocol import FAILED, SKIPPED, STRATEGIES, CenterError, Reply, check_id
+from crawlhub.center.messages import FAILED, SKIPPED, STRATEGIES, CenterError, Reply, check_id
 from crawlhub.contrib.scrapy.loop import LoopThread, engine_wait
 from crawlhub.contrib.scrapy.settings import _error, _float, _int
 from crawlhub.core.keys import DEFAULT_PREFIX

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -26,6 +26,7 @@ from cronsim import CronSim, CronSimError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from crawlhub.core.errors import CrawlhubError
+from crawlhub.core.names import check_name
 
 KINDS = ("subprocess", "crawl", "collect")
 Kind = Literal["subprocess", "crawl", "collect"]
@@ -102,11 +103,9 @@ def check_env(env: Mapping[str, str], allowed: Iterable[str] = (), *,
                 f" control.allowed_env: [{name}]")
 
 
-def check_name(name: str, what: str = "job") -> str:
-    if not NAME_RE.match(name):
-        raise ValueError(f"{what} name {name!r} must be 1-64 letters, digits, '_', '.' or"
-                         " '-', starting with a letter or digit")
-    return name
+def _bad_name(what: str) -> Callable[[Any], ValueError]:
+    return lambda name: ValueError(f"{what} name {name!r} must be 1-64 letters, digits, '_',"
+                                   " '.' or '-', starting with a letter or digit")
 
 
 def next_cron_time(cron: str, after: float, tz: str = "UTC") -> float:
@@ -154,12 +153,12 @@ class JobSpec(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        return check_name(value)
+        return check_name(value, NAME_RE, _bad_name("job"))
 
     @field_validator("project")
     @classmethod
     def _project(cls, value: str | None) -> str | None:
-        return None if value is None else check_name(value, "project")
+        return None if value is None else check_name(value, NAME_RE, _bad_name("project"))
 
     @field_validator("command", "args")
     @classmethod

@@ -59,10 +59,11 @@ from crawlhub.control.builders import (
 )
 from crawlhub.control.channel import ControlChannel, ControlFollower
 from crawlhub.control.jobs.model import JobSpec, RunRecord
-from crawlhub.control.jobs.store import HOST, JobStore, pid_alive
+from crawlhub.control.jobs.store import HOST, JobStore
 from crawlhub.control.logs.line import LogLine, level_rank
 from crawlhub.core import jobprotocol as protocol
 from crawlhub.core.errors import ConflictError
+from crawlhub.core.process import pid_alive
 
 if TYPE_CHECKING:
     from crawlhub.collect.service import CollectJobManager

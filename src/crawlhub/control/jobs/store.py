@@ -16,12 +16,12 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from pathlib import Path
 from typing import Any
 
 from crawlhub.control.db import ControlDB, Tx
 from crawlhub.control.jobs.model import FINAL, LIVE, JobSpec, RunRecord, TaskRecord
 from crawlhub.core.errors import ConflictError, NotFoundError
+from crawlhub.core.process import pid_alive
 
 #: A live run whose runner has not beaten for this long is lost (its host died).
 STALE_AFTER = 30.0
@@ -411,16 +411,3 @@ def _like_prefix(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists (of any user) and has not ended: a zombie (ended,
-    not yet reaped by its parent) is dead."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    try:  # "pid (comm) state ...": Linux's /proc; elsewhere the signal's answer
-        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return not Path("/proc/self/stat").exists()  # with /proc: gone since the signal

@@ -19,7 +19,7 @@ from crawlhub.control.logs.sql import (
     SqlLogStore,
     bounds,
     indexes,
-    order,
+    order_by,
     where_clause,
 )
 from crawlhub.control.logs.text import LogQuery, SearchText, Term, words
@@ -116,7 +116,7 @@ class PostgresLogStore(SqlLogStore):
         if search.substring is not None:
             conditions.append(f"strpos(l.message, {args.add(search.substring)}) > 0")
         return (f"SELECT {COLUMNS} FROM {self.table} AS l{where_clause(conditions)}"
-                f" ORDER BY {order(query, 'l.id')} LIMIT {limit}")
+                f" ORDER BY {order_by(query, 'l.id')} LIMIT {limit}")
 
     async def _delete(self, tx: Tx, ids: list[int]) -> None:
         await tx.execute(f"DELETE FROM {self.table} WHERE id = ANY($1::bigint[])", ids)

@@ -30,8 +30,8 @@ from crawlhub.control.logs.text import LogQuery, clean_line
 from crawlhub.control.logs.transport import (
     DirectTransport,
     LogCollector,
+    LogTransport,
     RedisTransport,
-    Transport,
 )
 from crawlhub.core.redact import redact_text
 
@@ -57,7 +57,7 @@ class LogService:
     started (None: not by that measure).
     """
 
-    def __init__(self, store: LogStore, transport: Transport | None = None, *,
+    def __init__(self, store: LogStore, transport: LogTransport | None = None, *,
                  collector: LogCollector | None = None, max_age: float | None = None,
                  max_lines: int | None = None, prune_every: float = PRUNE_EVERY,
                  poll: float = POLL) -> None:
@@ -90,7 +90,7 @@ class LogService:
         store = open_log_store(await ControlDB.open(section.logs_url, prefix=prefix))
         try:
             await store.open()
-            transport: Transport
+            transport: LogTransport
             collector = None
             channel = section.channel
             if channel and not channel.lower().startswith("memory://"):

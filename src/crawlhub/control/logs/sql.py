@@ -48,7 +48,7 @@ def bounds(query: LogQuery, args: Args, column: str) -> list[str]:
     return where
 
 
-def order(query: LogQuery, column: str) -> str:
+def order_by(query: LogQuery, column: str) -> str:
     """Newest first, or oldest first for a forward read (``after``)."""
     return f"{column} {'ASC' if query.after is not None else 'DESC'}"
 
@@ -122,7 +122,7 @@ class SqlLogStore:
     def _select(self, query: LogQuery, filters: list[str], args: Args, *,
                 limit: str, narrow: bool = False) -> str:
         """The backend's SELECT of :data:`COLUMNS` for ``query.search`` and ``filters``,
-        bounded by :func:`bounds`, ordered by :func:`order`, at most ``limit`` rows;
+        bounded by :func:`bounds`, ordered by :func:`order_by`, at most ``limit`` rows;
         ``narrow``: see :meth:`_narrow`."""
         raise NotImplementedError
 

@@ -14,7 +14,7 @@ from crawlhub.control.logs.sql import (
     SqlLogStore,
     bounds,
     indexes,
-    order,
+    order_by,
     where_clause,
 )
 from crawlhub.control.logs.text import LogQuery, SearchText, Term, words
@@ -173,7 +173,7 @@ class SqliteLogStore(SqlLogStore):
                           *filters]
             return (f"SELECT {COLUMNS} FROM {self.fts} AS f CROSS JOIN {self.table} AS l"
                     f" ON l.id = f.rowid{where_clause(conditions)}"
-                    f" ORDER BY {order(query, 'f.rowid')} LIMIT {limit}")
+                    f" ORDER BY {order_by(query, 'f.rowid')} LIMIT {limit}")
         # The filtered lines drive (through their index), each checked against FTS5.
         conditions = [*bounds(query, args, "l.id"), *filters]
         if match is not None:
@@ -186,7 +186,7 @@ class SqliteLogStore(SqlLogStore):
         if search.substring is not None:
             conditions.append(f"instr(l.message, {args.add(search.substring)}) > 0")
         return (f"SELECT {COLUMNS} FROM {self.table} AS l{where_clause(conditions)}"
-                f" ORDER BY {order(query, 'l.id')} LIMIT {limit}")
+                f" ORDER BY {order_by(query, 'l.id')} LIMIT {limit}")
 
     # -- retention ----------------------------------------------------------------------
     async def _delete(self, tx: Tx, ids: list[int]) -> None:

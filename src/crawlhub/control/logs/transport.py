@@ -10,13 +10,13 @@ never blocking); a flush task sends them on every 0.2 s or every :data:`BATCH` l
   stay pending and are claimed by another collector, or by itself on restart), and the
   store's ``uid`` per line (``<entry id>/<n>``) keeps redelivered lines from doubling.
 
-A producer that can wait (a job's output: :meth:`Transport.put_wait`) waits while the
+A producer that can wait (a job's output: :meth:`LogTransport.put_wait`) waits while the
 buffer is over half full, so a job printing faster than the store writes is slowed (its
 pipe fills) and loses nothing; it waits as long as lines are being sent, and gives up after
 :data:`PATIENCE` seconds without a batch sent (the store or Redis away). A full buffer drops
 its *oldest* lines and counts them (``dropped``, and per run: :meth:`LineBuffer.dropped_of`);
 a store or Redis out of reach keeps the lines buffered and retries with backoff. Nothing
-here raises into a producer, and :meth:`Transport.put` never blocks.
+here raises into a producer, and :meth:`LogTransport.put` never blocks.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ BATCH = 500
 INTERVAL = 0.2
 #: Lines a producer buffers at most (then the oldest go, counted).
 CAPACITY = 100_000
-#: Seconds a waiting producer (:meth:`Transport.put_wait`) waits for room while no batch
+#: Seconds a waiting producer (:meth:`LogTransport.put_wait`) waits for room while no batch
 #: is sent (the store or Redis away); then its lines go in, and the oldest are dropped.
 PATIENCE = 30.0
 #: Seconds to wait after a failed send, doubling up to :data:`MAX_BACKOFF`.
@@ -129,7 +129,7 @@ class LineBuffer:
             self._items.extendleft(reversed(items[cut:]))
 
 
-class Transport:
+class LogTransport:
     """The producer side: :meth:`put` from anywhere; a task started by :meth:`start`
     flushes. Subclasses send a batch with :meth:`_send`."""
 
@@ -306,7 +306,7 @@ class Transport:
                 "failures": self.failures, "last_error": self.last_error}
 
 
-class DirectTransport(Transport):
+class DirectTransport(LogTransport):
     """Embedded: each batch is one store write in this process; ``written(n)`` is called
     after it (tails wake up)."""
 
@@ -351,7 +351,7 @@ def decode_batch(text: str | bytes) -> list[LogLine]:
     return lines
 
 
-class RedisTransport(Transport):
+class RedisTransport(LogTransport):
     """Distributed: each batch is one ``XADD`` to the stream ``key``, unless the stream
     already holds ``maxlen`` entries no collector took (then the send fails and the lines
     stay buffered: nothing is trimmed away unstored). Cost: two round trips (``XLEN``,

@@ -1,25 +1,56 @@
-"""Inbounds: where messages come in. A built inbound (:class:`Inbound`: its compiled entry
-and converters) and, for every class but ``http``, the source that consumes messages
-(:func:`build_source`; the protocol in :mod:`.base`, one file per kind)."""
+"""Inbounds: where messages come in. An inbound entry as :mod:`crawlhub.hub.plan` compiles
+it (:class:`InboundPlan`), built (:class:`Inbound`: that entry and its converters) and, for
+every class but ``http``, the source that consumes messages (:func:`build_source`; the
+protocol in :mod:`.base`, one file per kind)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from crawlhub.core.errors import ConfigError, ConvertError
 from crawlhub.core.loading import import_object
+from crawlhub.core.selectors import SelectorSet
 from crawlhub.hub.converters import Converter
 from crawlhub.hub.inbounds.base import InboundSource
-
-if TYPE_CHECKING:
-    from crawlhub.hub.plan import InboundPlan
 
 HTTP_NAMES = frozenset({"http", "http.HttpInbound", "HttpInbound"})
 REDIS_NAMES = frozenset({"redis", "redis_list", "redis_stream", "redis.RedisInbound",
                          "RedisInbound"})
 KAFKA_NAMES = frozenset({"kafka", "kafka.KafkaInbound", "KafkaInbound"})
+
+
+@dataclass(frozen=True, slots=True)
+class ConverterPlan:
+    """One ``convert:`` entry of an inbound: its class and arguments; ``key`` locates it
+    (``convert[0]``)."""
+
+    class_name: str
+    init: dict[str, Any]
+    key: str
+
+
+@dataclass(slots=True)
+class InboundPlan:
+    """One inbound entry, compiled: selectors, converters to build and its source class."""
+
+    name: str
+    class_name: str
+    selectors: SelectorSet
+    converters: list[ConverterPlan]
+    derive: bool = False
+    frontier: str | None = None
+    threads: int = 1
+    disabled: bool = False
+    init: dict[str, Any] = field(default_factory=dict)
+    #: where errors point: the config file and the entry (``inbound[0] 'http'``)
+    file: str | None = None
+    entry: str | None = None
+
+    @property
+    def is_http(self) -> bool:
+        return self.class_name in HTTP_NAMES
 
 
 @dataclass(slots=True)

@@ -1,6 +1,7 @@
-"""Clocks for the scheduler and retries: the real monotonic one and a manual one for tests.
+"""Timers for the scheduler and retries: the real monotonic one and a manual one for tests.
 
-Every wait in ``fetch`` goes through a clock's ``sleep(seconds, token)`` so a test can
+Local waits, not leases (those read :data:`crawlhub.core.clock.Clock`, epoch seconds).
+Every wait in ``fetch`` goes through a timer's ``sleep(seconds, token)`` so a test can
 inject virtual time and read back exactly which gaps were slept.
 """
 
@@ -13,7 +14,7 @@ from typing import Protocol
 from crawlhub.fetch.cancel import CancellationToken
 
 
-class Clock(Protocol):
+class Timer(Protocol):
     """What the scheduler needs from time: now, and a sleep that a token interrupts."""
 
     def now(self) -> float: ...
@@ -21,7 +22,7 @@ class Clock(Protocol):
     async def sleep(self, seconds: float, token: CancellationToken | None = None) -> None: ...
 
 
-class MonotonicClock:
+class MonotonicTimer:
     """Real time: ``time.monotonic`` and an interruptible ``asyncio`` sleep."""
 
     def now(self) -> float:
@@ -36,7 +37,7 @@ class MonotonicClock:
             await asyncio.sleep(0)
 
 
-class ManualClock:
+class ManualTimer:
     """Virtual time for tests: ``sleep`` moves time forward at once and records the gap.
 
     A sleeper wakes at ``max(now, its start + seconds)``, so concurrent sleepers share the
