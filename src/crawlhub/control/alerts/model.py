@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from crawlhub.control.secrets import Secret
+from crawlhub.core import names
 from crawlhub.core.errors import CrawlhubError
 
 EventKind = Literal["run_failed", "run_no_items", "run_over_time", "agent_dead",
@@ -59,11 +60,13 @@ class AlertError(CrawlhubError):
 
 
 # -- validation: one set of checks for the API, the CLI and the service ----------------
+def _bad_name(_: object) -> ValueError:
+    return ValueError("a route name is 1 to 64 letters, digits, '.', '_' or '-',"
+                      " starting with a letter or digit")
+
+
 def check_name(value: str) -> str:
-    if not _NAME.match(value):
-        raise ValueError("a route name is 1 to 64 letters, digits, '.', '_' or '-',"
-                         " starting with a letter or digit")
-    return value
+    return names.check_name(value, _NAME, _bad_name)
 
 
 def check_webhook_url(value: str) -> str:
