@@ -109,7 +109,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--edges", action="store_true", help="list the upward package edges")
     args = ap.parse_args()
-    graph = grimp.build_graph("crawlhub", exclude_type_checking_imports=True)
+    graph = grimp.build_graph("crawlhub", exclude_type_checking_imports=True, cache_dir=None)
     import crawlhub
 
     src = Path(crawlhub.__file__).parents[1]
@@ -160,6 +160,17 @@ def main() -> None:
         print(f"|   cycle of {len(c)} | {', '.join(c)} |")
     print(f"| module cycles | {len(mod_cycles)} |")
     for c in mod_cycles:
+        print(f"|   cycle of {len(c)} | {', '.join(x.removeprefix('crawlhub.') for x in c)} |")
+    typed = grimp.build_graph("crawlhub", exclude_type_checking_imports=False,
+                               cache_dir=None)
+    typed_edges: dict[str, set[str]] = defaultdict(set)
+    for m in modules:
+        typed_edges[m] = {d for d in typed.find_modules_directly_imported_by(m)
+                          if d.startswith("crawlhub") and d != m.rpartition(".")[0]}
+    typed_cycles = sccs(modules, typed_edges)
+    print(f"| module cycles counting `if TYPE_CHECKING:` imports (a package's own "
+          f"__init__ aside) | {len(typed_cycles)} |")
+    for c in typed_cycles:
         print(f"|   cycle of {len(c)} | {', '.join(x.removeprefix('crawlhub.') for x in c)} |")
     print(f"| upward package edges (layers: {'contract' if layers_from_contract() else 'LAYERS'}) | {len(upward)} |")
     print(f"| packages outside the layers | {len(unlayered)}: {', '.join(unlayered)} |")
