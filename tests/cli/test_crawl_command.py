@@ -8,6 +8,7 @@ import asyncio
 import json
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -80,6 +81,23 @@ async def test_a_robots_txt_answering_501_is_named_in_the_summary_not_as_disallo
             " answered 501: RFC 9309 disallows everything then)") in summary
 
 
+class HeldSite(Site):
+    """The test site whose pages from ``held_from`` on answer only once ``release`` is
+    set: a crawl cannot end before the test has interrupted it, however fast it runs."""
+
+    def __init__(self, pages: int, held_from: int) -> None:
+        super().__init__(pages=pages)
+        self.held_from = held_from
+        self.app.middlewares.insert(0, self._hold)
+
+    @web.middleware
+    async def _hold(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        page = request.match_info.get("n")
+        if page is not None and int(page) >= self.held_from:
+            await self.release.wait()
+        return await handler(request)  # type: ignore[no-any-return]
+
+
 async def test_ctrl_c_says_what_was_saved_and_that_the_same_command_resumes(
         tmp_path: Path) -> None:
     out, data = tmp_path / "items.jsonl", tmp_path / "data"
@@ -89,11 +107,13 @@ async def test_ctrl_c_says_what_was_saved_and_that_the_same_command_resumes(
     def written() -> int:  # items in the user's output
         return out.read_bytes().count(b"\n") if out.exists() else 0
 
-    async with Site(pages=300) as site:
+    # pages 0-99 answer at once, the rest once Ctrl-C is sent: the crawl is still going
+    async with HeldSite(pages=300, held_from=100) as site:
         argv.insert(2, f"{site.url}/page/0")
         first = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE)
         await wait_for(lambda: written() >= 10, "10 items written", timeout=60)
         first.send_signal(signal.SIGINT)
+        site.release.set()
         _, err = await asyncio.wait_for(first.communicate(), 60)
         assert first.returncode == 130
         [said] = err.decode().splitlines()

@@ -5,7 +5,8 @@ It follows every link of the test site and writes each page it parsed as one flu
 JSON line to ``$ITEMS`` (before its links are yielded, so a page whose request was
 finished has its line on disk). ``$START`` holds the start URLs (plain requests, so two
 spiders starting one crawl fetch page 0 once); ``$FORM`` adds a POST with a callback,
-meta, headers and a cookie, whose answer is checked in ``after_post``.
+meta, headers and a cookie, whose answer is checked in ``after_post``. With ``$GATE`` the
+spider loads, touches ``$GATE.ready`` and waits for the file ``$GATE`` before it starts.
 """
 
 from __future__ import annotations
@@ -19,6 +20,22 @@ import scrapy
 
 class LinkSpider(scrapy.Spider):
     name = "links"
+
+    @classmethod
+    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> Any:
+        gate = os.environ.get("GATE")
+        if gate:  # started ahead of its turn: loaded, then held before it opens the crawl
+            import time
+            from pathlib import Path
+
+            from scrapy.utils.misc import load_object
+
+            for name in ("SCHEDULER", "DUPEFILTER_CLASS"):
+                load_object(crawler.settings[name])
+            Path(gate + ".ready").touch()
+            while not os.path.exists(gate):
+                time.sleep(0.02)
+        return super().from_crawler(crawler, *args, **kwargs)
 
     async def start(self) -> Any:
         if os.environ.get("START_DELAY"):  # the scheduler looks at the crawl first

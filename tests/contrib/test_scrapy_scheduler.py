@@ -158,13 +158,20 @@ async def test_a_restarted_spider_takes_a_killed_ones_requests_once_it_stops_bea
     the waiting spider says what it waits for."""
     async with SlowSite(pages=200, delay=0.05) as site:
         spiders = Spiders(tmp_path, storage, unique_name, CRAWLHUB_LEASE=None)
+        # Both spiders load first, each held before it opens the crawl: starting Scrapy
+        # can take longer on a loaded machine than the lease outlives the victim.
+        gates = [tmp_path / "victim-go", tmp_path / "fresh-go"]
         try:
-            victim = await spiders.start({"START": f"{site.url}/page/0"})
+            victim = await spiders.start({"START": f"{site.url}/page/0", "GATE": str(gates[0])})
+            fresh = await spiders.start({"START": f"{site.url}/page/0", "GATE": str(gates[1])})
+            await wait_for(lambda: all(Path(f"{g}.ready").exists() for g in gates),
+                           "both spiders loaded", timeout=60)
+            gates[0].touch()
             await wait_for(lambda: len(spiders.rows(0)) >= 20, "the victim under way",
                            timeout=60)
             victim.send_signal(signal.SIGKILL)
             await victim.wait()
-            fresh = await spiders.start({"START": f"{site.url}/page/0"})
+            gates[1].touch()
             # bounds a hung test; with 60 s leases the fresh spider idled past it
             code = await asyncio.wait_for(fresh.wait(), 45)
         finally:
