@@ -426,6 +426,11 @@ async def test_a_living_server_sweeps_up_the_runs_of_one_that_died(
            protocol.ENV_RUNNER_PID: str(dead.pid)}
     orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                               env=env, start_new_session=True)
+    # stopped only once it runs the new program: a SIGSTOP between fork and exec (a loaded
+    # machine) freezes a child whose /proc environ is still this process's, without the run
+    await wait_for(lambda: f"{protocol.ENV_RUN}={orphaned.id}".encode()
+                   in Path(f"/proc/{orphan.pid}/environ").read_bytes(),
+                   "the orphan runs with its run's environment", timeout=30)
     os.kill(orphan.pid, signal.SIGSTOP)
     await store.beat(orphaned.id, now - 100, pid=orphan.pid)
     elsewhere = await store.claim_run(spec, trigger="api", now=now - 100)
