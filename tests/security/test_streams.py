@@ -42,10 +42,15 @@ DEAD_AFTER = 1.0
 #: fails test_the_inventory_names_every_read_site until it is listed here - and tested.
 INVENTORY: dict[str, dict[str, Any]] = {
     "center/bus.py": {  # every channel of the download center, agents' included
-        "reads": {"xreadgroup": 1, "xautoclaim": 1, "xread": 1, "xrevrange": 1, "xrange": 1},
+        "reads": {"xreadgroup": 1, "xautoclaim": 1, "xread": 1, "xrevrange": 1},
         "streams": ["center:requests", "center:register", "center:beats", "center:ctl",
                     "center:agent", "center:job",
                     "center:allocations"],  # a hash (HGETALL) every center merges
+        "signed": True,
+    },
+    "center/lua/take_all.lua": {  # the bus's script (center/bus.py): its streams above
+        "reads": {"xrange": 1},
+        "streams": [],
         "signed": True,
     },
     "control/logs/transport.py": {
@@ -72,9 +77,14 @@ INVENTORY: dict[str, dict[str, Any]] = {
         "streams": ["agents:registry"],
         "signed": False,  # written by the centers from signed messages; ACLs guard it
     },
-    "frontier/redis.py": {  # a wake-up whose content is never read; ZPOPMIN in Lua
-        # takes the frontier's own ready set (its seeds are checked when admitted)
-        "reads": {"subscribe": 2, "zpopmin": 1},
+    "frontier/redis.py": {  # a wake-up whose content is never read
+        "reads": {"subscribe": 2},
+        "streams": [],
+        "signed": False,
+    },
+    "frontier/lua/claim.lua": {  # ZPOPMIN takes the frontier's own ready set (its seeds
+        # are checked when admitted)
+        "reads": {"zpopmin": 1},
         "streams": [],
         "signed": False,
     },
@@ -83,9 +93,15 @@ INVENTORY: dict[str, dict[str, Any]] = {
         "streams": [],
         "signed": False,
     },
-    "queues/redis.py": {  # payloads go through queues.common.decode_payload: an
-        # undeliverable one is dead-lettered by the queue itself (tests/queues)
-        "reads": {"zpopmin": 1, "lrange": 1},
+    "queues/lua/lease.lua": {  # queues/redis.py's lease: payloads go through
+        # queues.common.decode_payload; an undeliverable one is dead-lettered by the queue
+        # itself (tests/queues)
+        "reads": {"zpopmin": 1},
+        "streams": [],
+        "signed": False,
+    },
+    "queues/lua/dead_letters.lua": {  # the dead letters, read back for the API and CLI
+        "reads": {"lrange": 1},
         "streams": [],
         "signed": False,
     },
