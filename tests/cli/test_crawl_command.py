@@ -124,3 +124,27 @@ async def test_ctrl_c_says_what_was_saved_and_that_the_same_command_resumes(
         assert second.returncode == 0, err.decode()
     urls = [json.loads(line)["url"] for line in out.read_text().splitlines()]
     assert sorted(urls) == sorted(f"{site.url}/page/{n}" for n in range(300))
+
+
+async def test_ctrl_c_stops_a_crawl_whose_parent_ignored_sigint(tmp_path: Path) -> None:
+    """A crawl started from a shell or a runner that ignores SIGINT (nohup, some CI
+    runners: the disposition is inherited) still stops on Ctrl-C, says what was saved
+    and ends 130; before, it went on to the end and said 0."""
+    out, data = tmp_path / "items.jsonl", tmp_path / "data"
+
+    def written() -> int:
+        return out.read_bytes().count(b"\n") if out.exists() else 0
+
+    async with HeldSite(pages=300, held_from=100) as site:
+        argv = [*crawlhub_command(), "crawl", f"{site.url}/page/0", "--follow",
+                "--concurrency", "2", "--out", str(out), "--data-dir", str(data)]
+        first = await asyncio.create_subprocess_exec(
+            *argv, stderr=asyncio.subprocess.PIPE,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+        await wait_for(lambda: written() >= 10, "10 items written", timeout=60)
+        first.send_signal(signal.SIGINT)
+        site.release.set()
+        _, err = await asyncio.wait_for(first.communicate(), 60)
+    assert first.returncode == 130, err.decode()
+    assert err.decode().startswith("interrupted: ")
+    assert written() < 300

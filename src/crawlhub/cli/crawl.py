@@ -103,7 +103,7 @@ def crawl_command(
         if strategy not in STRATEGIES:
             raise ConfigError(f"--strategy {strategy!r}: use {', '.join(STRATEGIES)}",
                               key="strategy")
-        opts.control = TermControl(opts.control)
+        term = opts.control = TermControl(opts.control)
         crawl = Crawl(opts)
     except CrawlhubError as exc:
         err.print(f"[bold red]error[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
@@ -113,15 +113,21 @@ def crawl_command(
     # that cannot be reached is the error): no warning for it on the way
     logging.getLogger("crawlhub.agents.robots").setLevel(logging.ERROR)
     progress: CrawlProgress
-    previous = signal.signal(signal.SIGTERM, opts.control.terminate)
+    previous = signal.signal(signal.SIGTERM, term.terminate)
     try:
         # (no bar when stderr is not a terminal: a log file gets the summary alone)
         bar = not quiet and err.is_terminal
-        progress = _run_with_bar(crawl) if bar else asyncio.run(crawl.run())
+        run = (lambda: _run_with_bar(crawl, term)) if bar else (
+            lambda: asyncio.run(_interruptible(crawl.run(), term)))
+        progress = run()
+        if term.interrupted:  # Ctrl-C whose cancel the crawl absorbed
+            raise KeyboardInterrupt
     except CrawlhubError as exc:
         err.print(f"[bold red]error[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError) as exc:
+        if isinstance(exc, asyncio.CancelledError) and not term.interrupted:
+            raise
         p = crawl.progress
         err.print(f"interrupted: {p.items:,} items of this run are in {crawl.sink_name} and"
                   f" the crawl's state in {data_dir}; the same command resumes it, fetching"
@@ -191,6 +197,35 @@ class TermControl:
         self.terminated = True
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
+    #: Ctrl-C was pressed: the crawl is cancelled (and told to exit, should a cancel be
+    #: absorbed on its way), and the command ends 130 saying what was saved
+    interrupted = False
+
+    def interrupt(self) -> None:
+        self.interrupted = self.terminated = True
+
+
+async def _interruptible(run: Any, control: TermControl) -> Any:
+    """``run`` with SIGINT handled here rather than by ``asyncio.run``: the first Ctrl-C
+    marks ``control`` interrupted (so the exit code is 130 whatever the run does with its
+    cancel, and the agent stops leasing) and cancels the run; it is also handled when the
+    process started with SIGINT ignored."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+
+    def interrupt() -> None:
+        if control.interrupted:  # a second Ctrl-C: no more waiting for the clean-up
+            raise KeyboardInterrupt
+        control.interrupt()
+        main.cancel()
+
+    loop.add_signal_handler(signal.SIGINT, interrupt)
+    try:
+        return await run
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
 
 def read_sink(text: str | None) -> dict[str, Any] | None:
     """The sink mapping of a --sink option (YAML), or None (also ``crawlhub agent``'s)."""
@@ -227,7 +262,7 @@ def read_extract(path: Path) -> dict:  # type: ignore[type-arg]
     return inner
 
 
-def _run_with_bar(crawl: Any) -> Any:
+def _run_with_bar(crawl: Any, control: TermControl) -> Any:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     columns = (TextColumn("[bold]crawl"), BarColumn(),
@@ -244,4 +279,4 @@ def _run_with_bar(crawl: Any) -> Any:
                             f"  robots {robots:,}"
                             f"  queue {queued:,}  {rate:,.0f}/s")
 
-        return asyncio.run(crawl.run(show))  # type: ignore[attr-defined]
+        return asyncio.run(_interruptible(crawl.run(show), control))  # type: ignore[attr-defined]
