@@ -1,11 +1,11 @@
-"""``parse_backend_url``: every accepted scheme names its backend; bad URLs name themselves
+"""``Backend.parse``: every accepted scheme names its backend; bad URLs name themselves
 (password masked), what they were for and the accepted schemes."""
 
 from __future__ import annotations
 
 import pytest
 
-from crawlhub.backends.backend import BackendURLError, accepted_schemes, parse_backend_url
+from crawlhub.backends.backend import Backend, BackendURLError, accepted_schemes
 from crawlhub.core.errors import ConfigError
 
 
@@ -33,13 +33,13 @@ from crawlhub.core.errors import ConfigError
 def test_every_accepted_scheme_names_its_backend_and_client_url(
     url: str, kind: str, dsn: str, path: str
 ) -> None:
-    parsed = parse_backend_url(url)
+    parsed = Backend.parse(url)
     assert (parsed.kind, parsed.dsn, parsed.path) == (kind, dsn, path)
     assert parsed.url == url
 
 
 def test_scheme_case_does_not_matter() -> None:
-    assert parse_backend_url("REDIS://h:6379/0").kind == "redis"
+    assert Backend.parse("REDIS://h:6379/0").kind == "redis"
 
 
 def test_every_documented_scheme_is_accepted() -> None:
@@ -54,7 +54,7 @@ def test_every_documented_scheme_is_accepted() -> None:
                                  "", "redis:/h"])
 def test_unknown_scheme_names_the_url_without_password_and_the_accepted_schemes(url: str) -> None:
     with pytest.raises(BackendURLError) as e:
-        parse_backend_url(url, what="queue backend", key="storage.queues")
+        Backend.parse(url, what="queue backend", key="storage.queues")
     text = str(e.value)
     assert "s3cret" not in text
     assert "queue backend URL" in text
@@ -65,7 +65,7 @@ def test_unknown_scheme_names_the_url_without_password_and_the_accepted_schemes(
 
 def test_a_backend_the_caller_cannot_open_is_refused_with_only_its_schemes() -> None:
     with pytest.raises(BackendURLError) as e:
-        parse_backend_url("postgresql://u:s3cret@db/x", kinds=("sqlite", "redis"),
+        Backend.parse("postgresql://u:s3cret@db/x", kinds=("sqlite", "redis"),
                           what="hub state")
     text = str(e.value)
     assert "'postgresql://u:***@db/x'" in text
@@ -90,15 +90,15 @@ def test_a_backend_the_caller_cannot_open_is_refused_with_only_its_schemes() -> 
 )
 def test_malformed_urls_say_what_is_wrong_and_show_the_right_form(url: str, reason: str) -> None:
     with pytest.raises(BackendURLError, match="is malformed") as e:
-        parse_backend_url(url)
+        Backend.parse(url)
     assert reason in str(e.value)
     assert "s3cret" not in str(e.value)
     assert "use " in str(e.value)
 
 
 def test_redacted_masks_the_password_only() -> None:
-    assert parse_backend_url("redis://u:s3cret@h:6379/0").redacted == "redis://u:***@h:6379/0"
-    assert parse_backend_url("redis://h:6379/0").redacted == "redis://h:6379/0"
+    assert Backend.parse("redis://u:s3cret@h:6379/0").redacted == "redis://u:***@h:6379/0"
+    assert Backend.parse("redis://h:6379/0").redacted == "redis://h:6379/0"
 
 
 @pytest.mark.parametrize("scheme", ["redis", "valkey", "valkeys", "rediss"])

@@ -16,7 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 from crawlhub.app.asgi import create_app
-from crawlhub.backends.backend import parse_backend_url
+from crawlhub.backends.backend import Backend
 from crawlhub.cli import app
 from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.core.errors import ConfigError, CrawlhubError, SinkError
@@ -104,13 +104,13 @@ def test_no_invalid_url_valued_key_shows_its_password_in_check_config(
                                  "postgresql://u:hunter2@h:5432/db?sslpassword=hunter3&x=1"])
 def test_backend_url_errors_mask_the_password_whatever_is_wrong(url: str) -> None:
     try:
-        parse_backend_url(url, key="storage.queues")
+        Backend.parse(url, key="storage.queues")
     except ConfigError as exc:
         assert_masked(str(exc))
         assert_masked(exc.reason)
     else:
         assert url.startswith("postgresql://")
-        assert_masked(parse_backend_url(url).redacted)
+        assert_masked(Backend.parse(url).redacted)
 
 
 def test_every_crawlhub_error_masks_the_urls_in_its_message() -> None:

@@ -11,7 +11,7 @@ outage looks the same everywhere: :class:`~crawlhub.core.errors.BackendUnavailab
 - :func:`backend_errors` / :func:`is_unavailable` / :func:`unavailable`: outages
 """
 
-from crawlhub.backends.backend import Backend, BackendURLError, parse_backend_url
+from crawlhub.backends.backend import Backend, BackendURLError
 from crawlhub.backends.errors import backend_errors, is_unavailable, unavailable
 from crawlhub.backends.redis import lua, redis_client
 from crawlhub.backends.sqlite import SqliteDB
@@ -23,7 +23,6 @@ __all__ = [
     "backend_errors",
     "is_unavailable",
     "lua",
-    "parse_backend_url",
     "redis_client",
     "unavailable",
 ]

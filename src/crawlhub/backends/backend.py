@@ -174,17 +174,6 @@ def accepted_schemes(kinds: Iterable[Kind] | None = None) -> list[str]:
     return [f"{s}://" for s, (k, _) in SCHEMES.items() if wanted is None or k in wanted]
 
 
-def parse_backend_url(
-    url: str | Backend,
-    *,
-    kinds: Iterable[str] | None = None,
-    what: str = "backend",
-    key: str | None = None,
-) -> Backend:
-    """:meth:`Backend.parse`."""
-    return Backend.parse(url, kinds=kinds, what=what, key=key)
-
-
 def _refused(url: str, allowed: Iterable[Kind], what: str, key: str | None
              ) -> BackendURLError:
     """``url`` names no backend of the kinds ``allowed``."""

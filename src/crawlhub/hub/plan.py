@@ -185,9 +185,9 @@ def _check_inbound_class(name: str, class_name: str, init: dict[str, Any], threa
 
 def _check_url(url: str, what: str, where: dict[str, Any],
                kinds: tuple[str, ...] | None = None) -> None:
-    from crawlhub.backends.backend import parse_backend_url
+    from crawlhub.backends.backend import Backend
 
     try:
-        parse_backend_url(url, kinds=kinds, what=what, key="init.url")  # type: ignore[arg-type]
+        Backend.parse(url, kinds=kinds, what=what, key="init.url")  # type: ignore[arg-type]
     except ConfigError as exc:
         raise ConfigError(exc.reason, key="init.url", **where) from None

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from crawlhub.backends.backend import parse_backend_url
+from crawlhub.backends.backend import Backend
 from crawlhub.core.errors import SinkError
 from crawlhub.core.extras import require
 from crawlhub.core.redact import redact_url
@@ -135,7 +135,7 @@ class PostgresSink:
 
     async def open(self) -> None:
         asyncpg = require("asyncpg", "postgres", needed_by=f"sink '{self.name}'")
-        dsn = parse_backend_url(self.config.url, kinds=("postgres",),
+        dsn = Backend.parse(self.config.url, kinds=("postgres",),
                                 what=f"sink '{self.name}'").dsn
         try:
             self._pool = await asyncpg.create_pool(

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from crawlhub.backends.backend import BackendURLError, parse_backend_url
+from crawlhub.backends.backend import Backend, BackendURLError
 from crawlhub.core.errors import ConfigError
 from crawlhub.core.keys import DEFAULT_PREFIX
 from crawlhub.frontier.config import FrontierConfig
@@ -103,7 +103,7 @@ def _storage(url: str) -> tuple[str, str]:
     """(frontier URL, queues URL) of a ``CRAWLHUB_URL``."""
     if "://" in url:
         try:
-            parse_backend_url(url, kinds=("redis",), what="crawl storage")
+            Backend.parse(url, kinds=("redis",), what="crawl storage")
         except BackendURLError as exc:
             raise _error("CRAWLHUB_URL", f"{exc}; or give the data directory of an"
                          " embedded crawl") from None
@@ -165,7 +165,7 @@ def read_settings(settings: BaseSettings, spider_name: str) -> CrawlSettings:
     if not isinstance(given, dict):
         raise _error("CRAWLHUB_FRONTIER", f"{given!r} is not a mapping of frontier settings")
     raw = _merge(_merge(SCRAPY_FRONTIER_DEFAULTS, section), dict(given))
-    if parse_backend_url(frontier_url, what="frontier storage").kind != "redis":
+    if Backend.parse(frontier_url, what="frontier storage").kind != "redis":
         raw["archive"] = True  # the embedded table keeps its rows (its filter's log)
     try:
         frontier = FrontierConfig.model_validate(raw)
