@@ -477,9 +477,16 @@ async def test_items_through_the_item_sink_survive_a_spider_killed_mid_crawl(
         spiders = Spiders(tmp_path, url, unique_name, CRAWLHUB_ITEMS=json.dumps(items),
                           ITEM_PIPELINES=json.dumps({"crawlhub.contrib.scrapy.ItemSink": 900}))
         start = {"START": f"{site.url}/page/0"}
+        # both load Scrapy first, then open the crawl together: a spider whose start lags
+        # on a loaded machine finds the other one done with the site
+        gates = [tmp_path / "victim-go", tmp_path / "survivor-go"]
         try:
-            victim = await spiders.start(start)
-            await spiders.start(start)
+            victim = await spiders.start({**start, "GATE": str(gates[0])})
+            await spiders.start({**start, "GATE": str(gates[1])})
+            await wait_for(lambda: all(Path(f"{g}.ready").exists() for g in gates),
+                           "both spiders loaded", timeout=60)
+            for gate in gates:
+                gate.touch()
             await wait_for(lambda: len(spiders.rows(0)) >= 40, "the victim under way",
                            timeout=60)
             victim.send_signal(signal.SIGKILL)

@@ -432,3 +432,21 @@ async def test_missing_table_without_create_is_refused_at_open(
 def test_sqlalchemy_asyncpg_urls_are_accepted() -> None:
     assert postgres_dsn("postgresql+asyncpg://u@h:5432/db") == "postgresql://u@h:5432/db"
     assert postgres_dsn("postgresql://u@h/db") == "postgresql://u@h/db"
+
+
+async def test_writers_opening_one_new_table_at_once_all_open(
+        postgres_url: str, pg: asyncpg.Connection, tables: Tables) -> None:
+    """Spiders (or jobs) started together each create the sink's table: CREATE TABLE IF
+    NOT EXISTS racing itself fails one of them on pg_type's unique index, unless the
+    creation is serialised."""
+    for attempt in range(5):  # the race is narrow: several fresh tables
+        table = tables(f"together{attempt}")
+        sinks = await asyncio.gather(*(open_sink(postgres_url, table=table) for _ in range(6)),
+                                     return_exceptions=True)
+        try:
+            assert not [s for s in sinks if isinstance(s, BaseException)], sinks
+        finally:
+            for s in sinks:
+                if isinstance(s, PostgresSink):
+                    await s.close()
+    assert await live_ids(pg, table) == []

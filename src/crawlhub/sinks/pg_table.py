@@ -217,7 +217,12 @@ class PgTable:
     async def prepare(self, conn: Any) -> None:
         """Create the table (``create: true``), read its columns, build the SQL."""
         if self.spec.create:
-            await conn.execute(self.create_sql())
+            # Two writers creating one table at once: PostgreSQL's IF NOT EXISTS is not
+            # atomic (the loser fails on pg_type's unique index), so the creation is
+            # serialised by a lock on the table's name, held to the transaction's end
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", self.qname)
+                await conn.execute(self.create_sql())
         rows = await conn.fetch(_INTROSPECT, self.qname)
         self.types = {row[0]: row[1] for row in rows}
         if not self.types:

@@ -136,7 +136,7 @@ class PostgresSink:
     async def open(self) -> None:
         asyncpg = require("asyncpg", "postgres", needed_by=f"sink '{self.name}'")
         dsn = Backend.parse(self.config.url, kinds=("postgres",),
-                                what=f"sink '{self.name}'").dsn
+                            what=f"sink '{self.name}'").dsn
         try:
             self._pool = await asyncpg.create_pool(
                 dsn,
