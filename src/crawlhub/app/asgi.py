@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -161,3 +162,21 @@ def create_app(config: Any | None = None, *, services: Services | None = None) -
     for module in (*ROUTERS, web_routes):
         app.include_router(module.router)
     return app
+
+
+def create_scrapyd_app(app: FastAPI, cfg: Any) -> ASGIApp:
+    """Scrapyd's API (:mod:`crawlhub.api.scrapyd`) over the services ``app`` serves, with
+    its token, its throttle of wrong tokens and its ``Host`` rules (``scrapyd.bind``
+    beside ``server.allowed_hosts``); ``crawlhub serve`` serves it on ``scrapyd.port``."""
+    from crawlhub.api import scrapyd
+
+    def service() -> Any:
+        services = getattr(app.state, "services", None)
+        control = getattr(services, "control", None)
+        return getattr(control, "scrapyd", None)
+
+    section = cfg.scrapyd
+    return scrapyd.create_app(
+        service, node_name=section.node_name or socket.gethostname(), token=app.state.token,
+        hosts=Hosts(section.bind, cfg.server.allowed_hosts), throttle=app.state.throttle,
+        max_body=int(section.max_egg_bytes), body_timeout=float(cfg.server.body_timeout))

@@ -5,6 +5,7 @@ uses."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import json
 import logging
@@ -136,13 +137,28 @@ def serve(
     setup_logging(cfg.logging.level, cfg.logging.format, cfg.logging.file)
     err.print(f"crawlhub {cfg.project}: http://{cfg.server.bind}:{cfg.server.port}"
               f"  data: {Path(cfg.data_dir).resolve()}  queues: {_scheme(cfg.storage.queues)}")
-    asgi = _StartupErrors(create_app(cfg))
+    app_ = create_app(cfg)
+    asgi = _StartupErrors(app_)
     server = uvicorn.Server(uvicorn.Config(asgi, host=cfg.server.bind, port=cfg.server.port,
                                            log_level=cfg.logging.level.lower(),
                                            access_log=False))
     logging.getLogger("uvicorn.error").addFilter(lambda record: asgi.error is None)
+    run: Any = server.run
+    if cfg.scrapyd.enabled:  # Scrapyd's API on a port of its own (docs/scrapyd.md)
+        from crawlhub.app import scrapyd
+
+        if (problem := scrapyd.exposure(cfg)) is not None and not cfg.server.insecure_no_token:
+            fail(ConfigError(f"{problem}: refused; set server.token or bind scrapyd to"
+                             " 127.0.0.1", entry="scrapyd", key="bind",
+                             file=cfg.file_of("scrapyd", "bind")))
+        try:
+            sock = scrapyd.listen(cfg)
+        except ConfigError as exc:
+            fail(exc)
+        err.print(f"scrapyd API: http://{cfg.scrapyd.bind}:{cfg.scrapyd.port}")
+        run = functools.partial(scrapyd.serve_with_scrapyd, server, app_, cfg, sock)
     try:
-        server.run()
+        run()
     except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down already
         pass
     except SystemExit:  # uvicorn's exit on a failed startup: say why if it was ours

@@ -24,6 +24,7 @@ from crawlhub.center.config import CenterSection
 from crawlhub.collect.config import CollectJobConfig
 from crawlhub.config.settings import DEFAULT_DATA_DIR, Settings
 from crawlhub.control.config import ControlSection
+from crawlhub.control.scrapyd.config import ScrapydSection
 from crawlhub.core.configtypes import (
     Duration,
     StrList,
@@ -226,6 +227,8 @@ class CrawlhubConfig(_Section):
     center: CenterSection = Field(default_factory=CenterSection)
     #: the control plane: projects, builds, jobs, runs, logs, alerts (crawlhub.control.config)
     control: ControlSection = Field(default_factory=ControlSection)
+    #: Scrapyd's JSON API on a port of its own (crawlhub.control.scrapyd.config)
+    scrapyd: ScrapydSection = Field(default_factory=ScrapydSection)
 
     _config_path: Path | None = PrivateAttr(default=None)
     _settings: Settings | None = PrivateAttr(default=None)
@@ -233,7 +236,7 @@ class CrawlhubConfig(_Section):
     _origins: dict[tuple[str, ...], str] = PrivateAttr(default_factory=dict)
 
     @field_validator("storage", "server", "routing", "failure", "logging", "agent",
-                     "center", "control", mode="before")
+                     "center", "control", "scrapyd", mode="before")
     @classmethod
     def _none_is_default(cls, value: Any) -> Any:
         return {} if value is None else value
@@ -247,7 +250,7 @@ class CrawlhubConfig(_Section):
     def _defaults_under_data_dir(self) -> CrawlhubConfig:
         """Default storage URLs and the failure file live under ``data_dir``, also for a
         config built in Python (the loader fills every other placeholder)."""
-        for section in (self.storage, self.failure, self.control):
+        for section in (self.storage, self.failure, self.control, self.scrapyd):
             for name in type(section).model_fields:
                 value = getattr(section, name)
                 if (name not in section.model_fields_set and isinstance(value, str)

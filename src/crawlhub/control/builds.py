@@ -17,6 +17,7 @@ the same version is asked for; what its steps left running on this host (``pip``
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import json
 import logging
@@ -25,7 +26,7 @@ import re
 import shutil
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -53,7 +54,7 @@ from crawlhub.control.projects import (
     check_ref,
 )
 from crawlhub.control.secrets import SecretBox
-from crawlhub.control.versions import highest
+from crawlhub.control.versions import highest, version_key
 from crawlhub.core.errors import ConflictError, CrawlhubError, NotFoundError
 from crawlhub.core.process import pid_alive
 
@@ -64,7 +65,7 @@ log = logging.getLogger("crawlhub.control.builds")
 
 Status = Literal["queued", "running", "succeeded", "failed"]
 STATUSES: tuple[Status, ...] = get_args(Status)
-TRIGGERS = ("hook", "api", "cli")
+TRIGGERS = ("hook", "api", "cli", "scrapyd")
 #: A version: one path component (it names a directory and a Docker tag).
 VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 LATEST = "latest"
@@ -82,7 +83,7 @@ class Build(BaseModel):
     status: Status
     builder: str
     trigger: str = Field(description="hook, api or cli")
-    artifact_kind: str | None = Field(description="dir, venv, wheel or image")
+    artifact_kind: str | None = Field(description="dir, venv, wheel, image or egg")
     artifact_path: str | None = Field(description="the venv, wheel, image tag or directory")
     error: str | None = Field(description="why it failed")
     created: float
@@ -192,6 +193,10 @@ class BuildService:
         if trigger not in TRIGGERS:
             raise InvalidProject(f"trigger {trigger!r}: one of {', '.join(TRIGGERS)}")
         proj = await self.projects.get(project)
+        if not proj.git_url:
+            raise InvalidProject(f"project {project!r} has no git remote: its versions are"
+                                 " uploaded (Scrapyd's addversion.json); PATCH a git_url to"
+                                 " build its tags")
         if tag is not None and ref is not None:
             raise InvalidProject("give a tag or a ref, not both")
         if tag is not None:
@@ -234,8 +239,8 @@ class BuildService:
         return await self.get(build_id, with_log=False)
 
     async def _insert(self, tx: Tx, proj: Project, tag: str | None, ref: str, version: str,
-                      trigger: str, now: float, abandoned: list[tuple[int, str | None]]
-                      ) -> int:
+                      trigger: str, now: float, abandoned: list[tuple[int, str | None]],
+                      builder: str | None = None) -> int:
         rows = await tx.fetch(
             f"SELECT id, status, owner, beat FROM {self.table}"
             " WHERE project = $1 AND version = $2 AND status IN ('queued', 'running')",
@@ -251,8 +256,59 @@ class BuildService:
             f"INSERT INTO {self.table} (project, tag, ref, version, status, builder,"
             " trigger, owner, beat, created) VALUES"
             " ($1, $2, $3, $4, 'queued', $5, $6, $7, $8, $8) RETURNING id",
-            proj.name, tag, ref, version, proj.builder.name, trigger, self.owner, now)
+            proj.name, tag, ref, version, builder or proj.builder.name, trigger, self.owner,
+            now)
         return int(got[0][0])
+
+    async def record(self, project: str, version: str,
+                     make: Callable[[Path, BuildLog], Awaitable[Artifact]], *,
+                     trigger: str, builder: str, ref: str) -> Build:
+        """A build made in this process by ``make`` instead of from a clone (an egg
+        uploaded through Scrapyd's ``addversion.json``), under the same rules as any: one
+        build per project and version at a time (``ConflictError``), a row that says how
+        it went. ``make(root, log)`` fills the fresh directory ``root`` and returns the
+        artifact; when it raises, the build is recorded failed, ``root`` is removed and
+        the error goes on to the caller. The finished build."""
+        if self._closed:
+            raise ConflictError("the build service is closing; upload again later")
+        if trigger not in TRIGGERS:
+            raise InvalidProject(f"trigger {trigger!r}: one of {', '.join(TRIGGERS)}")
+        check_version(version)
+        proj = await self.projects.get(project)
+        now = time.time()
+        abandoned: list[tuple[int, str | None]] = []
+        build_id = await self.db.transaction(
+            lambda tx: self._insert(tx, proj, None, ref, version, trigger, now, abandoned,
+                                    builder=builder),
+            lock=f"build:{project}")
+        _RUNNING.add(self._key(build_id))
+        status, error, artifact = "failed", "", None
+        out = BuildLog(self.log_lines, Redactor())
+        root = self._root(project, version, build_id)
+        try:
+            for old_id, owner in abandoned:
+                await self._clear(old_id, project, version, owner)
+            await self.db.execute(
+                f"UPDATE {self.table} SET status = 'running', started = $1, beat = $1"
+                " WHERE id = $2", time.time(), build_id)
+            out.write(f"--- build {build_id}: {project} {version} ({ref}, {trigger})")
+            result = await make(root, out)
+            artifact = result.to_json()
+            status = "succeeded"
+            out.write(f"--- artifact: {result.kind} {result.path}")
+        except BaseException as exc:
+            error = f"{exc}" if isinstance(exc, CrawlhubError) else \
+                f"internal error: {type(exc).__name__}: {exc}"
+            out.write(f"--- failed: {error}")
+            raise
+        finally:
+            await asyncio.shield(self._finish(build_id, status, error, "", artifact, out))
+            if status != "succeeded" and root.exists():
+                await asyncio.shield(asyncio.to_thread(shutil.rmtree, root, True))
+            _RUNNING.discard(self._key(build_id))
+            log.info("build %d of %s %s (%s) %s%s", build_id, project, version, trigger,
+                     status, f": {error}" if error else "")
+        return await self.get(build_id, with_log=False)
 
     # -- running -----------------------------------------------------------------------
     async def _run(self, build_id: int, proj: Project, ref: str, version: str,
@@ -475,6 +531,17 @@ class BuildService:
                                 f" longer on disk at {artifact.path}; build it again")
         return artifact
 
+    async def versions(self, project: str) -> builtins.list[str]:
+        """The versions ``project`` has a successful build of, lowest first and
+        ``latest`` last (:mod:`crawlhub.control.versions`'s order); [] for none."""
+        check_found(project)
+        rows = await self.db.fetch(f"SELECT id, version FROM {self.table}"
+                                   " WHERE project = $1 AND status = 'succeeded'", project)
+        newest: dict[str, int] = {}
+        for build_id, version in rows:
+            newest[str(version)] = max(int(build_id), newest.get(str(version), 0))
+        return sorted(newest, key=lambda v: (*version_key(v), newest[v]))
+
     # -- removing ----------------------------------------------------------------------
     async def delete_project(self, name: str) -> None:
         """Remove a project, its build history and its build directories;
@@ -502,6 +569,42 @@ class BuildService:
         for build_id, version, owner in abandoned:
             await self._clear(build_id, name, version, owner)
         await asyncio.to_thread(shutil.rmtree, self.builds_dir / name, True)
+
+    async def delete_version(self, project: str, version: str, *,
+                             keep: int | None = None) -> int:
+        """Remove the finished builds of ``project``'s ``version`` (but build ``keep``)
+        and their directories; how many. ``ConflictError`` while one of them runs (when
+        nothing is kept), ``NotFoundError`` when there was none to remove and none kept."""
+        check_found(project)
+
+        async def steps(tx: Tx) -> list[int]:
+            rows = await tx.fetch(
+                f"SELECT id, status, owner, beat FROM {self.table}"
+                " WHERE project = $1 AND version = $2", project, version)
+            now = time.time()
+            gone: list[int] = []
+            for build_id, status, owner, beat in rows:
+                if int(build_id) == keep:
+                    continue
+                if status in ("queued", "running") and \
+                        not self._abandoned(int(build_id), owner, beat, now):
+                    if keep is None:
+                        raise ConflictError(f"build {build_id} of {project} {version} is"
+                                            f" {status}; remove the version once it ended")
+                    continue
+                gone.append(int(build_id))
+            for build_id in gone:
+                await tx.execute(f"DELETE FROM {self.table} WHERE id = $1", build_id)
+            return gone
+
+        gone = await self.db.transaction(steps, lock=f"build:{project}")
+        if not gone and keep is None:
+            raise NotFoundError(f"project {project!r} has no build of version {version!r}")
+        for build_id in gone:
+            root = self._root(project, version, build_id)
+            if root.exists():
+                await asyncio.to_thread(shutil.rmtree, root, True)
+        return len(gone)
 
     async def close(self) -> None:
         """Stop this process's builds (each is marked failed, interrupted)."""

@@ -17,6 +17,8 @@ Parts (each its own module, each usable alone in tests):
 - ``jobs``     every kind of job, cron, the runner and run history
   (``crawlhub.control.jobs``)
 - ``alerts``   per-job alert routes (``crawlhub.control.alerts``)
+- ``scrapyd``  Scrapyd's model over the builds and jobs, when ``scrapyd.enabled``
+  (``crawlhub.control.scrapyd``); None otherwise
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from crawlhub.control.secrets import SecretBox
 if TYPE_CHECKING:
     from crawlhub.collect.service import CollectJobManager
     from crawlhub.config.schema import CrawlhubConfig
+    from crawlhub.control.scrapyd import ScrapydService
 
 log = logging.getLogger("crawlhub.control")
 
@@ -48,6 +51,8 @@ class ControlPlane:
         self.secrets = secrets
         self._closers: list[Any] = []
         self._started = False
+        #: Scrapyd's API's service (crawlhub.control.scrapyd), when ``scrapyd.enabled``
+        self.scrapyd: ScrapydService | None = None
 
     @classmethod
     async def open(cls, config: CrawlhubConfig, *, prefix: str = "crawlhub_",
@@ -83,6 +88,12 @@ class ControlPlane:
         self.projects = self.builds.projects
         self._closers.append(self.builds.close)
         await self._open_jobs()
+        if self.config.scrapyd.enabled:
+            from crawlhub.control.scrapyd import ScrapydService
+
+            self.scrapyd = await ScrapydService.open(self.db, self.builds, self.jobs,
+                                                     self.logs, self.config.scrapyd)
+            self._closers.append(self.scrapyd.close)
 
     async def _open_jobs(self) -> None:
         """The jobs part: store, runner (logs to the log store, artifacts from the builds,
@@ -108,6 +119,8 @@ class ControlPlane:
         await self.logs.start()  # flush task, collector (Redis), pruner, crawlhub.* handler
         if self.config.control.scheduler:
             self.jobs.start_scheduler()
+            if self.scrapyd is not None:
+                self.scrapyd.start()
 
     async def close(self) -> None:
         """Stop and close every part, newest first; then the database."""

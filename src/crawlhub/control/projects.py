@@ -266,7 +266,8 @@ class Project(BaseModel):
     """A project as every reader sees it: no password, no webhook secret."""
 
     name: str
-    git_url: str
+    git_url: str = Field(description="its git remote; empty for a project whose versions"
+                         " are uploaded (Scrapyd's addversion.json)")
     username: str | None
     has_password: bool
     has_webhook_secret: bool
@@ -354,6 +355,21 @@ class ProjectStore:
             raise ConflictError(f"project {spec.name!r} exists already; change it with"
                                 f" PATCH /projects/{spec.name} or remove it first")
         return await self.get(spec.name)
+
+    async def create_uploaded(self, name: str) -> Project:
+        """A project without a git remote (``git_url`` empty), whose versions are
+        uploaded, not built from tags: what Scrapyd's ``addversion.json`` makes for a
+        project it has not seen. ``ConflictError`` when the name is taken."""
+        check_name(name, NAME_RE, _bad_name("project"))
+        now = time.time()
+        rows = await self.db.fetch(
+            f"INSERT INTO {self.table} ({_COLUMNS}) VALUES"
+            " ($1, '', NULL, NULL, NULL, 'main', NULL, NULL, $2, $3, $3)"
+            " ON CONFLICT (name) DO NOTHING RETURNING name",
+            name, json.dumps(BuilderSpec(name=self.default_builder).model_dump()), now)
+        if not rows:
+            raise ConflictError(f"project {name!r} exists already")
+        return await self.get(name)
 
     async def update(self, name: str, patch: ProjectUpdate) -> Project:
         check_found(name)

@@ -12,7 +12,7 @@ from typing import Any
 from crawlhub.core.errors import CrawlhubError
 
 #: Artifact kinds a job runner knows.
-KINDS = ("dir", "venv", "wheel", "image")
+KINDS = ("dir", "venv", "wheel", "image", "egg")
 
 
 class BuildFailed(CrawlhubError):
@@ -29,7 +29,9 @@ class Artifact:
     - ``bin_dir``: put first on ``PATH`` (``venv/bin``), or None;
     - ``env``: variables a job's process gets on top of its own (``VIRTUAL_ENV``,
       ``PYTHONPATH`` for a wheel, ``CRAWLHUB_PROJECT``/``CRAWLHUB_VERSION``); use
-      :meth:`environ` to merge them with ``PATH``.
+      :meth:`environ` to merge them with ``PATH``;
+    - ``egg``: an uploaded Scrapy egg (``path``, Scrapyd's ``addversion.json``), run in
+      ``workdir`` on the server's Python (:mod:`crawlhub.control.scrapyd`).
     """
 
     project: str

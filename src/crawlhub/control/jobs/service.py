@@ -249,11 +249,21 @@ class JobService:
         return await self._views(specs[:limit])
 
     # -- acting -------------------------------------------------------------------------
-    async def run(self, name: str, *, trigger: str = "api") -> RunRecord:
-        """Start a run now (409 at ``max_instances``, or for a disabled job)."""
+    async def run(self, name: str, *, trigger: str = "api", args: list[str] | None = None,
+                  env: dict[str, str] | None = None, version: str | None = None
+                  ) -> RunRecord:
+        """Start a run now (409 at ``max_instances``, or for a disabled job). ``args``,
+        ``env`` and ``version`` change this run only: more arguments after the job's,
+        more variables, another build (Scrapyd's ``schedule.json`` runs one spider with
+        its settings and arguments this way)."""
         spec, _ = await self.spec(name)
         if not spec.enabled:
             raise ConflictError(f"job {name!r} is disabled; PATCH it with enabled: true")
+        if args or env or version:
+            spec = JobSpec.model_validate({**spec.model_dump(),
+                                           "args": [*spec.args, *(args or ())],
+                                           "env": {**spec.env, **(env or {})},
+                                           "version": version or spec.version})
         # again here: a job stored before the check, or before the config allowed less
         self._check_env(spec)
         return await self.runner.start(spec, trigger=trigger)
