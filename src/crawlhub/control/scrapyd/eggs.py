@@ -101,6 +101,10 @@ async def list_spiders(artifact: Artifact, *, timeout: float) -> list[str]:
     """The spiders of a build: ``scrapy list`` in its directory and environment (an egg's
     or a virtualenv's), as Scrapyd runs it; :class:`ScrapydError` with the end of its
     output when it fails."""
+    if artifact.workdir is None:
+        raise ScrapydError(f"build {artifact.build} of {artifact.project} {artifact.version}"
+                           f" is a {artifact.kind} ({artifact.path}): its spiders cannot be"
+                           " listed here; use the venv builder or upload an egg")
     env = artifact.environ()
     env["PYTHONIOENCODING"] = "UTF-8"
     program = shutil.which("scrapy", path=env.get("PATH"))
@@ -108,9 +112,8 @@ async def list_spiders(artifact: Artifact, *, timeout: float) -> list[str]:
         raise ScrapydError(f"build {artifact.build} of {artifact.project} {artifact.version}"
                            " has no 'scrapy' command: install Scrapy in the project (its"
                            " requirements) or on the server (pip install 'crawlhub[scrapy]')")
-    cwd = artifact.workdir or os.getcwd()
     proc = await asyncio.create_subprocess_exec(
-        program, "list", "-s", "LOG_STDOUT=0", cwd=cwd, env=env,
+        program, "list", "-s", "LOG_STDOUT=0", cwd=artifact.workdir, env=env,
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, start_new_session=True)
     try:
