@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import (
@@ -220,6 +220,7 @@ def create_app(source: ServiceSource, *, node_name: str, token: str | None, host
             return Response(status_code=204, headers={"Allow": f"OPTIONS, HEAD, {method}"})
         if request.method != method and not (method == "GET" and request.method == "HEAD"):
             return error(f"{name} takes {method}, not {request.method}", 405)
+        form: FormData | None = None
         try:
             items: list[tuple[str, Any]] = list(request.query_params.multi_items())
             if request.method == "POST":
@@ -237,6 +238,9 @@ def create_app(source: ServiceSource, *, node_name: str, token: str | None, host
         except Exception as exc:  # a bug or an OS error: said in the log, not to the client
             log.exception("scrapyd: %s failed", name)
             return error(f"internal error ({type(exc).__name__}): see the server's log")
+        finally:
+            if form is not None:  # an uploaded egg's spooled file
+                await form.close()
         return answer({"status": "ok", **data})
 
     async def files(request: Request) -> Response:
@@ -256,13 +260,17 @@ def create_app(source: ServiceSource, *, node_name: str, token: str | None, host
             return PlainTextResponse(str(exc.detail), exc.status_code)
         except NotFoundError as exc:
             return PlainTextResponse(str(exc), 404)
+        # a log line or an item is the crawled site's text: never sniffed into a page of
+        # this origin (which could then post to this API as itself)
+        headers = {"X-Content-Type-Options": "nosniff"}
         if kind == "logs":
-            return StreamingResponse(svc.log_text(job), media_type="text/plain; charset=utf-8")
+            return StreamingResponse(svc.log_text(job), media_type="text/plain; charset=utf-8",
+                                     headers=headers)
         path = svc.items_path(job)
         if path is None or not path.is_file():
             return PlainTextResponse(f"job {job.jobid} has no items file"
                                      + ("" if path else " (scrapyd.items_dir is empty)"), 404)
-        return FileResponse(path, media_type="application/x-ndjson")
+        return FileResponse(path, media_type="application/x-ndjson", headers=headers)
 
     app = Starlette(routes=[
         Route("/{name:str}", endpoint, methods=["GET", "HEAD", "POST", "OPTIONS", "PUT",
