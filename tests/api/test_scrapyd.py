@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 from scrapyd_api import ScrapydAPI
 from scrapyd_api.exceptions import ScrapydResponseError
+from scrapyd_client.pyclient import ScrapydClient
 
 from tests.cli.serving import Served, crawlhub_command, crawlhub_serve
 from tests.demo.process import demo_process
@@ -67,7 +68,12 @@ class Scrapyd:
     egg: bytes
 
     def api(self, password: str = TOKEN) -> ScrapydAPI:
+        """python-scrapyd-api's client (Gerapy's)."""
         return ScrapydAPI(self.url, auth=("anyone", password), timeout=60)
+
+    def client(self) -> ScrapydClient:
+        """scrapyd-client's own Python client."""
+        return ScrapydClient(self.url, username="anyone", password=TOKEN)
 
     def get(self, path: str, headers: dict[str, str] | None = None,
             auth: bool = True) -> tuple[int, bytes]:
@@ -155,6 +161,7 @@ def test_scrapyd_deploy_makes_a_version_of_a_crawlhub_project_with_its_spiders(
     assert "shop" in api.list_projects()
     assert api.list_versions("shop") == ["1.0"]
     assert api.list_spiders("shop") == ["items"]
+    assert scrapyd.client().spiders("shop") == ["items"]
     # on crawlhub's side: a project without a git remote, and a build of the egg
     assert scrapyd.main_api("/projects/shop")["git_url"] == ""
     [build] = scrapyd.main_api("/builds/?project=shop")["builds"]
@@ -219,17 +226,19 @@ async def test_a_job_waits_pending_for_a_free_slot_and_cancel_drops_or_stops_it(
     [pending] = jobs["pending"]
     assert (pending["id"], pending["spider"], pending["args"]) == (
         queued, "items", {"start": scrapyd.demo, "category": "toys"})
-    assert json.loads(scrapyd.get(f"/status.json?job={queued}")[1])["currstate"] == "pending"
-    daemon = json.loads(scrapyd.get("/daemonstatus.json")[1])
+    client = scrapyd.client()
+    assert client.status(queued, "shop")["currstate"] == "pending"
+    daemon = client.daemonstatus()
     assert (daemon["pending"], daemon["running"]) == (1, 1)
 
     assert api.cancel("shop", queued) == "pending"
     assert api.list_jobs("shop")["pending"] == []
-    assert json.loads(scrapyd.get(f"/status.json?job={queued}")[1])["currstate"] is None
+    assert client.status(queued)["currstate"] is None
 
     assert api.cancel("shop", "slow-1") == "running"
     await _finished(api, "shop", "slow-1")
     assert api.cancel("shop", "slow-1") is None  # over: nothing to cancel
+    assert client.status("slow-1", "shop")["currstate"] == "finished"
     runs = scrapyd.main_api("/runs/?job=scrapyd.shop.items")
     assert any(run["status"] == "cancelled" for run in runs), runs
 
