@@ -30,8 +30,10 @@ import pytest
 from scrapyd_api import ScrapydAPI
 from scrapyd_api.exceptions import ScrapydResponseError
 from scrapyd_client.pyclient import ScrapydClient
+from typer.testing import CliRunner, Result
 
-from tests.cli.serving import Served, crawlhub_command, crawlhub_serve
+from crawlhub.cli import app as cli_app
+from tests.cli.serving import Served, crawlhub_serve
 from tests.demo.process import demo_process
 from tests.helpers import wait_for
 from tests.servers import free_port
@@ -344,29 +346,32 @@ def test_cross_site_and_dns_rebinding_requests_are_refused(scrapyd: Scrapyd) -> 
     assert jobs["pending"] == [] and jobs["running"] == []
 
 
-def _serve_fails(tmp_path: Path, scrapyd: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+def _serve_fails(tmp_path: Path, scrapyd: dict[str, Any]) -> Result:
+    """``crawlhub serve`` in-process, in ``tmp_path`` (no .env of the repository): it must
+    stop before anything is served or set up."""
     config = tmp_path / "main.yaml"
     config.write_text(json.dumps({"data_dir": str(tmp_path / "data"),
                                   "scrapyd": {"enabled": True, **scrapyd}}))
-    return subprocess.run([*crawlhub_command(), "serve", "-c", str(config), "--port",
-                           str(free_port())], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120)
+    return CliRunner().invoke(cli_app, ["serve", "-c", str(config), "--port",
+                                        str(free_port())], catch_exceptions=False)
 
 
 def test_serve_refuses_scrapyds_api_on_a_reachable_address_without_a_token(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # 192.0.2.1 (TEST-NET-1) is never this machine's: without the refusal nothing binds
+    monkeypatch.chdir(tmp_path)
     served = _serve_fails(tmp_path, {"bind": "192.0.2.1"})
-    assert served.returncode == 2, served.stderr
-    assert "scrapyd.bind is '192.0.2.1'" in served.stderr
-    assert "server.token" in served.stderr and "Started server process" not in served.stderr
+    assert served.exit_code == 2, served.output
+    assert "scrapyd.bind is '192.0.2.1'" in " ".join(served.stderr.split())
+    assert "server.token" in served.stderr
 
 
-def test_serve_says_which_key_to_change_when_scrapyds_port_is_taken(tmp_path: Path) -> None:
+def test_serve_says_which_key_to_change_when_scrapyds_port_is_taken(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         served = _serve_fails(tmp_path, {"port": taken.getsockname()[1]})
-    assert served.returncode == 2, served.stderr
+    assert served.exit_code == 2, served.output
     assert "choose another scrapyd.port" in " ".join(served.stderr.split())
-    assert "Started server process" not in served.stderr

@@ -133,6 +133,7 @@ def serve(
     if port:
         cfg.server.port = port
     _check_exposure(cfg, serving=True, bind_given=bool(bind))
+    scrapyd_socket = _scrapyd_socket(cfg)  # before anything starts: refused or taken, it ends here
     configure_secrets(cfg.logging.secret_names, cfg.logging.public_names)
     setup_logging(cfg.logging.level, cfg.logging.format, cfg.logging.file)
     err.print(f"crawlhub {cfg.project}: http://{cfg.server.bind}:{cfg.server.port}"
@@ -144,19 +145,11 @@ def serve(
                                            access_log=False))
     logging.getLogger("uvicorn.error").addFilter(lambda record: asgi.error is None)
     run: Any = server.run
-    if cfg.scrapyd.enabled:  # Scrapyd's API on a port of its own (docs/scrapyd.md)
-        from crawlhub.app import scrapyd
+    if scrapyd_socket is not None:  # Scrapyd's API on a port of its own (docs/scrapyd.md)
+        from crawlhub.app.scrapyd import serve_with_scrapyd
 
-        if (problem := scrapyd.exposure(cfg)) is not None and not cfg.server.insecure_no_token:
-            fail(ConfigError(f"{problem}: refused; set server.token or bind scrapyd to"
-                             " 127.0.0.1", entry="scrapyd", key="bind",
-                             file=cfg.file_of("scrapyd", "bind")))
-        try:
-            sock = scrapyd.listen(cfg)
-        except ConfigError as exc:
-            fail(exc)
         err.print(f"scrapyd API: http://{cfg.scrapyd.bind}:{cfg.scrapyd.port}")
-        run = functools.partial(scrapyd.serve_with_scrapyd, server, app_, cfg, sock)
+        run = functools.partial(serve_with_scrapyd, server, app_, cfg, scrapyd_socket)
     try:
         run()
     except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down already
@@ -165,6 +158,24 @@ def serve(
         if asgi.error is not None:
             fail(asgi.error)
         raise
+
+
+def _scrapyd_socket(cfg: Any) -> Any:
+    """With ``scrapyd.enabled``, the socket of Scrapyd's API, bound; None without. A
+    reachable ``scrapyd.bind`` without a token is refused (unless
+    ``server.insecure_no_token``), a taken port named: both exit 2."""
+    if not cfg.scrapyd.enabled:
+        return None
+    from crawlhub.app import scrapyd
+
+    if (problem := scrapyd.exposure(cfg)) is not None and not cfg.server.insecure_no_token:
+        fail(ConfigError(f"{problem}: refused; set server.token or bind scrapyd to"
+                         " 127.0.0.1", entry="scrapyd", key="bind",
+                         file=cfg.file_of("scrapyd", "bind")))
+    try:
+        return scrapyd.listen(cfg)
+    except ConfigError as exc:
+        fail(exc)
 
 
 class _StartupErrors:
