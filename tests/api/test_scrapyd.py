@@ -68,6 +68,9 @@ class Scrapyd:
     version: str
     demo: str
     egg: bytes
+    #: how to start the server again: its arguments and its log
+    serve_args: list[str]
+    serve_log: Path
 
     def api(self, password: str = TOKEN) -> ScrapydAPI:
         """python-scrapyd-api's client (Gerapy's)."""
@@ -133,9 +136,9 @@ def scrapyd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrapyd]:
     cfg.write_text(cfg.read_text().replace(
         "#url = http://localhost:6800/",
         f"url = http://127.0.0.1:{port}/\nusername = deployer\npassword = {TOKEN}"))
+    serve_args = ["--config", str(config), "--data-dir", str(tmp / "data")]
     with demo_process(log=tmp / "demo.log") as demo, \
-            crawlhub_serve(["--config", str(config), "--data-dir", str(tmp / "data")],
-                           log=tmp / "serve.log") as served:
+            crawlhub_serve(serve_args, log=tmp / "serve.log") as served:
         deployed = subprocess.run([_tool("scrapyd-deploy"), "--version", "1.0"],
                                   cwd=tmp / "shop", capture_output=True, text=True,
                                   timeout=120)
@@ -144,7 +147,8 @@ def scrapyd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrapyd]:
         assert answer == {"node_name": answer["node_name"], "status": "ok",
                           "project": "shop", "version": "1.0", "spiders": 1}, answer
         # the egg it uploaded, kept as the build's artifact, for the tests that upload again
-        scrapyd = Scrapyd(served, f"http://127.0.0.1:{port}", tmp / "shop", "1.0", demo, b"")
+        scrapyd = Scrapyd(served, f"http://127.0.0.1:{port}", tmp / "shop", "1.0", demo, b"",
+                          serve_args, tmp / "serve.log")
         [build] = scrapyd.main_api("/builds/?project=shop")["builds"]
         scrapyd.egg = Path(build["artifact_path"]).read_bytes()
         yield scrapyd
@@ -213,9 +217,9 @@ async def test_a_scheduled_spider_crawls_the_demo_and_its_items_and_log_are_serv
 async def test_a_job_waits_pending_for_a_free_slot_and_cancel_drops_or_stops_it(
         scrapyd: Scrapyd) -> None:
     api = scrapyd.api()
-    # a slow crawl (a request every 3 s) holds the one slot (max_proc: 1)
+    # a slow crawl (a request a second, ~30 s) holds the one slot (max_proc: 1)
     slow = await asyncio.to_thread(api.schedule, "shop", "items", start=scrapyd.demo,
-                                   settings={"DOWNLOAD_DELAY": "3"}, jobid="slow-1")
+                                   settings={"DOWNLOAD_DELAY": "1"}, jobid="slow-1")
     assert slow == "slow-1"
     async def running() -> bool:
         return await asyncio.to_thread(api.job_status, "shop", "slow-1") == "running"
@@ -344,6 +348,39 @@ def test_cross_site_and_dns_rebinding_requests_are_refused(scrapyd: Scrapyd) -> 
     assert status == 403
     jobs = scrapyd.api().list_jobs("shop")
     assert jobs["pending"] == [] and jobs["running"] == []
+
+
+async def test_a_killed_server_loses_no_job_pending_jobs_start_after_it_and_running_ones_end(
+        scrapyd: Scrapyd) -> None:
+    # (the module's last test on its server: the server is killed and started again)
+    api = scrapyd.api()
+    await asyncio.to_thread(api.schedule, "shop", "items", start=scrapyd.demo,
+                            settings={"DOWNLOAD_DELAY": "1"}, jobid="before-kill")
+
+    async def state(jobid: str) -> str:
+        return str(await asyncio.to_thread(api.job_status, "shop", jobid))
+
+    await wait_for(lambda: _is(state("before-kill"), "running"), "the job to start",
+                   timeout=60, every=0.2)
+    await asyncio.to_thread(api.schedule, "shop", "items", start=scrapyd.demo,
+                            settings={"DOWNLOAD_DELAY": "1"}, jobid="waiting")
+    assert await state("waiting") == "pending"
+    scrapyd.served.kill()  # SIGKILL: nothing of the server's shutdown runs
+
+    port = int(scrapyd.served.url.rsplit(":", 1)[1])
+    with crawlhub_serve(scrapyd.serve_args, log=scrapyd.serve_log, port=port):
+        # the run the dead server left is stopped and its job finished; the pending job
+        # was kept, and takes the free slot
+        await wait_for(lambda: _is(state("before-kill"), "finished"),
+                       "the killed server's job to be finished", timeout=60, every=0.2)
+        await wait_for(lambda: _is(state("waiting"), "running"),
+                       "the pending job to start on the new server", timeout=60, every=0.2)
+        assert api.cancel("shop", "waiting") == "running"
+        await _finished(api, "shop", "waiting")
+
+
+async def _is(value: Any, expected: str) -> bool:
+    return bool(await value == expected)
 
 
 def _serve_fails(tmp_path: Path, scrapyd: dict[str, Any]) -> Result:
