@@ -125,7 +125,8 @@ def scrapyd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrapyd]:
     tmp = tmp_path_factory.mktemp("scrapyd")
     port = free_port()
     config = tmp / "crawlhub.yaml"
-    config.write_text(f"server:\n  token: {TOKEN}\n"
+    # control.grace: the orphan a killed server left is stopped 2 s after its SIGTERM
+    config.write_text(f"server:\n  token: {TOKEN}\ncontrol:\n  grace: 2\n"
                       f"scrapyd:\n  enabled: true\n  port: {port}\n  max_proc: 1\n")
     # the project as `scrapy startproject` leaves it, a spider added, scrapy.cfg's
     # [deploy] pointed at the server with the token as its password

@@ -82,7 +82,7 @@ class Build(BaseModel):
     commit: str | None = Field(description="the commit the clone checked out")
     status: Status
     builder: str
-    trigger: str = Field(description="hook, api or cli")
+    trigger: str = Field(description="hook, api, cli or scrapyd")
     artifact_kind: str | None = Field(description="dir, venv, wheel, image or egg")
     artifact_path: str | None = Field(description="the venv, wheel, image tag or directory")
     error: str | None = Field(description="why it failed")
