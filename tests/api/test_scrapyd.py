@@ -237,6 +237,7 @@ async def test_a_job_waits_pending_for_a_free_slot_and_cancel_drops_or_stops_it(
     assert client.status(queued, "shop")["currstate"] == "pending"
     daemon = client.daemonstatus()
     assert (daemon["pending"], daemon["running"]) == (1, 1)
+    assert scrapyd.get(f"/logs/shop/items/{queued}.log")[0] == 404  # no log before it runs
 
     assert api.cancel("shop", queued) == "pending"
     assert api.list_jobs("shop")["pending"] == []

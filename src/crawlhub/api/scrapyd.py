@@ -264,6 +264,8 @@ def create_app(source: ServiceSource, *, node_name: str, token: str | None, host
         # this origin (which could then post to this API as itself)
         headers = {"X-Content-Type-Options": "nosniff"}
         if kind == "logs":
+            if job.run_id is None and not job.error:
+                return PlainTextResponse(f"job {job.jobid} has not started: no log yet", 404)
             return StreamingResponse(svc.log_text(job), media_type="text/plain; charset=utf-8",
                                      headers=headers)
         path = svc.items_path(job)
