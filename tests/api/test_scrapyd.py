@@ -134,13 +134,12 @@ def scrapyd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrapyd]:
                     str(tmp / "shop")], check=True, capture_output=True)
     (tmp / "shop/shop/spiders/items.py").write_text(SPIDER)
     cfg = tmp / "shop/scrapy.cfg"
-    cfg.write_text(cfg.read_text().replace(
-        "#url = http://localhost:6800/",
-        f"url = http://127.0.0.1:{port}/\nusername = deployer\npassword = {TOKEN}"))
+    cfg.write_text(cfg.read_text() + f"\n[deploy:crawlhub]\nurl = http://127.0.0.1:{port}/\n"
+                   f"project = shop\nusername = deployer\npassword = {TOKEN}\n")
     serve_args = ["--config", str(config), "--data-dir", str(tmp / "data")]
     with demo_process(log=tmp / "demo.log") as demo, \
             crawlhub_serve(serve_args, log=tmp / "serve.log") as served:
-        deployed = subprocess.run([_tool("scrapyd-deploy"), "--version", "1.0"],
+        deployed = subprocess.run([_tool("scrapyd-deploy"), "crawlhub", "--version", "1.0"],
                                   cwd=tmp / "shop", capture_output=True, text=True,
                                   timeout=120)
         assert deployed.returncode == 0, deployed.stderr + deployed.stdout
