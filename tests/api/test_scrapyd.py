@@ -64,8 +64,6 @@ class ItemsSpider(scrapy.Spider):
 class Scrapyd:
     served: Served
     url: str
-    project_dir: Path
-    version: str
     demo: str
     egg: bytes
     #: how to start the server again: its arguments and its log
@@ -147,8 +145,8 @@ def scrapyd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrapyd]:
         assert answer == {"node_name": answer["node_name"], "status": "ok",
                           "project": "shop", "version": "1.0", "spiders": 1}, answer
         # the egg it uploaded, kept as the build's artifact, for the tests that upload again
-        scrapyd = Scrapyd(served, f"http://127.0.0.1:{port}", tmp / "shop", "1.0", demo, b"",
-                          serve_args, tmp / "serve.log")
+        scrapyd = Scrapyd(served, f"http://127.0.0.1:{port}", demo, b"", serve_args,
+                          tmp / "serve.log")
         [build] = scrapyd.main_api("/builds/?project=shop")["builds"]
         scrapyd.egg = Path(build["artifact_path"]).read_bytes()
         yield scrapyd
