@@ -74,3 +74,11 @@ def test_axes_end_at_round_numbers_and_figures_are_short() -> None:
         1, 1, 5, 10, 20, 500, 100_000]
     assert [short(v) for v in (950, 12.5, 3400, 2_100_000, 1.5e9)] == [
         "950", "12.5", "3.4k", "2.1M", "1.5G"]
+
+
+def test_a_chart_spanning_days_names_the_day_on_its_axis() -> None:
+    t0 = 1_700_000_000.0  # 2023-11-14 22:13 UTC
+    chart = parse(line_chart("c", "Runs", [Line("a", [(t0, 1), (t0 + 3 * 86400, 2)])],
+                             start=t0, end=t0 + 3 * 86400))
+    ticks = [t.text for t in chart.iter(f"{SVG}text") if t.get("y") == str(200 - 6)]
+    assert ticks == ["11-14 22:13", "11-16 10:13", "11-17 22:13"]

@@ -64,8 +64,9 @@ def nice_top(value: float) -> float:
     return 10 * power  # pragma: no cover - the loop returns
 
 
-def hhmm(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%H:%M")
+def hhmm(ts: float, *, day: bool = False) -> str:
+    """``14:05`` (UTC); ``11-28 14:05`` with ``day`` (a chart spanning days)."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%m-%d %H:%M" if day else "%H:%M")
 
 
 def _frame(chart_id: str, title: str, body: list[str], legend: Sequence[str], *,
@@ -114,9 +115,10 @@ def line_chart(chart_id: str, title: str, lines: Sequence[Line], *, start: float
         return PAD_T + plot_h * (1 - min(max(value / top, 0.0), 1.0))
 
     body = _y_axis(top, fmt)
+    days = end - start > 86400  # a job's runs a day apart: the axis names the day
     for ts, anchor in ((start, "start"), ((start + end) / 2, "middle"), (end, "end")):
         body.append(f'<text class="tick" x="{x(ts):.1f}" y="{HEIGHT - 6}"'
-                    f' text-anchor="{anchor}">{hhmm(ts)}</text>')
+                    f' text-anchor="{anchor}">{hhmm(ts, day=days)}</text>')
     for i, line in enumerate(lines):
         cls = f"s{i % COLOURS}"
         coords = " ".join(f"{x(ts):.1f},{y(v):.1f}" for ts, v in line.points)
@@ -125,7 +127,7 @@ def line_chart(chart_id: str, title: str, lines: Sequence[Line], *, start: float
         if len(line.points) > 1:
             body.append(f'<polyline class="line" points="{coords}"/>')
         for ts, v in line.points:
-            tip = f"{line.label} {hhmm(ts)}: {fmt(v)}{unit}"
+            tip = f"{line.label} {hhmm(ts, day=days)}: {fmt(v)}{unit}"
             body.append(f'<circle class="pt" cx="{x(ts):.1f}" cy="{y(v):.1f}" r="2.5"'
                         f' data-ts="{int(ts)}" data-value="{v:.12g}"><title>{_a(tip)}</title>'
                         "</circle>")
