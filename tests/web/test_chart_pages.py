@@ -84,6 +84,9 @@ class Charted:
     def start(self) -> Server:
         srv = self.stack.enter_context(running_server(self.data_dir))
         srv.run(srv.services.sampler.close())
+        services = srv.services
+        # the server's own sources, sampled when the test says
+        self.sampler = type(services.sampler)(services.series, services.sampler.sources)
         return srv
 
     def restart(self) -> None:
@@ -92,9 +95,7 @@ class Charted:
         self.server = self.start()
 
     def tick(self) -> int:
-        services = self.server.services
-        sampler = type(services.sampler)(services.series, services.sampler.sources)
-        return int(self.server.run(sampler.tick()))
+        return int(self.server.run(self.sampler.tick()))
 
     def read(self, scope: str, **kwargs: Any) -> Any:
         return self.server.run(self.server.services.series.read(scope, **kwargs))
@@ -136,7 +137,7 @@ def charted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Charted]:
 def _fill(world: Charted, site: Site) -> None:
     """Real figures in every source, sampled by hand; four earlier minutes of the
     outbound and the agent written to the store as the sampler would have."""
-    from .conftest import _seed
+    from .conftest import _seed, beat_hostile
 
     srv = world.server
     srv.run(_seed(srv.app))  # the hostile agent, heartbeat: 4.5 QPS, 50 MiB
@@ -191,6 +192,7 @@ def _fill(world: Charted, site: Site) -> None:
     assert wait_run(srv, world.runs["items-2"])["counters"]["success"] == 20
     world.runs["spider"] = spider
     assert wait_run(srv, spider)["status"] == "succeeded"
+    srv.run(beat_hostile(srv.app))  # alive for this sample, however long the runs took
     assert world.tick() > 0  # outbound, agent, frontier now
 
 
@@ -230,16 +232,22 @@ def test_queue_agent_and_frontier_charts_show_the_stores_points_and_escape_names
     shots(page, "queues")
     stored = charted.read("outbound", since=now - 3600, subjects=["default"])
     depth = [round(p.mean, 3) for p in stored[("default", "depth")]]
-    assert depth == [10, 20, 30, 40, 5]  # four minutes of history, then the 5 tasks now
+    # four minutes of history, then the 5 tasks, sampled in one minute or more (the
+    # fixture's runs may take over a minute on a loaded machine)
+    assert depth[:4] == [10, 20, 30, 40] and set(depth[4:]) == {5}
     assert series(shot, "outbound-depth", "default") == depth
     assert sorted(series(shot, "outbound-rate", "default")) == sorted(
         round(p.mean, 3) for p in stored[("default", "rate")])
 
     shot = open_charts(page, "/ui/agents", "agents-charts")
     shots(page, "agents")
-    assert series(shot, "agent-qps", HOSTILE_AGENT) == [1, 2, 3, 4, 4.5]
+    qps = series(shot, "agent-qps", HOSTILE_AGENT)
+    assert qps[:4] == [1, 2, 3, 4] and set(qps[4:]) == {4.5}
+    stored = charted.read("agent", since=now - 3600, subjects=[HOSTILE_AGENT])
+    assert qps == [round(p.mean, 3) for p in stored[(HOSTILE_AGENT, "qps")]]
     memory = series(shot, "agent-memory", HOSTILE_AGENT)
-    assert sorted(memory) == [2**20, 2 * 2**20, 3 * 2**20, 4 * 2**20, 50 * 2**20]
+    assert memory[:4] == [2**20, 2 * 2**20, 3 * 2**20, 4 * 2**20]
+    assert set(memory[4:]) == {50 * 2**20}
     legend = page.locator("#chart-agent-qps .legend li").first.inner_text()
     assert legend == HOSTILE_AGENT  # shown as text
     assert page.evaluate("window.__xss") is None
@@ -251,7 +259,10 @@ def test_queue_agent_and_frontier_charts_show_the_stores_points_and_escape_names
     stored = charted.read("frontier", since=now - 3600, subjects=["news"])
     assert {m.split("@")[0]: p[-1].latest for (_, m), p in stored.items()} == bars
     # per minute: 3 more admitted and 2 duplicates since the sample two minutes before
-    assert {s: v for s, _, v in shot["frontier-minutes"]} == {"admitted": 3, "duplicates": 2}
+    per_minute = {"admitted": 0.0, "duplicates": 0.0}
+    for name, _, value in shot["frontier-minutes"]:
+        per_minute[name] += value
+    assert per_minute == {"admitted": 3, "duplicates": 2}
 
 
 def test_a_scrapy_runs_page_shows_its_final_stats_and_its_pages_per_minute(
