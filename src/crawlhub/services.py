@@ -25,6 +25,8 @@ if TYPE_CHECKING:  # (typing only: these modules load on first use)
     from crawlhub.center.bus import Bus
     from crawlhub.collect.service import CollectJobManager
     from crawlhub.config.schema import CrawlhubConfig
+    from crawlhub.control.sampler import Sampler
+    from crawlhub.control.series import SeriesStore
     from crawlhub.frontier.manager import Frontier
 
 log = logging.getLogger("crawlhub.service")
@@ -57,6 +59,10 @@ class Services:
         self._center_registry: AgentRegistry | None = None
         self._center_task: asyncio.Task[None] | None = None
         self._center_stop: asyncio.Event | None = None
+        #: the charts' per-minute figures in the control store (None without a control
+        #: plane), and what samples them while started (``crawlhub.control.sampler``)
+        self.series: SeriesStore | None = None
+        self._sampler: Sampler | None = None
 
     @classmethod
     async def open(cls, config: CrawlhubConfig) -> Services:
@@ -87,8 +93,43 @@ class Services:
             await state.close()
             await queues.close()
             raise
-        return cls(config, queues=queues, state=state, hub=hub, frontiers=frontiers, jobs=jobs,
-                   control=control)
+        services = cls(config, queues=queues, state=state, hub=hub, frontiers=frontiers,
+                       jobs=jobs, control=control)
+        try:
+            await services._open_series()
+        except BaseException:
+            await services.close()
+            raise
+        return services
+
+    async def _open_series(self) -> None:
+        """The charts' store, on the control plane's database."""
+        if self.control is None:
+            return
+        from crawlhub.control.series import SeriesStore
+
+        self.series = SeriesStore(self.control.db)
+        await self.series.open()
+
+    def _start_sampler(self) -> None:
+        """Sample the outbounds, agents, frontiers and runs into :attr:`series`."""
+        if self.series is None or self.control is None:
+            return
+        from crawlhub.control import sampler
+
+        registries = [self.agents, *[r for r in (self.center_registry,) if r is not None]]
+        self._sampler = sampler.Sampler(self.series, {
+            "outbounds": sampler.outbound_source(self.hub.outbound_stats),
+            "agents": sampler.agent_source(registries),
+            "frontiers": sampler.frontier_source(self.frontiers),
+            "runs": sampler.run_source(self.control.jobs.store),
+        })
+        self._sampler.start()
+
+    @property
+    def sampler(self) -> Sampler | None:
+        """The running sampler (None until :meth:`start`)."""
+        return self._sampler
 
     # ------------------------------------------------------------------ views
     async def outbounds(self, prefix: str = "") -> list[dict[str, Any]]:
@@ -155,6 +196,7 @@ class Services:
             more = [r for r in (self.center_registry,) if r is not None]
             self.control.alerts.start_watch(self.agents, self.hub.outbound_stats,
                                             more_agents=more)
+            self._start_sampler()
         section = self.config.center
         bus = self.center_bus
         if bus is not None and section.serve:
@@ -170,6 +212,9 @@ class Services:
             self._center_task = asyncio.create_task(center.run(self._center_stop))
 
     async def close(self) -> None:
+        if self._sampler is not None:
+            await self._sampler.close()
+            self._sampler = None
         if self._center_task is not None:
             if self._center_stop is not None:
                 self._center_stop.set()

@@ -85,6 +85,9 @@ async def test_a_spider_pauses_continues_reports_its_stats_and_exits(tmp_path: P
         # the last stats were flushed at the close: every parsed page is counted
         assert final["item_scraped_count"] == lines(items)
         assert final["response_received_count"] == lines(items)
+        # Scrapy's final stats as the run's page shows them (ScrapydWeb's)
+        assert final["finish_reason"] == "crawlhub_exit"
+        assert final["elapsed_time_seconds"] > 0
 
 
 def test_the_extension_is_off_without_a_runner(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -138,13 +138,15 @@ async def beat_hostile(app: Any) -> None:
                                  qps=4.5, pages=120, errors=1))
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+@contextmanager
+def running_server(data_dir: Path) -> Iterator[Server]:
+    """A crawlhub server on ``data_dir`` (the harness's config) in a thread of its own,
+    stopped when the block ends; a second one on the same ``data_dir`` is the same
+    server restarted."""
     import uvicorn
 
     from crawlhub.app.asgi import create_app
 
-    data_dir = tmp_path_factory.mktemp("web")
     app = create_app(_config(data_dir))
     port = free_port()
     loop = asyncio.new_event_loop()
@@ -164,16 +166,22 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError("the crawlhub server for the web tests did not start")
         time.sleep(0.05)
-    srv.run(_seed(app))
-    status, answer = srv.api("POST", "/task/", [{"url": f"http://127.0.0.1/seed/{i}"}
-                                                 for i in range(3)])
-    assert status == 200, answer
     try:
         yield srv
     finally:
         uv.should_exit = True
         thread.join(30)
         loop.close()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with running_server(tmp_path_factory.mktemp("web")) as srv:
+        srv.run(_seed(srv.app))
+        status, answer = srv.api("POST", "/task/", [{"url": f"http://127.0.0.1/seed/{i}"}
+                                                     for i in range(3)])
+        assert status == 200, answer
+        yield srv
 
 
 def _test_routes(srv: Server) -> None:
@@ -288,9 +296,8 @@ def browser() -> Iterator[Any]:
         yield chromium
 
 
-@pytest.fixture(scope="module")
-def session_state(browser: Any, server: Server) -> dict[str, Any]:
-    """The browser storage of a login through the form, shared by the page tests."""
+def login(browser: Any, server: Server) -> dict[str, Any]:
+    """The browser storage of a login through the form on ``server``."""
     context = browser.new_context(base_url=server.url)
     try:
         page = context.new_page()
@@ -302,6 +309,12 @@ def session_state(browser: Any, server: Server) -> dict[str, Any]:
         return state
     finally:
         context.close()
+
+
+@pytest.fixture(scope="module")
+def session_state(browser: Any, server: Server) -> dict[str, Any]:
+    """The browser storage of a login through the form, shared by the page tests."""
+    return login(browser, server)
 
 
 @dataclass

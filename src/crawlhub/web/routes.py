@@ -16,6 +16,7 @@ try:
         projects,
         queues,
         runs,
+        trends,
     )
 except ImportError as exc:
     # the app mounts this router only if it imports, and would quietly serve no web page
@@ -30,4 +31,5 @@ router = APIRouter(include_in_schema=False)
 router.include_router(login.router, include_in_schema=False)
 for _page in PAGES:
     router.include_router(_page.router, include_in_schema=False)
+router.include_router(trends.router, include_in_schema=False)  # the pages' charts
 set_areas([_page.AREA for _page in PAGES])

@@ -41,6 +41,26 @@ MAX_TASKS = 500
 LOG_LINES = 500
 #: Counters shown in a run's header.
 MAX_COUNTERS = 40
+#: Scrapy's final stats a Scrapy run's page shows first, as ScrapydWeb does (the
+#: extension, ``crawlhub.contrib.scrapy.extension``, reports them as the run's counters).
+SCRAPY_STATS = ("finish_reason", "elapsed_time_seconds", "item_scraped_count",
+                "item_dropped_count", "downloader/request_count", "response_received_count",
+                "log_count/ERROR", "log_count/WARNING", "retry/count")
+#: Counters that say a run is a Scrapy crawl's.
+_SCRAPY_MARKS = ("finish_reason", "elapsed_time_seconds", "item_scraped_count",
+                 "downloader/request_count")
+_STATUS = "downloader/response_status_count/"
+
+
+def scrapy_stats(counters: dict[str, Any]) -> dict[str, Any] | None:
+    """A Scrapy run's final stats: the named ones (:data:`SCRAPY_STATS`) that it has, and
+    its responses per HTTP status; None for a run that is not a Scrapy crawl's."""
+    if not any(key in counters for key in _SCRAPY_MARKS):
+        return None
+    statuses = sorted((key[len(_STATUS):], value) for key, value in counters.items()
+                      if key.startswith(_STATUS))
+    return {"stats": [(key, counters[key]) for key in SCRAPY_STATS if key in counters],
+            "statuses": statuses}
 
 
 # ---------------------------------------------------------------------------- the list
@@ -84,13 +104,14 @@ async def _run_data(svc: Services, run_id: str) -> dict[str, Any] | None:
     except NotFoundError:
         return None
     data: dict[str, Any] = {"run_id": run_id, "error": error, "run": None, "tasks": [],
-                            "more_tasks": 0, "counters": [], "queue": None, "going": False}
+                            "more_tasks": 0, "counters": [], "queue": None, "going": False,
+                            "scrapy": None}
     if view is not None:
         run = view.run
         data.update(run=run, tasks=_timeline(view), queue=view.queue,
                     more_tasks=max(len(view.tasks) - MAX_TASKS, 0),
                     counters=sorted(run.counters.items())[:MAX_COUNTERS],
-                    going=run.status in LIVE)
+                    going=run.status in LIVE, scrapy=scrapy_stats(run.counters))
     return data
 
 

@@ -15,7 +15,12 @@ extension stays off (``NotConfigured``), so a project can enable it for good.
   ``crawlhub_exit`` (what is in flight finishes, as on Ctrl-C);
 - every ``CRAWLHUB_STATS_INTERVAL`` s (1) Scrapy's numeric stats
   (``item_scraped_count``, ``downloader/request_count``, ``response_received_count``...)
-  become the run's counters under the same names; once more when the spider closes.
+  become the run's counters under the same names; once more when the spider closes,
+  then with Scrapy's final stats as ScrapydWeb shows them: ``finish_reason`` (text) and
+  ``elapsed_time_seconds`` (taken from ``start_time`` when Scrapy's CoreStats has not
+  set it yet: the order of the extensions' ``spider_closed`` handlers is not fixed). The
+  run's page shows them with ``log_count/ERROR`` and the responses per status
+  (``downloader/response_status_count/<code>``).
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, cast
 
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
@@ -85,7 +91,7 @@ class CrawlhubControl:
         if self._loop is not None and self._loop.running:
             self._loop.stop()
         self._loop = None
-        self.report_stats()
+        self.report_stats(reason=reason)
         self.counters.flush()
 
     def tick(self) -> None:
@@ -115,10 +121,23 @@ class CrawlhubControl:
             self._stats_due = now + self.stats_interval
             self.report_stats()
 
-    def report_stats(self) -> None:
+    def report_stats(self, reason: str | None = None) -> None:
+        """Scrapy's numeric stats as the run's counters; with ``reason`` (the spider
+        closed) its final ones too: ``finish_reason`` and ``elapsed_time_seconds``."""
         stats = self.crawler.stats.get_stats()
-        self.counters.update({str(k): v for k, v in stats.items()
-                              if isinstance(v, int | float) and not isinstance(v, bool)})
+        values: dict[str, Any] = {
+            str(k): v for k, v in stats.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)}
+        if reason is not None:
+            values["finish_reason"] = str(reason)
+            started = stats.get("start_time")
+            if "elapsed_time_seconds" not in values and isinstance(started, datetime):
+                now = datetime.now(UTC)  # Scrapy's start_time is UTC (naive before 2.11)
+                now = now if started.tzinfo else now.replace(tzinfo=None)
+                values["elapsed_time_seconds"] = round((now - started).total_seconds(), 3)
+        # the counters file carries text too (the runner keeps str values; the run's
+        # page shows them): finish_reason is one
+        self.counters.update(cast(dict[str, float], values))
 
     def _close(self, engine: Any) -> None:
         close_async = getattr(engine, "close_spider_async", None)
