@@ -27,7 +27,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from crawlhub.agents.agent import Agent, CrawledPage, HubReport
+from crawlhub.agents.agent import Agent, CrawledPage, HubReport, link_tasks
 from crawlhub.agents.browser import CHROMIUM, BrowserDownloader, RenderConfig, RenderWait
 from crawlhub.agents.downloader import Downloader
 from crawlhub.agents.extract import ExtractionRules, RuleSets
@@ -37,6 +37,7 @@ from crawlhub.demo.site import js_price, js_title
 from crawlhub.services import Services
 from tests.agents.servers import _Server
 from tests.agents.test_agent import config, run_until_idle
+from tests.agents.test_task_rules import page
 from tests.helpers import wait_for
 
 #: the async tests share the module's loop: its fixtures (one browser) live there
@@ -172,9 +173,9 @@ async def test_tasks_are_rendered_when_they_or_their_named_rules_say_so_and_fetc
     titles: dict[str, str | None] = {}
 
     async def keep(done: list[CrawledPage]) -> None:
-        for page in done:
-            assert page.extracted is not None, page.fetched.error
-            titles[str(page.task["url"]).rsplit("?", 1)[1]] = page.extracted.title
+        for one in done:
+            assert one.extracted is not None, one.fetched.error
+            titles[str(one.task["url"]).rsplit("?", 1)[1]] = one.extracted.title
 
     async with Demo(js_pages=3) as demo:
         services = await Services.open(config(tmp_path))
@@ -195,6 +196,16 @@ async def test_tasks_are_rendered_when_they_or_their_named_rules_say_so_and_fetc
     rendered = js_title(1)
     assert titles == {"http": "Loading...", "task": rendered, "rule": rendered,
                       "off": "Loading..."}
+
+
+def test_the_links_of_a_page_whose_task_says_render_are_rendered_too() -> None:
+    wait = {"wait_for": "#app"}
+    pages = [page({"url": "http://s/a"}, ["http://s/1"]),
+             page({"url": "http://s/b", "render": wait}, ["http://s/2"])]
+    assert link_tasks({"http://s/1": 1, "http://s/2": 1}, pages) == [
+        {"url": "http://s/1", "depth": 1},
+        {"url": "http://s/2", "depth": 1, "render": wait},
+    ]
 
 
 # ------------------------------------------------------------------ blocking and waits

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crawlhub.agents.browser import BrowserDownloader, RenderWait, render_wait
+from crawlhub.agents.browser import BrowserDownloader, RenderConfig, RenderWait, render_wait
 from crawlhub.agents.codes import PARSE_ERROR, ROBOTS_DISALLOWED, SUCCESS, ResultCodes
 from crawlhub.agents.downloader import Downloader, Fetched
 from crawlhub.agents.extract import Extracted, ExtractionRules, ParseError, RuleSets
@@ -212,6 +212,7 @@ class Agent:
         control: Any | None = None,
         browser: BrowserDownloader | None = None,
         render: bool = False,
+        render_config: RenderConfig | None = None,
     ) -> None:
         if not queues:
             raise ValueError("an agent needs at least one queue to lease from")
@@ -272,6 +273,7 @@ class Agent:
         self.browser = browser
         self._own_browser = False
         self.render = render
+        self.render_config = render_config
 
     # ------------------------------------------------------------------ running
     async def run(self, stop: asyncio.Event | None = None,
@@ -475,7 +477,10 @@ class Agent:
     def _render_wait(self, task: Mapping[str, Any], rules: ExtractionRules) -> RenderWait | None:
         """How the task's page is rendered, or None (downloaded over HTTP): the task's
         ``render``, else its rules' ``render``, else the agent's."""
-        default = self.browser.default_wait if self.browser is not None else RenderWait()
+        default = (self.browser.default_wait if self.browser is not None
+                   else RenderWait.model_validate(self.render_config.model_dump(
+                       include={"wait_until", "wait_for"})) if self.render_config is not None
+                   else RenderWait())
         spec = task.get("render")
         if spec is not None:
             return render_wait(spec, default, key="render")
@@ -485,7 +490,7 @@ class Agent:
 
     def _browser(self) -> BrowserDownloader:
         if self.browser is None:
-            self.browser = BrowserDownloader(cookies=self.downloader)
+            self.browser = BrowserDownloader(self.render_config, cookies=self.downloader)
             self._own_browser = True
         return self.browser
 
