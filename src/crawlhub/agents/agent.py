@@ -4,7 +4,8 @@ Flow of one task: lease (in batches from one or more outbound queues) -> its ext
 rules (the agent's, or those its ``extract`` key names or holds; invalid ones are its
 ``parse_error``, 2005, and it is not fetched) -> robots.txt (optional: a disallowed URL is
 not fetched, its result is ``robots_disallowed``, 2007, and it is acked like any other) ->
-domain gate (optional) -> downloader -> extraction -> the page goes to ``on_pages`` (crawl
+domain gate (optional) -> downloader (the browser, ``agents.browser``, for a task whose
+``render``, whose rules' ``render`` or whose agent says so) -> extraction -> the page goes to ``on_pages`` (crawl
 mode: links to the frontier, carrying the task's ``extract``, items to the sink) -> its
 result ``{task_uuid, routed_count, task_result}`` goes to the hub -> ack. Pages are handled in *flushes* of up to
 ``flush_size``: one ``on_pages`` call, one report, one ack per queue, so a flush of 200
@@ -30,6 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from crawlhub.agents.browser import BrowserDownloader, RenderConfig, RenderWait, render_wait
 from crawlhub.agents.codes import PARSE_ERROR, ROBOTS_DISALLOWED, SUCCESS, ResultCodes
 from crawlhub.agents.downloader import Downloader, Fetched
 from crawlhub.agents.extract import Extracted, ExtractionRules, ParseError, RuleSets
@@ -86,16 +88,21 @@ def link_tasks(links: Mapping[str, int], pages: Sequence[CrawledPage]) -> list[d
     crawl keeps the rules its seed asked for, and ``center_agent``, the download center's
     agent that downloaded that page (a chained crawl sends the link back to it). Costs
     one pass over the links of the flush only when one of its tasks carries ``extract``
-    or one of its pages came through the download center."""
-    if not any("extract" in p.task or p.fetched.agent for p in pages):
+    or one of its pages came through the download center. A link found on a page whose
+    task says ``render`` carries that ``render`` on too."""
+    if not any("extract" in p.task or "render" in p.task or p.fetched.agent for p in pages):
         return [{"url": u, "depth": d} for u, d in links.items()]
     first: dict[str, Any] = {}
     by: dict[str, str] = {}
+    rendered: dict[str, Any] = {}
     for page in pages:
         if page.extracted is not None:
             spec = page.task.get("extract")
+            render = page.task.get("render")
             for link in page.extracted.links:
                 first.setdefault(link, spec)
+                if render is not None:
+                    rendered.setdefault(link, render)
                 if page.fetched.agent:
                     by.setdefault(link, page.fetched.agent)
     tasks: list[dict[str, Any]] = []
@@ -104,6 +111,8 @@ def link_tasks(links: Mapping[str, int], pages: Sequence[CrawledPage]) -> list[d
         spec = first.get(url)
         if spec is not None:
             task["extract"] = spec
+        if url in rendered:  # a rendered page's links are rendered too
+            task["render"] = rendered[url]
         agent = by.get(url)
         if agent:  # the download center's agent that found it: chained, it goes back there
             task["center_agent"] = agent
@@ -201,6 +210,9 @@ class Agent:
         heartbeat_every: float = 2.0,
         clock: Clock = system_clock,
         control: Any | None = None,
+        browser: BrowserDownloader | None = None,
+        render: bool = False,
+        render_config: RenderConfig | None = None,
     ) -> None:
         if not queues:
             raise ValueError("an agent needs at least one queue to lease from")
@@ -255,6 +267,13 @@ class Agent:
         self._running.set()
         #: the control said exit: the run ended after flushing what was in flight
         self.exited = False
+        #: renders the tasks that ask for it (``render`` in the task or its rules), and
+        #: every task when ``render`` is true; made at the first such task when not given
+        #: (then closed by ``run``): Playwright is imported only then
+        self.browser = browser
+        self._own_browser = False
+        self.render = render
+        self.render_config = render_config
 
     # ------------------------------------------------------------------ running
     async def run(self, stop: asyncio.Event | None = None,
@@ -288,6 +307,8 @@ class Agent:
                 beat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await beat
+            if self._own_browser and self.browser is not None:
+                await self.browser.close()
             # What was leased and not done returns to ready when its lease ends.
 
     async def _feed(self, stop: asyncio.Event,
@@ -389,6 +410,12 @@ class Agent:
                 rules = self.rule_sets.for_task(task["extract"])
             except ConfigError as exc:
                 return self._bad_rules(name, message, url, exc)
+        wait: RenderWait | None = None
+        if self.render or "render" in task or rules.render is not None:
+            try:
+                wait = self._render_wait(task, rules)
+            except ConfigError as exc:
+                return self._bad_rules(name, message, url, exc)
         if self.robots is not None:
             refusal = await self._robots_refusal(url)
             if refusal is not None:
@@ -417,6 +444,9 @@ class Agent:
             if self.remote:  # the download center's: it needs the task (chain, depth, rules)
                 remote: Any = self.downloader
                 fetched = await remote.fetch(url, job=str(task.get("job") or ""), task=task)
+            elif wait is not None:
+                fetched = await self._browser().fetch(url, job=str(task.get("job") or ""),
+                                                      wait=wait)
             else:
                 fetched = await self.downloader.fetch(url, job=str(task.get("job") or ""))
             status = fetched.status or None
@@ -443,6 +473,26 @@ class Agent:
                 fetched.outcome, fetched.error = PARSE_ERROR, str(exc)
                 code = self.codes.code(PARSE_ERROR, fetched.status)
         return CrawledPage(name, message, fetched, extracted, code)
+
+    def _render_wait(self, task: Mapping[str, Any], rules: ExtractionRules) -> RenderWait | None:
+        """How the task's page is rendered, or None (downloaded over HTTP): the task's
+        ``render``, else its rules' ``render``, else the agent's."""
+        default = (self.browser.default_wait if self.browser is not None
+                   else RenderWait.model_validate(self.render_config.model_dump(
+                       include={"wait_until", "wait_for"})) if self.render_config is not None
+                   else RenderWait())
+        spec = task.get("render")
+        if spec is not None:
+            return render_wait(spec, default, key="render")
+        if rules.render is not None:
+            return render_wait(rules.render, default, key="extract.render")
+        return default if self.render else None
+
+    def _browser(self) -> BrowserDownloader:
+        if self.browser is None:
+            self.browser = BrowserDownloader(self.render_config, cookies=self.downloader)
+            self._own_browser = True
+        return self.browser
 
     def _bad_rules(self, name: str, message: Message, url: str, exc: ConfigError) -> CrawledPage:
         """A task whose ``extract`` cannot be used: not fetched, its result the parse

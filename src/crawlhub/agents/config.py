@@ -14,6 +14,7 @@ called, how polite it is and where its items go. Command-line options override i
         proxies: {urls: ["http://127.0.0.1:3128"], cooldown: 300}
       result_codes: {timeout: 2001, statuses: {404: 1000}}
       politeness: {per_domain: 2, delay: 0.5, robots: true}
+      render: {concurrency: 4, wait_for: "#app[data-ready]"}   # tasks with render: true
       sink: {type: jsonl, path: items.jsonl, key: [url]}
 """
 
@@ -23,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from crawlhub.agents.browser import RenderConfig
 from crawlhub.agents.codes import ResultCodes
 from crawlhub.agents.downloader import DownloaderConfig
 
@@ -53,5 +55,7 @@ class AgentSection(BaseModel):
     downloader: DownloaderConfig = Field(default_factory=DownloaderConfig)
     result_codes: ResultCodes = Field(default_factory=ResultCodes)
     politeness: PolitenessConfig = Field(default_factory=PolitenessConfig)
+    #: how tasks that ask for rendering are rendered (``agents.browser.RenderConfig``)
+    render: RenderConfig = Field(default_factory=RenderConfig)
     #: a sink mapping as ``jobs[].sink`` takes it (None: items are not written)
     sink: dict[str, Any] | None = None

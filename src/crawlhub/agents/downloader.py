@@ -294,6 +294,15 @@ class Downloader:
             held = self._sessions[job] = _JobSession(self._new_session(), self._clock())
         add_cookies(held.session, cookies)
 
+    def cookie_jar(self, job: str = "") -> aiohttp.abc.AbstractCookieJar:
+        """The job's cookie jar (its session is made now if it has none), kept as used:
+        the browser downloader shares it with the contexts rendering the job's pages."""
+        held = self._sessions.get(job)
+        if held is None:
+            held = self._sessions[job] = _JobSession(self._new_session(), self._clock())
+        held.last_used = self._clock()
+        return held.session.cookie_jar
+
     async def release(self, job: str) -> bool:
         """Drop the job's session and cookies now (e.g. when the job ends)."""
         held = self._sessions.pop(job, None)

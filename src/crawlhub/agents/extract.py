@@ -33,6 +33,7 @@ from lxml import etree
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from w3lib.encoding import html_to_unicode, http_content_type_encoding
 
+from crawlhub.agents.browser import RenderWait
 from crawlhub.agents.codes import config_error
 from crawlhub.core.errors import ConfigError, CrawlhubError
 from crawlhub.core.userregex import FieldRegex, Pattern, compile_user_regex, compile_user_test
@@ -308,6 +309,9 @@ class ExtractionConfig(BaseModel):
 
     fields: dict[str, FieldRule] = {}
     links: LinkRules = LinkRules()
+    #: render the pages of these rules in the browser: true, or how to wait for them
+    #: (``{wait_until, wait_for}``); null leaves it to the task and the agent
+    render: bool | RenderWait | None = None
 
 
 # --- running ----------------------------------------------------------------------------
@@ -373,6 +377,7 @@ class ExtractionRules:
         self._deny = [_any_of(links.deny)] if links.deny else []
         self._max_depth = links.max_depth
         self._max_links = links.max_links
+        self.render = config.render
 
     @classmethod
     def from_config(

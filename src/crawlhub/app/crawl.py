@@ -121,6 +121,13 @@ class CrawlOptions:
     #: None: the runner's control file when a runner started this process
     #: (``crawlhub.sdk.control()``), else none
     control: Any | None = None
+    #: render every page in headless Chromium (``agents.browser``): links and fields are
+    #: taken from the DOM its scripts built; ``render_concurrency`` pages at once, each
+    #: waited for until ``wait_until``, then for the CSS selector ``wait_for`` when given
+    render: bool = False
+    render_concurrency: int = 4
+    wait_until: str = "load"
+    wait_for: str | None = None
 
 
 @dataclass
@@ -224,10 +231,15 @@ class Crawl:
             lock.close()
             raise
         gate = None
+        browser = None
         stop = asyncio.Event()
         try:
             downloader = await self._open_downloader(stop)
+            if opts.render:  # launched now: a missing browser is the crawl's error at once
+                browser = await self._open_browser(downloader)
         except BaseException:
+            if browser is not None:
+                await browser.close()
             await self.sink.close()
             await services.close()
             lock.close()
@@ -264,7 +276,7 @@ class Crawl:
                           rules=self.rules, codes=self.codes, on_pages=self._on_pages,
                           concurrency=opts.concurrency, gate=gate if limits else None,
                           robots=gate if opts.robots else None, skip=self._written,
-                          control=control)
+                          control=control, browser=browser, render=opts.render)
             self.agent = agent
 
             async def idle() -> bool:
@@ -292,6 +304,8 @@ class Crawl:
             return self.progress
         finally:
             self._count(flush=True)
+            if browser is not None:
+                await browser.close()
             await downloader.close()
             if gate is not None:
                 with contextlib.suppress(Exception):
@@ -345,6 +359,23 @@ class Crawl:
             stop.set()
 
         return CenterDownloader(client, config, on_fatal=fatal, close_bus=True)
+
+    async def _open_browser(self, downloader: Any) -> Any:
+        """The browser downloader of ``--render``, its Chromium started (sharing the HTTP
+        downloader's cookie jars)."""
+        from crawlhub.agents.browser import BrowserDownloader, RenderConfig
+
+        opts = self.opts
+        config = RenderConfig.from_config(
+            {"concurrency": opts.render_concurrency, "timeout": opts.timeout,
+             "wait_until": opts.wait_until, "wait_for": opts.wait_for}, key="--render")
+        browser = BrowserDownloader(config, cookies=downloader)
+        try:
+            await browser.start()
+        except BaseException:
+            await browser.close()
+            raise
+        return browser
 
     def _downloader_config(self) -> DownloaderConfig:
         opts = self.opts

@@ -192,7 +192,7 @@ async def _run(cfg: Any, settings: Any, rules: Any) -> None:
                   report=HubReport(hub, inbound), rules=rules, codes=settings.result_codes,
                   on_pages=on_pages, concurrency=concurrency, registry=services.agents,
                   lease_seconds=settings.lease, gate=gate if limits else None,
-                  robots=gate if polite.robots else None)
+                  robots=gate if polite.robots else None, render_config=settings.render)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -70,6 +70,18 @@ def crawl_command(
     center_prefix: Annotated[str, typer.Option(
         help="With --center: the key prefix of the center's broker (its config's"
              " storage.redis_prefix).")] = DEFAULT_PREFIX,
+    render: Annotated[bool, typer.Option(
+        "--render", help="Render every page in headless Chromium (Debian's chromium, via"
+                         " Playwright: pip install 'crawlhub[render]'); links and fields"
+                         " come from the DOM its scripts built.")] = False,
+    render_concurrency: Annotated[int, typer.Option(
+        min=1, help="With --render: pages rendered at once.")] = 4,
+    wait_until: Annotated[str, typer.Option(
+        help="With --render: the event a page is waited for: commit, domcontentloaded,"
+             " load or networkidle.")] = "load",
+    wait_for: Annotated[str | None, typer.Option(
+        help="With --render: then wait for this CSS selector to be in the page, e.g."
+             " '#app[data-ready]'.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
 ) -> None:
     """Crawl URLs into JSON lines, resumably.
@@ -97,7 +109,21 @@ def crawl_command(
                             concurrency=concurrency, per_domain=per_domain, delay=delay,
                             extract=rules, robots=robots, sink=read_sink(sink),
                             user_agent=user_agent, center=center, strategy=strategy,
-                            agents=agents, center_prefix=center_prefix)
+                            agents=agents, center_prefix=center_prefix, render=render,
+                            render_concurrency=render_concurrency, wait_until=wait_until,
+                            wait_for=wait_for)
+        if render and center is not None:
+            raise ConfigError("--render with --center: the center's agents download; render"
+                              " on one host without --center", key="render")
+        if render:
+            from crawlhub.agents.browser import RenderWait
+
+            try:
+                RenderWait(wait_until=wait_until, wait_for=wait_for)  # type: ignore[arg-type]
+            except ValueError:
+                raise ConfigError(f"--wait-until {wait_until!r}: use commit,"
+                                  " domcontentloaded, load or networkidle",
+                                  key="wait_until") from None
         from crawlhub.center.messages import STRATEGIES
 
         if strategy not in STRATEGIES:

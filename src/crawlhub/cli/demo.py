@@ -35,6 +35,9 @@ def demo_command(
     grow_every: Annotated[float, typer.Option(
         min=0.0, help="Seconds between two new news items (0: the total stays fixed).")
     ] = 2.0,
+    js_pages: Annotated[int, typer.Option(
+        min=1, help="Pages of the JavaScript shop under /js/ (crawl it with --render).")
+    ] = 1000,
     seed: Annotated[int, typer.Option(
         help="Seed of the latency and error draws (same seed, same sequence).")] = 0,
 ) -> None:
@@ -44,7 +47,7 @@ def demo_command(
     """
     try:
         config = DemoConfig(items=items, grow_every=grow_every, latency=parse_latency(latency),
-                            error_rate=error_rate, seed=seed)
+                            error_rate=error_rate, seed=seed, js_pages=js_pages)
         run_demo(config, host, port, ready=lambda url: _banner(url, config))
     except DemoError as exc:
         err.print(f"[bold red]error[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
@@ -61,7 +64,8 @@ def _banner(url: str, config: DemoConfig) -> None:
         extra.append(f"{config.error_rate:.0%} errors (500/429)")
     lines = [
         f"crawlhub demo: {url}" + (f"  ({', '.join(extra)})" if extra else ""),
-        f"  shop  {url}/  (robots.txt, urls.txt)",
+        f"  shop  {url}/  (robots.txt, urls.txt); written by JavaScript: {url}/js/"
+        f" ({config.js_pages} pages)",
         f"  API   {url}/api/news  ({config.items} items, {growth}), /api/news/{{id}},"
         f" /api/orders",
         "  try   crawlhub collect news -c examples/jobs.yaml",

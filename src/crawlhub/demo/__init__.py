@@ -45,6 +45,8 @@ class DemoConfig:
     error_rate: float = 0.0
     #: Seed of the latency and error draws: the same seed gives the same sequence.
     seed: int = 0
+    #: Pages of the JavaScript shop under ``/js/`` (rendered in a browser to be crawled).
+    js_pages: int = 1000
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep)
 
@@ -54,6 +56,8 @@ class DemoConfig:
             raise DemoError(f"latency {low}-{high}: give seconds >= 0, min <= max")
         if not 0.0 <= self.error_rate <= 1.0:
             raise DemoError(f"error rate {self.error_rate}: give a share between 0 and 1")
+        if self.js_pages < 1:
+            raise DemoError(f"js pages {self.js_pages}: give 1 or more")
         if self.items < 0 or self.history_days <= 0 or self.grow_every < 0:
             raise DemoError("items >= 0, history_days > 0 and grow_every >= 0 are required")
 
@@ -104,7 +108,7 @@ def create_app(config: DemoConfig | None = None) -> web.Application:
 
     app = web.Application(middlewares=[misbehave])
     app.router.add_get("/healthz", _healthz)
-    site.add_routes(app)
+    site.add_routes(app, js_pages=config.js_pages)
     api.add_routes(app, api.NewsFeed.start(config), clock=config.clock)
     return app
 

@@ -3,6 +3,12 @@
 A fixed graph (5 categories x 24 items, 10 per listing page) with what real sites have:
 links that differ only by ``utm_*`` parameters or a fragment, a robots.txt that
 disallows ``/private/``, and a few dead links that answer 404.
+
+Under ``/js/``, a shop whose pages are empty shells until JavaScript runs (``--render``):
+``/js/p/{n}`` (``js_pages`` of them, ``/js/`` is page 0) each load ``/js/app.js``, which
+writes the title, the heading, an image and the links to pages ``10n+1..10n+10`` (every
+page is reachable from ``/js/``), then, 20 ms later, the price, and marks the page
+``#app[data-ready]``. A crawler that does not run scripts finds no link and no price.
 """
 
 from __future__ import annotations
@@ -40,7 +46,17 @@ def price(item_id: int) -> str:
     return f"{1 + (item_id * 7919) % 9900 / 100:.2f}"
 
 
-def add_routes(app: web.Application) -> None:
+#: Pages of the JavaScript shop under ``/js/`` (``crawlhub demo --js-pages``).
+JS_PAGES = 1000
+JS_KEY = web.AppKey("js_pages", int)
+
+
+def add_routes(app: web.Application, *, js_pages: int = JS_PAGES) -> None:
+    app[JS_KEY] = js_pages
+    app.router.add_get("/js/", js_page)
+    app.router.add_get("/js/p/{n}", js_page)
+    app.router.add_get("/js/app.js", js_script)
+    app.router.add_get("/js/img/{name}", js_image)
     app.router.add_get("/", home)
     app.router.add_get("/robots.txt", robots)
     app.router.add_get("/urls.txt", urls)
@@ -151,3 +167,89 @@ def _not_found(request: web.Request) -> web.Response:
 
 def _base(request: web.Request) -> str:
     return str(request.url.origin())
+
+
+# --- the JavaScript shop ---------------------------------------------------------------
+
+_JS_SHELL = """<!doctype html>
+<html><head><meta charset="utf-8"><title>Loading...</title>
+<script src="/js/app.js" defer></script></head>
+<body><div id="app" data-page="{n}" data-pages="{total}"></div>
+<noscript>This page is written by JavaScript: render it (crawlhub crawl --render).</noscript>
+</body></html>
+"""
+
+#: Writes the page from its number: everything a crawler wants exists only after it ran.
+JS_APP = """(function () {
+  var app = document.getElementById("app");
+  var n = parseInt(app.dataset.page, 10), total = parseInt(app.dataset.pages, 10);
+  var adjectives = %(adjectives)s;
+  var name = adjectives[n %% adjectives.length] + " Gadget " + n;
+  document.title = name + " - crawlhub demo JS shop";
+  var h1 = document.createElement("h1");
+  h1.className = "title";
+  h1.textContent = name;
+  app.appendChild(h1);
+  var img = document.createElement("img");
+  img.src = "/js/img/" + n + ".png";
+  img.alt = name;
+  app.appendChild(img);
+  var list = document.createElement("ul");
+  list.className = "products";
+  for (var k = 10 * n + 1; k <= 10 * n + 10 && k < total; k++) {
+    var li = document.createElement("li"), a = document.createElement("a");
+    a.href = "/js/p/" + k;
+    a.className = "item";
+    a.textContent = adjectives[k %% adjectives.length] + " Gadget " + k;
+    li.appendChild(a);
+    list.appendChild(li);
+  }
+  if (n > 0) {
+    var li = document.createElement("li"), a = document.createElement("a");
+    a.href = "/js/p/" + Math.floor((n - 1) / 10);
+    a.textContent = "up";
+    li.appendChild(a);
+    list.appendChild(li);
+  }
+  app.appendChild(list);
+  setTimeout(function () {  /* as if from an API call: after the load event */
+    var p = document.createElement("p");
+    p.className = "price";
+    p.textContent = (1 + (n * 7919) %% 9900 / 100).toFixed(2);
+    app.appendChild(p);
+    app.setAttribute("data-ready", "1");
+  }, 20);
+})();
+"""
+
+#: A 1x1 transparent PNG: the JavaScript shop's images.
+_PNG = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
+                     "0000000d49444154789c63000100000500010d0a2db40000000049454e44ae426082")
+
+
+def js_title(n: int) -> str:
+    """The title the JavaScript shop's page ``n`` has once rendered."""
+    return f"{_ADJECTIVES[n % len(_ADJECTIVES)]} Gadget {n} - crawlhub demo JS shop"
+
+
+def js_price(n: int) -> str:
+    return f"{1 + (n * 7919) % 9900 / 100:.2f}"
+
+
+async def js_page(request: web.Request) -> web.Response:
+    total = request.app[JS_KEY]
+    raw = request.match_info.get("n", "0")
+    n = int(raw) if raw.isdigit() and len(raw) < 9 else -1
+    if not 0 <= n < total:
+        return _not_found(request)
+    return web.Response(text=_JS_SHELL.format(n=n, total=total), content_type="text/html")
+
+
+async def js_script(request: web.Request) -> web.Response:
+    adjectives = "[" + ", ".join(f'"{a}"' for a in _ADJECTIVES) + "]"
+    return web.Response(text=JS_APP % {"adjectives": adjectives},
+                        content_type="application/javascript")
+
+
+async def js_image(request: web.Request) -> web.Response:
+    return web.Response(body=_PNG, content_type="image/png")

@@ -1,0 +1,566 @@
+"""The browser downloader: a page rendered by headless Chromium, answered as a ``Fetched``.
+
+A task is rendered when it says ``render: true`` (or ``{wait_until, wait_for}``), when its
+extraction rules say so (``extract.render``), or when the agent renders every page
+(``crawlhub crawl --render``). Chromium runs through Playwright's Python package on the
+system's browser (``executable`` / ``$CRAWLHUB_CHROMIUM``, default Debian's
+``/usr/bin/chromium``): Playwright's own browser download is never used. Playwright is
+imported when the first page is rendered, so a crawl or an agent that renders nothing
+never pays for it.
+
+What a render costs and how it stays bounded:
+
+- a pool of *slots*, one browser context with one page each, at most ``concurrency``
+  (``--render-concurrency``) in use; a slot serves page after page (a new page per URL
+  costs a renderer process), and is closed after ``recycle_after`` pages, the browser
+  itself after ``restart_after`` (a new one takes the next pages, the old one closes
+  when its last page is done): memory stays flat over any number of pages;
+- images, fonts and media are blocked by the browser itself (CDP ``setBlockedURLs`` on
+  their file extensions, as Crawlee does): no request of theirs reaches Python or the site;
+- the body is the rendered DOM (``page.content()``, UTF-8), so links and fields are taken
+  from what the scripts built;
+- cookies are the job's: before a page the context gets the cookie jar of the job's HTTP
+  session (when it differs from what the context holds), after it the cookies the page
+  set go back to that jar - an HTTP login is seen by the browser and the other way round;
+- a browser that crashes or is killed is replaced, and the pages it was rendering are
+  rendered again on the new one (``crash_retries`` times), so no task is lost.
+
+Per page, three driver round trips (``goto``, ``content``, ``cookies``), plus the wait
+for a selector when one is asked for; the rest is Chromium's work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from http.cookies import SimpleCookie
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from crawlhub.agents.codes import (
+    CONNECTION_ERROR,
+    HTTP_ERROR,
+    INVALID_URL,
+    SUCCESS,
+    TIMEOUT,
+    TOO_LARGE,
+    config_error,
+)
+from crawlhub.agents.downloader import DEFAULT_USER_AGENT, Fetched
+from crawlhub.core.errors import ConfigError, CrawlhubError
+from crawlhub.core.redact import redact_url
+
+if TYPE_CHECKING:
+    from crawlhub.agents.downloader import Downloader
+
+log = logging.getLogger("crawlhub.agents.browser")
+
+#: The Chromium the browser downloader drives (Debian's package); ``$CRAWLHUB_CHROMIUM``
+#: or ``agent.render.executable`` names another.
+CHROMIUM = os.environ.get("CRAWLHUB_CHROMIUM", "/usr/bin/chromium")
+INSTALL = ("install Debian's browser ('apt-get install chromium', or name another with"
+           " $CRAWLHUB_CHROMIUM) and the Playwright package (pip install 'crawlhub[render]');"
+           " Playwright's own browser download is not needed")
+
+#: Seconds a render whose page was closed under it waits for the driver to say whether
+#: the whole browser is gone.
+GONE_WAIT = 5.0
+
+WaitUntil = Literal["commit", "domcontentloaded", "load", "networkidle"]
+Blockable = Literal["image", "font", "media"]
+
+#: The file extensions blocked for each kind: the browser drops these requests itself.
+BLOCKED_EXTENSIONS: dict[str, tuple[str, ...]] = {
+    "image": ("png", "jpg", "jpeg", "gif", "webp", "avif", "svg", "ico", "bmp", "tif",
+              "tiff"),
+    "font": ("woff", "woff2", "ttf", "otf", "eot"),
+    "media": ("mp4", "webm", "ogg", "ogv", "mp3", "wav", "m4a", "m4v", "avi", "mov",
+              "mkv", "flac", "aac"),
+}
+
+
+class RenderWait(BaseModel):
+    """How a rendered page is waited for: ``wait_until`` the navigation's event
+    (``commit``, ``domcontentloaded``, ``load``, ``networkidle``), then ``wait_for`` a CSS
+    selector to be in the DOM (``null``: no selector wait). A task's or a rule set's
+    ``render: {wait_for: "#app[data-ready]"}`` takes these keys."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    wait_until: WaitUntil = "load"
+    wait_for: str | None = None
+
+
+class RenderConfig(RenderWait):
+    """Config key ``agent.render`` (and ``crawlhub crawl --render``'s options).
+
+    ``concurrency`` pages rendered at once (each in its own context); ``timeout`` s for a
+    page's navigation and, from its start, for its selector wait; ``block`` the kinds of
+    requests the browser drops (``image``, ``font``, ``media``; ``[]`` loads everything);
+    a context is replaced after ``recycle_after`` pages and the browser after
+    ``restart_after``; a page whose browser crashed is rendered again at most
+    ``crash_retries`` times; ``executable`` the Chromium binary, ``args`` more flags.
+    ``wait_until`` / ``wait_for`` are the defaults of pages that name none.
+    """
+
+    concurrency: int = Field(default=4, ge=1)
+    timeout: float = Field(default=30.0, gt=0)
+    block: list[Blockable] = ["image", "font", "media"]
+    recycle_after: int = Field(default=100, ge=1)
+    restart_after: int = Field(default=2000, ge=1)
+    crash_retries: int = Field(default=2, ge=0)
+    executable: str = CHROMIUM
+    args: list[str] = []
+
+    @classmethod
+    def from_config(cls, data: Mapping[str, Any] | None, *, file: str | None = None,
+                    key: str = "render") -> RenderConfig:
+        """Validate a ``render`` mapping; a bad entry is a ``ConfigError`` naming its key."""
+        try:
+            return cls.model_validate(dict(data or {}))
+        except ValidationError as exc:
+            raise config_error(exc, file=file, prefix=key) from None
+
+
+#: What a task's, a rule set's or the agent's ``render`` may hold: true / false, or how
+#: to wait (a mapping of ``RenderWait``'s keys).
+RenderSpec = bool | RenderWait
+
+
+def render_wait(spec: Any, default: RenderWait, *, key: str = "render") -> RenderWait | None:
+    """The waits of a page whose ``render`` is ``spec``: None when it is not rendered
+    (``false``), ``default`` for ``true``, ``default`` updated by a mapping. A bad value
+    is a ``ConfigError`` naming ``key``."""
+    if spec is None or spec is False:
+        return None
+    if spec is True:
+        return default
+    if isinstance(spec, RenderWait):
+        return spec
+    if isinstance(spec, Mapping):
+        try:
+            return RenderWait.model_validate({"wait_until": default.wait_until,
+                                              "wait_for": default.wait_for, **spec})
+        except ValidationError as exc:
+            raise config_error(exc, prefix=key) from None
+    raise ConfigError(f"expected true, false or a mapping with wait_until / wait_for, not"
+                      f" {type(spec).__name__}", key=key)
+
+
+class BrowserUnavailable(CrawlhubError):
+    """Chromium or Playwright is missing, or Chromium would not start."""
+
+
+@dataclass(eq=False)
+class _Browser:
+    """One launched Chromium and what it has served."""
+
+    handle: Any
+    generation: int
+    served: int = 0
+    #: slots open on it (in use or free)
+    active: int = 0
+    #: no new slot opens on it (it served ``restart_after`` pages); closed once unused
+    retired: bool = False
+    #: set when the process is gone (killed, crashed, closed)
+    gone: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def alive(self) -> bool:
+        return not self.gone.is_set() and bool(self.handle.is_connected())
+
+
+@dataclass(eq=False)
+class _Slot:
+    """A context with one page, reused page after page."""
+
+    browser: _Browser
+    context: Any
+    page: Any
+    uses: int = 0
+    #: the job whose cookies the context holds, and those cookies, as last seen
+    job: str | None = None
+    cookies: dict[tuple[str, str, str], str] = field(default_factory=dict)
+
+
+class _BrowserGone(Exception):
+    """The slot's browser (or its page's renderer) died under a render."""
+
+
+class BrowserDownloader:
+    """Render URLs in headless Chromium: ``await browser.fetch(url, job=..., wait=...)``.
+
+    ``cookies`` is the agent's HTTP ``Downloader``: a job's cookie jar is shared with the
+    contexts that render the job's pages. ``headers`` (the downloader's, User-Agent
+    included) go with every request of the page. Launch happens on the first ``fetch``
+    (or ``start()``); ``close()`` ends the browser and the Playwright driver.
+    """
+
+    def __init__(self, config: RenderConfig | None = None, *,
+                 cookies: Downloader | None = None,
+                 headers: Mapping[str, str] | None = None, max_size: int | None = None) -> None:
+        self.config = config = config or RenderConfig()
+        self.default_wait = RenderWait(wait_until=config.wait_until, wait_for=config.wait_for)
+        self._http = cookies
+        if headers is None:
+            headers = cookies.config.headers if cookies is not None else {}
+        self._user_agent = str(headers.get("User-Agent") or DEFAULT_USER_AGENT)
+        self._headers = {k: v for k, v in headers.items() if k.lower() != "user-agent"}
+        self._max_size = max_size or (cookies.config.max_size if cookies is not None
+                                      else 10 * 1024 * 1024)
+        self._timeout_ms = config.timeout * 1000
+        patterns: list[str] = []
+        for kind in config.block:
+            for ext in BLOCKED_EXTENSIONS[kind]:
+                patterns += [f"*.{ext}", f"*.{ext}?*"]
+        self._blocked = patterns
+        self._slots = asyncio.Semaphore(config.concurrency)
+        self._free: list[_Slot] = []
+        self._lock = asyncio.Lock()
+        self._playwright: Any = None
+        self._driver: Any = None
+        self._browser: _Browser | None = None
+        self._generation = 0
+        self._closed = False
+        self._errors: tuple[type[BaseException], type[BaseException]] | None = None
+        # stats (see ``stats``)
+        self.pages = 0
+        self.launches = 0
+        self.crashes = 0
+        self.rerenders = 0
+        self.recycled = 0
+        self.restarts = 0
+        self.outcomes: dict[str, int] = {}
+
+    async def __aenter__(self) -> BrowserDownloader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def started(self) -> bool:
+        return self._driver is not None
+
+    # --- the browser ----------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Import Playwright and launch Chromium now (``fetch`` does it when needed).
+        Raises ``BrowserUnavailable`` naming what is missing and how to install it."""
+        async with self._lock:
+            await self._current()
+
+    async def _current(self) -> _Browser:
+        """The browser new slots open on (launched when there is none or it died). Call
+        with ``_lock`` held."""
+        browser = self._browser
+        if browser is not None and not browser.retired and browser.alive:
+            return browser
+        if browser is not None and not browser.alive and not browser.retired:
+            self.crashes += 1
+            log.warning("the browser (Chromium, generation %d) died after %d pages; starting"
+                        " another and rendering its pages again", browser.generation,
+                        browser.served)
+        if self._closed:
+            raise BrowserUnavailable("the browser downloader is closed")
+        if self._driver is None:
+            from crawlhub.core.extras import require
+
+            api = require("playwright.async_api", "render", needed_by="rendering (--render)")
+            self._errors = (api.TimeoutError, api.Error)
+            if not (os.path.isfile(self.config.executable)
+                    and os.access(self.config.executable, os.X_OK)):
+                raise BrowserUnavailable(f"no Chromium at {self.config.executable}: {INSTALL}")
+            self._playwright = api.async_playwright()
+            self._driver = await self._playwright.start()
+        args = ["--disable-gpu", "--disable-dev-shm-usage", "--mute-audio", *self.config.args]
+        if os.geteuid() == 0:  # Chromium refuses its sandbox to root
+            args.append("--no-sandbox")
+        try:
+            handle = await self._driver.chromium.launch(
+                executable_path=self.config.executable, headless=True, args=args)
+        except Exception as exc:
+            raise BrowserUnavailable(f"Chromium at {self.config.executable} did not start:"
+                                     f" {str(exc).splitlines()[0][:300]}; {INSTALL}") from None
+        self._generation += 1
+        self.launches += 1
+        fresh = self._browser = _Browser(handle, self._generation)
+        handle.on("disconnected", lambda _: fresh.gone.set())
+        if browser is not None:  # dead or retired: its idle slots go with it
+            stale = [s for s in self._free if s.browser is browser]
+            self._free = [s for s in self._free if s.browser is not browser]
+            browser.active -= len(stale)
+            if not browser.alive or browser.active <= 0:
+                with contextlib.suppress(Exception):
+                    await browser.handle.close()
+        return fresh
+
+    async def _slot(self) -> _Slot:
+        while self._free:
+            slot = self._free.pop()
+            if slot.browser.alive and not slot.browser.retired:
+                return slot
+            await self._drop(slot)
+        async with self._lock:
+            browser = await self._current()
+            browser.active += 1  # counted before the awaits: it must not close under us
+            try:
+                context = await browser.handle.new_context(
+                    user_agent=self._user_agent, extra_http_headers=self._headers or None,
+                    service_workers="block")
+                page = await context.new_page()
+                if self._blocked:
+                    cdp = await context.new_cdp_session(page)
+                    await cdp.send("Network.enable")
+                    await cdp.send("Network.setBlockedURLs", {"urls": self._blocked})
+            except BaseException:
+                browser.active -= 1
+                raise
+        return _Slot(browser, context, page)
+
+    async def _give_back(self, slot: _Slot) -> None:
+        slot.uses += 1
+        browser = slot.browser
+        browser.served += 1
+        if (browser is self._browser and not browser.retired
+                and browser.served >= self.config.restart_after):
+            browser.retired = True  # new slots go to a new browser; this one ends empty
+            self.restarts += 1
+        if browser.retired or slot.uses >= self.config.recycle_after:
+            await self._drop(slot)
+            return
+        self._free.append(slot)
+
+    async def _drop(self, slot: _Slot) -> None:
+        """Close the slot's context, and its browser when that is retired and now unused
+        (a browser in use is never closed under a page)."""
+        browser = slot.browser
+        browser.active -= 1
+        self.recycled += 1
+        with contextlib.suppress(Exception):
+            await slot.context.close()
+        if browser.retired and browser.active <= 0 and browser is not self._browser:
+            with contextlib.suppress(Exception):
+                await browser.handle.close()
+
+    async def _lost(self, slot: _Slot, why: str) -> None:
+        """A render's page died with its browser, or alone (its renderer crashed): forget
+        the slot. A dead browser is replaced by the next ``_slot``; the driver may report
+        a closed page just before it reports the browser gone, so that is waited for."""
+        browser = slot.browser
+        browser.active -= 1
+        if "crash" not in why.lower():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(browser.gone.wait(), GONE_WAIT)
+        if browser.alive:
+            with contextlib.suppress(Exception):
+                await slot.context.close()
+
+    # --- fetching -------------------------------------------------------------------
+
+    async def fetch(self, url: str, *, job: str = "", wait: RenderWait | None = None) -> Fetched:
+        """Render ``url`` in ``job``'s cookies, waiting as ``wait`` says (the config's
+        waits when None). Never raises for what the site or the browser does: every end is
+        a ``Fetched`` (``timeout``, ``connection_error``, ``http_error``...)."""
+        wait = wait or self.default_wait
+        async with self._slots:
+            tries = self.config.crash_retries + 1
+            last = ""
+            for attempt in range(1, tries + 1):
+                try:
+                    slot = await self._slot()
+                except BrowserUnavailable as exc:
+                    return self._count(Fetched(url, url, 0, {}, b"", 0.0, None,
+                                               CONNECTION_ERROR, attempts=attempt,
+                                               error=str(exc)))
+                except Exception as exc:  # the browser died while a context opened
+                    last = _first_line(exc)
+                    browser = self._browser
+                    if browser is not None:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(browser.gone.wait(), GONE_WAIT)
+                    continue
+                try:
+                    result = await self._render(slot, url, job, wait)
+                except _BrowserGone as exc:
+                    last = str(exc)
+                    await self._lost(slot, last)
+                    if attempt < tries:
+                        self.rerenders += 1
+                    continue
+                except BaseException:  # cancelled mid-render: the page's state is unknown
+                    slot.browser.active -= 1
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(slot.context.close())
+                    raise
+                result.attempts = attempt
+                await self._give_back(slot)
+                return self._count(result)
+            return self._count(Fetched(
+                url, url, 0, {}, b"", 0.0, None, CONNECTION_ERROR, attempts=tries,
+                error=redact_url(f"the browser died {tries} times rendering it: {last}")[:300]))
+
+    async def _render(self, slot: _Slot, url: str, job: str, wait: RenderWait) -> Fetched:
+        assert self._errors is not None
+        timeout_error, playwright_error = self._errors
+        page = slot.page
+        started = time.perf_counter()
+        try:
+            await self._cookies_in(slot, job)
+            response = await page.goto(url, wait_until=wait.wait_until,
+                                       timeout=self._timeout_ms)
+            if response is None:
+                return Fetched(url, page.url, 0, {}, b"", time.perf_counter() - started, None,
+                               CONNECTION_ERROR, error="the navigation got no response")
+            status = response.status
+            if wait.wait_for and status < 400:
+                left = max(self._timeout_ms - (time.perf_counter() - started) * 1000, 1.0)
+                try:
+                    await page.wait_for_selector(wait.wait_for, state="attached", timeout=left)
+                except timeout_error:
+                    return Fetched(url, page.url, status, {}, b"",
+                                   time.perf_counter() - started, None, TIMEOUT,
+                                   error=f"no element matched {wait.wait_for!r} within"
+                                         f" {self.config.timeout:g}s")
+            headers = dict(response.headers)
+            kind = headers.get("content-type", "")
+            if not kind or "html" in kind:
+                body = (await page.content()).encode("utf-8")
+                # the DOM is written out as UTF-8 whatever the page's own charset
+                headers["content-type"] = "text/html; charset=utf-8"
+            else:  # a JSON, text or binary answer: its bytes as they came
+                body = await response.body()
+            await self._cookies_out(slot, job)
+        except timeout_error:
+            return Fetched(url, page.url or url, 0, {}, b"", time.perf_counter() - started,
+                           None, TIMEOUT, error=f"the page did not reach {wait.wait_until!r}"
+                                                f" within {self.config.timeout:g}s")
+        except playwright_error as exc:
+            text = _first_line(exc)
+            if not slot.browser.alive or "crash" in text.lower() \
+                    or "closed" in text.lower():
+                raise _BrowserGone(text) from None
+            outcome = INVALID_URL if "invalid url" in text.lower() else CONNECTION_ERROR
+            return Fetched(url, url, 0, {}, b"", time.perf_counter() - started, None,
+                           outcome, error=redact_url(text)[:300])
+        elapsed = time.perf_counter() - started
+        hops = 0
+        request = response.request.redirected_from
+        while request is not None:
+            hops += 1
+            request = request.redirected_from
+        final = response.url
+        if len(body) > self._max_size:
+            return Fetched(url, final, status, _Headers(headers), b"", elapsed, None, TOO_LARGE,
+                           redirects=hops,
+                           error=f"body larger than max_size {self._max_size} bytes")
+        outcome = HTTP_ERROR if status >= 400 else SUCCESS
+        return Fetched(url, final, status, _Headers(headers), body, elapsed, None, outcome,
+                       redirects=hops)
+
+    # --- cookies --------------------------------------------------------------------
+
+    async def _cookies_in(self, slot: _Slot, job: str) -> None:
+        """Give the context the job's cookies when they differ from what it holds."""
+        if self._http is None:
+            return
+        jar = self._http.cookie_jar(job)
+        wanted: dict[tuple[str, str, str], str] = {}
+        for morsel in jar:
+            domain = str(morsel["domain"]).lstrip(".")
+            if domain:
+                wanted[(domain, morsel["path"] or "/", morsel.key)] = morsel.value
+        if slot.job == job and wanted == slot.cookies:
+            return
+        await slot.context.clear_cookies()
+        if wanted:
+            await slot.context.add_cookies([
+                {"name": name, "value": value, "domain": domain, "path": path}
+                for (domain, path, name), value in wanted.items()])
+        slot.job, slot.cookies = job, wanted
+
+    async def _cookies_out(self, slot: _Slot, job: str) -> None:
+        """Put the cookies the page set (Set-Cookie or script) in the job's jar."""
+        if self._http is None:
+            return
+        held: dict[tuple[str, str, str], str] = {}
+        for c in await slot.context.cookies():
+            held[(c["domain"].lstrip("."), c.get("path") or "/", c["name"])] = c["value"]
+        if held == slot.cookies:
+            return
+        from yarl import URL
+
+        jar = self._http.cookie_jar(job)
+        for (domain, path, name), value in held.items():
+            if slot.cookies.get((domain, path, name)) == value:
+                continue
+            cookie: SimpleCookie = SimpleCookie()
+            cookie[name] = value
+            cookie[name]["path"] = path
+            jar.update_cookies(cookie, URL.build(scheme="http", host=domain, path=path))
+        slot.cookies = held
+
+    # --- the rest -------------------------------------------------------------------
+
+    def _count(self, result: Fetched) -> Fetched:
+        self.pages += 1
+        self.outcomes[result.outcome] = self.outcomes.get(result.outcome, 0) + 1
+        return result
+
+    def stats(self) -> dict[str, Any]:
+        """Namespaced counters: ``browser/pages``, ``browser/outcome/<name>``,
+        ``browser/launches``, ``browser/crashes``, ``browser/rerenders`` (pages rendered
+        again after a crash), ``browser/contexts_recycled``, ``browser/restarts`` (browsers
+        replaced after ``restart_after`` pages)."""
+        out: dict[str, Any] = {
+            "browser/pages": self.pages, "browser/launches": self.launches,
+            "browser/crashes": self.crashes, "browser/rerenders": self.rerenders,
+            "browser/contexts_recycled": self.recycled, "browser/restarts": self.restarts,
+        }
+        for name, n in self.outcomes.items():
+            out[f"browser/outcome/{name}"] = n
+        return out
+
+    async def close(self) -> None:
+        """Close every context, the browser and the Playwright driver."""
+        self._closed = True
+        free, self._free = self._free, []
+        for slot in free:
+            with contextlib.suppress(Exception):
+                await slot.context.close()
+        if self._browser is not None:
+            with contextlib.suppress(Exception):
+                await self._browser.handle.close()
+            self._browser = None
+        if self._playwright is not None:
+            with contextlib.suppress(Exception):
+                await self._playwright.__aexit__(None, None, None)
+            self._playwright = self._driver = None
+
+
+class _Headers(dict[str, str]):
+    """A response's headers (Playwright gives them lower-case), looked up in any case."""
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        return super().get(key.lower(), default)
+
+    def __getitem__(self, key: str) -> str:
+        return super().__getitem__(key.lower())
+
+    def __contains__(self, key: object) -> bool:
+        return super().__contains__(key.lower() if isinstance(key, str) else key)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
+
+
+__all__ = ["BLOCKED_EXTENSIONS", "CHROMIUM", "BrowserDownloader", "BrowserUnavailable",
+           "RenderConfig", "RenderSpec", "RenderWait", "render_wait"]
