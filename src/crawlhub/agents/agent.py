@@ -30,7 +30,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crawlhub.agents.codes import PARSE_ERROR, ROBOTS_DISALLOWED, SUCCESS, ResultCodes
+from crawlhub.agents.codes import (
+    CONNECTION_ERROR,
+    PARSE_ERROR,
+    ROBOTS_DISALLOWED,
+    SUCCESS,
+    TIMEOUT,
+    ResultCodes,
+)
 from crawlhub.agents.downloader import Downloader, Fetched
 from crawlhub.agents.extract import Extracted, ExtractionRules, ParseError, RuleSets
 from crawlhub.agents.politeness.robots import Refusal, origin_of
@@ -429,7 +436,11 @@ class Agent:
                 if fetched is not None and status:
                     retry_after = retry_after_seconds(fetched.headers.get("Retry-After"),
                                                       time.time())
-                await gate.release(slot, status, retry_after)
+                # the answer's latency and failure feed adaptive domains (ignored else)
+                failed = fetched is not None and fetched.outcome in (TIMEOUT, CONNECTION_ERROR)
+                await gate.release(slot, status, retry_after,
+                                   latency=None if fetched is None else fetched.elapsed,
+                                   failed=failed)
         extracted: Extracted | None = None
         code = self.codes.code(fetched.outcome, fetched.status)
         if fetched.extracted is not None:  # the center's agent extracted it

@@ -98,6 +98,10 @@ class CrawlOptions:
     concurrency: int = 64
     per_domain: int = 0
     delay: float = 0.0
+    #: adaptive politeness: each domain's concurrency climbs to ``per_domain`` (else
+    #: ``concurrency``) while its server keeps up, and falls back, with a rising delay,
+    #: when it slows down or answers 429 / 503 (agents.politeness.adaptive)
+    adaptive: bool = False
     extract: dict[str, Any] | None = None
     retries: int = 2
     timeout: float = 30.0
@@ -234,7 +238,8 @@ class Crawl:
             raise
         try:
             # through the center, the agents keep their own per-domain limits
-            limits = bool(opts.per_domain or opts.delay) and opts.center is None
+            limits = bool(opts.per_domain or opts.delay or opts.adaptive) \
+                and opts.center is None
             if limits or opts.robots:
                 gate = self._gate(downloader.config.user_agent)
                 await gate.reset()  # the lock is ours: a killed run's slots are free now
@@ -357,7 +362,8 @@ class Crawl:
         from crawlhub.agents.politeness import DomainRules, open_gate
 
         rules = DomainRules(concurrency=self.opts.per_domain or self.opts.concurrency,
-                            delay=self.opts.delay)
+                            delay=self.opts.delay, adaptive=self.opts.adaptive,
+                            max_delay=max(60.0, self.opts.delay))
         # robots.txt is asked for as the pages are: with the downloader's User-Agent
         return open_gate(f"sqlite:///{self.opts.data_dir / 'politeness.db'}", rules=rules,
                          robots=self.opts.robots, user_agent=user_agent)

@@ -37,6 +37,10 @@ def crawl_command(
         min=0, help="Requests at once per domain (0: no limit of its own).")] = 0,
     delay: Annotated[float, typer.Option(
         min=0.0, help="Seconds between two request starts on one domain.")] = 0.0,
+    adaptive: Annotated[bool, typer.Option(
+        "--adaptive", help="Adaptive politeness: each domain's concurrency climbs to"
+        " --per-domain (else --concurrency) while its server keeps up and falls, with a"
+        " rising delay, when it slows down or answers 429/503.")] = False,
     extract: Annotated[Path | None, typer.Option(
         help="YAML file of extraction rules: fields (css/xpath/regex/json_path) and links.")
     ] = None,
@@ -95,6 +99,7 @@ def crawl_command(
         opts = CrawlOptions(urls=list(urls), out=out, data_dir=data_dir, follow=follow,
                             allow=list(allow or []), deny=list(deny or []), depth=depth,
                             concurrency=concurrency, per_domain=per_domain, delay=delay,
+                            adaptive=adaptive,
                             extract=rules, robots=robots, sink=read_sink(sink),
                             user_agent=user_agent, center=center, strategy=strategy,
                             agents=agents, center_prefix=center_prefix)

@@ -59,7 +59,9 @@ def agent_keys(prefix: str) -> dict[str, str]:
     sign of life, epoch seconds); ``domain`` is the stem of the gate's per-domain keys
     (``<domain>:slots`` sorted set slot id -> lease expiry, ``<domain>:pace`` hash of
     next start / backoff end) and ``robots`` the stem of the robots.txt cache
-    (``<origin>`` hash of body, status, expiry, fetch claim)."""
+    (``<origin>`` hash of body, status, expiry, fetch claim); ``adaptive`` a sorted set
+    of domain -> time of its last adaptive answer (their figures in ``<domain>:adapt``
+    hashes)."""
     base = f"{prefix}ag:{{agents}}"
     return {
         "info": f"{base}:info",
@@ -67,6 +69,7 @@ def agent_keys(prefix: str) -> dict[str, str]:
         "seen": f"{base}:seen",
         "domain": f"{base}:d:",
         "robots": f"{base}:r:",
+        "adaptive": f"{base}:adaptive",
     }
 
 

@@ -14,7 +14,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-from crawlhub.agents.politeness.base import DomainRules, GateStore, Grant, Release, RobotsEntry
+from crawlhub.agents.politeness.adaptive import AdaptiveState, Feedback, feedback_of
+from crawlhub.agents.politeness.base import (
+    DomainFigures,
+    DomainRules,
+    GateStore,
+    Grant,
+    Release,
+    RobotsEntry,
+)
 from crawlhub.agents.politeness.gate import (
     BACKOFF_STATUSES,
     DomainGate,
@@ -39,6 +47,10 @@ from crawlhub.core.keys import DEFAULT_PREFIX
 
 __all__ = [
     "BACKOFF_STATUSES",
+    "AdaptiveState",
+    "DomainFigures",
+    "Feedback",
+    "feedback_of",
     "DomainGate",
     "DomainRules",
     "GateStore",
