@@ -45,6 +45,7 @@ from crawlhub.core.clock import Clock, system_clock
 from crawlhub.core.errors import ConfigError
 from crawlhub.core.jobprotocol import EXIT, PAUSE, RUN
 from crawlhub.core.task import RESULT_KEY
+from crawlhub.fetch.http import Request
 from crawlhub.queues.base import Message, ReliableQueue
 
 log = logging.getLogger("crawlhub.agents.agent")
@@ -73,6 +74,10 @@ class CrawledPage:
     skipped: bool = False
     #: not fetched because of robots.txt: why (its rules, or the file unavailable)
     refusal: Refusal | None = None
+    #: a conditional recrawl found it unchanged (304, or the same body): not extracted
+    unchanged: bool = False
+    #: what the conditional recrawl keeps of its answer once it is flushed
+    validators: Any = None
 
     @property
     def task(self) -> dict[str, Any]:
@@ -208,6 +213,7 @@ class Agent:
         heartbeat_every: float = 2.0,
         clock: Clock = system_clock,
         control: Any | None = None,
+        revalidate: Any | None = None,
     ) -> None:
         if not queues:
             raise ValueError("an agent needs at least one queue to lease from")
@@ -257,6 +263,10 @@ class Agent:
         self._wake = asyncio.Event()
         self._started = time.monotonic()
         self.control = control
+        #: conditional recrawl (``crawlhub.frontier.conditional.Revalidation``): validators
+        #: read per leased batch, sent as If-None-Match / If-Modified-Since, unchanged
+        #: pages not extracted, new validators written with each flush
+        self.revalidate = None if self.remote else revalidate
         #: clear while the run's control says pause (or exit): no lease, no new fetch
         self._running = asyncio.Event()
         self._running.set()
@@ -329,6 +339,9 @@ class Agent:
                             held[m.receipt] = (name, now)
                     if messages and self.skip is not None:
                         messages = await self._skip_done(name, messages)
+                    if messages and self.revalidate is not None:
+                        await self.revalidate.prepare(
+                            [str(m.payload.get("url") or "") for m in messages])
                     self._ready.extend((name, m) for m in messages)
                     got += len(messages)
                     if messages:
@@ -399,6 +412,8 @@ class Agent:
         if self.robots is not None:
             refusal = await self._robots_refusal(url)
             if refusal is not None:
+                if self.revalidate is not None:
+                    self.revalidate.forget(url)
                 refused = Fetched(url, url, 0, {}, b"", 0.0, None, ROBOTS_DISALLOWED,
                                   attempts=0, error=str(refusal))
                 return CrawledPage(name, message, refused, None, self.codes.code(ROBOTS_DISALLOWED),
@@ -425,7 +440,10 @@ class Agent:
                 remote: Any = self.downloader
                 fetched = await remote.fetch(url, job=str(task.get("job") or ""), task=task)
             else:
-                fetched = await self.downloader.fetch(url, job=str(task.get("job") or ""))
+                conditional = self.revalidate.headers(url) if self.revalidate else None
+                fetched = await self.downloader.fetch(
+                    Request(url, headers=conditional) if conditional else url,
+                    job=str(task.get("job") or ""))
             status = fetched.status or None
         finally:
             self._fetching -= 1
@@ -443,6 +461,13 @@ class Agent:
                                    failed=failed)
         extracted: Extracted | None = None
         code = self.codes.code(fetched.outcome, fetched.status)
+        validators = None
+        if self.revalidate is not None:
+            unchanged, validators = self.revalidate.settle(url, fetched.status,
+                                                           fetched.headers, fetched.body)
+            if unchanged:
+                return CrawledPage(name, message, fetched, None, self.codes.success,
+                                   unchanged=True, validators=validators)
         if fetched.extracted is not None:  # the center's agent extracted it
             extracted = fetched.extracted
         elif fetched.ok:
@@ -453,7 +478,7 @@ class Agent:
             except ParseError as exc:
                 fetched.outcome, fetched.error = PARSE_ERROR, str(exc)
                 code = self.codes.code(PARSE_ERROR, fetched.status)
-        return CrawledPage(name, message, fetched, extracted, code)
+        return CrawledPage(name, message, fetched, extracted, code, validators=validators)
 
     def _bad_rules(self, name: str, message: Message, url: str, exc: ConfigError) -> CrawledPage:
         """A task whose ``extract`` cannot be used: not fetched, its result the parse
@@ -532,6 +557,8 @@ class Agent:
         try:
             if self.on_pages is not None:
                 await self.on_pages(pages)
+            if self.revalidate is not None:  # after the items: a kill between refetches
+                await self.revalidate.remember([p.validators for p in pages])
             await self.report([p.result() for p in pages])
             by_queue: dict[str, list[str]] = {}
             for p in pages:

@@ -92,7 +92,9 @@ def frontier_keys(prefix: str, name: str) -> dict[str, str]:
     ``segment`` is the stem of the per-segment keys the Lua scripts build by appending
     ``<segment>:seeds`` (hash key -> seq|priority|seed JSON), ``<segment>:attempts``,
     ``<segment>:stats`` (counters), ``<segment>:bloom`` (layer sizes and counts) and
-    ``<segment>:bloom:<i>`` (bit array of bloom layer i, set with BITFIELD).
+    ``<segment>:bloom:<i>`` (bit array of bloom layer i, set with BITFIELD);
+    ``validators`` (hash key -> the last answer's ETag / Last-Modified / body hash, kept
+    across segments for conditional recrawls).
     """
     base = f"{prefix}fr:{{{name}}}"
     return {
@@ -103,6 +105,7 @@ def frontier_keys(prefix: str, name: str) -> dict[str, str]:
         "segments": f"{base}:segments",
         "signal": f"{base}:signal",
         "segment": f"{base}:s:",
+        "validators": f"{base}:validators",
     }
 
 
