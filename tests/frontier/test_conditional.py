@@ -228,3 +228,28 @@ async def test_validators_and_the_archive_survive_a_restart(
         assert sorted(urls) == sorted(f"http://a.test/p{i}" for i in range(2500))
         await again.store.purge()
         assert await again.store.validators(list(kept)) == {}
+
+
+class DemoShop(_Server):
+    """``crawlhub demo``'s shop, served in the test's loop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from crawlhub.demo.site import add_routes
+
+        add_routes(self.app)
+
+
+async def test_the_demo_shop_answers_304_to_its_own_etag() -> None:
+    import aiohttp
+
+    async with DemoShop() as shop, aiohttp.ClientSession() as http:
+        async with http.get(f"{shop.url}/item/3") as first:
+            etag = first.headers["ETag"]
+            assert first.status == 200 and first.headers["Last-Modified"]
+        async with http.get(f"{shop.url}/item/3", headers={"If-None-Match": etag}) as again:
+            assert again.status == 304 and await again.read() == b""
+        async with http.get(f"{shop.url}/item/4", headers={"If-None-Match": etag}) as other:
+            assert other.status == 200  # another page's tag is no match
+        async with http.get(f"{shop.url}/robots.txt", headers={"If-None-Match": etag}) as txt:
+            assert txt.status == 200 and "ETag" not in txt.headers  # HTML pages only
