@@ -139,14 +139,12 @@ async def test_each_recrawl_is_a_segment_of_its_own(site: ChangingSite,
     assert plain.pages == 0
 
 
-@pytest.mark.parametrize("validators", ["last-modified", "etag"])
-async def test_either_validator_alone_is_enough(tmp_path: Path, validators: str) -> None:
-    async with ChangingSite(pages=20, validators=validators) as site:
+async def test_last_modified_alone_is_enough(tmp_path: Path) -> None:
+    async with ChangingSite(pages=20, validators="last-modified") as site:
         await crawl(site, tmp_path)
         again = await crawl(site, tmp_path, recrawl=True)
         assert again.not_modified == 20 and site.full == 20
-        header = "If-None-Match" if validators == "etag" else "If-Modified-Since"
-        assert site.asked == Counter({header: 20})
+        assert site.asked == Counter({"If-Modified-Since": 20})
 
 
 async def test_without_validators_an_unchanged_body_is_no_item_unless_asked_for(
@@ -165,9 +163,9 @@ async def test_without_validators_an_unchanged_body_is_no_item_unless_asked_for(
         assert [i["title"] for i in items(tmp_path)[21:]] == ["Page 2 v2"]
 
 
-@pytest.mark.parametrize("etag", ['"' + "x" * (MAX_ETAG + 1) + '"', '"caf\u00e9\tb"'])
-async def test_a_malformed_etag_is_never_sent_back(tmp_path: Path, etag: str) -> None:
-    async with ChangingSite(pages=10, validators=etag) as site:
+async def test_a_malformed_etag_is_never_sent_back(tmp_path: Path) -> None:
+    # non-ASCII and a tab (control characters in a header: the unit test below)
+    async with ChangingSite(pages=10, validators='"caf\u00e9\tb"') as site:
         await crawl(site, tmp_path)
         again = await crawl(site, tmp_path, recrawl=True)
         assert site.asked["If-None-Match"] == 0 and again.errors == 0
@@ -176,7 +174,8 @@ async def test_a_malformed_etag_is_never_sent_back(tmp_path: Path, etag: str) ->
 
 def test_hostile_validators_are_cleaned() -> None:
     assert clean_etag('W/"abc"') == 'W/"abc"'
-    for bad in ("", "\r\nX-Injected: 1", '"a\nb"', "é", "x" * 1000, None):
+    for bad in ("", "\r\nX-Injected: 1", '"a\nb"', "é", "x" * 1000, '"' + "x" * MAX_ETAG + '"',
+                None):
         assert clean_etag(bad) is None
     assert clean_http_date("Tue, 14 Nov 2023 22:13:20 GMT") == SINCE
     assert clean_http_date("Tue, 14 Nov 2023 23:13:20 +0100") == SINCE  # sent back in GMT
