@@ -32,7 +32,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crawlhub.agents.browser import BrowserDownloader, RenderConfig, RenderWait, render_wait
-from crawlhub.agents.codes import PARSE_ERROR, ROBOTS_DISALLOWED, SUCCESS, ResultCodes
+from crawlhub.agents.codes import (
+    CONNECTION_ERROR,
+    PARSE_ERROR,
+    ROBOTS_DISALLOWED,
+    SUCCESS,
+    TIMEOUT,
+    ResultCodes,
+)
 from crawlhub.agents.downloader import Downloader, Fetched
 from crawlhub.agents.extract import Extracted, ExtractionRules, ParseError, RuleSets
 from crawlhub.agents.politeness.robots import Refusal, origin_of
@@ -40,6 +47,7 @@ from crawlhub.core.clock import Clock, system_clock
 from crawlhub.core.errors import ConfigError
 from crawlhub.core.jobprotocol import EXIT, PAUSE, RUN
 from crawlhub.core.task import RESULT_KEY
+from crawlhub.fetch.http import Request
 from crawlhub.queues.base import Message, ReliableQueue
 
 log = logging.getLogger("crawlhub.agents.agent")
@@ -68,6 +76,10 @@ class CrawledPage:
     skipped: bool = False
     #: not fetched because of robots.txt: why (its rules, or the file unavailable)
     refusal: Refusal | None = None
+    #: a conditional recrawl found it unchanged (304, or the same body): not extracted
+    unchanged: bool = False
+    #: what the conditional recrawl keeps of its answer once it is flushed
+    validators: Any = None
 
     @property
     def task(self) -> dict[str, Any]:
@@ -213,6 +225,7 @@ class Agent:
         browser: BrowserDownloader | None = None,
         render: bool = False,
         render_config: RenderConfig | None = None,
+        revalidate: Any | None = None,
     ) -> None:
         if not queues:
             raise ValueError("an agent needs at least one queue to lease from")
@@ -262,6 +275,10 @@ class Agent:
         self._wake = asyncio.Event()
         self._started = time.monotonic()
         self.control = control
+        #: conditional recrawl (``crawlhub.frontier.conditional.Revalidation``): validators
+        #: read per leased batch, sent as If-None-Match / If-Modified-Since, unchanged
+        #: pages not extracted, new validators written with each flush
+        self.revalidate = None if self.remote else revalidate
         #: clear while the run's control says pause (or exit): no lease, no new fetch
         self._running = asyncio.Event()
         self._running.set()
@@ -343,6 +360,9 @@ class Agent:
                             held[m.receipt] = (name, now)
                     if messages and self.skip is not None:
                         messages = await self._skip_done(name, messages)
+                    if messages and self.revalidate is not None:
+                        await self.revalidate.prepare(
+                            [str(m.payload.get("url") or "") for m in messages])
                     self._ready.extend((name, m) for m in messages)
                     got += len(messages)
                     if messages:
@@ -419,6 +439,8 @@ class Agent:
         if self.robots is not None:
             refusal = await self._robots_refusal(url)
             if refusal is not None:
+                if self.revalidate is not None:
+                    self.revalidate.forget(url)
                 refused = Fetched(url, url, 0, {}, b"", 0.0, None, ROBOTS_DISALLOWED,
                                   attempts=0, error=str(refusal))
                 return CrawledPage(name, message, refused, None, self.codes.code(ROBOTS_DISALLOWED),
@@ -448,7 +470,10 @@ class Agent:
                 fetched = await self._browser().fetch(url, job=str(task.get("job") or ""),
                                                       wait=wait)
             else:
-                fetched = await self.downloader.fetch(url, job=str(task.get("job") or ""))
+                conditional = self.revalidate.headers(url) if self.revalidate else None
+                fetched = await self.downloader.fetch(
+                    Request(url, headers=conditional) if conditional else url,
+                    job=str(task.get("job") or ""))
             status = fetched.status or None
         finally:
             self._fetching -= 1
@@ -459,9 +484,20 @@ class Agent:
                 if fetched is not None and status:
                     retry_after = retry_after_seconds(fetched.headers.get("Retry-After"),
                                                       time.time())
-                await gate.release(slot, status, retry_after)
+                # the answer's latency and failure feed adaptive domains (ignored else)
+                failed = fetched is not None and fetched.outcome in (TIMEOUT, CONNECTION_ERROR)
+                await gate.release(slot, status, retry_after,
+                                   latency=None if fetched is None else fetched.elapsed,
+                                   failed=failed)
         extracted: Extracted | None = None
         code = self.codes.code(fetched.outcome, fetched.status)
+        validators = None
+        if self.revalidate is not None:
+            unchanged, validators = self.revalidate.settle(url, fetched.status,
+                                                           fetched.headers, fetched.body)
+            if unchanged:
+                return CrawledPage(name, message, fetched, None, self.codes.success,
+                                   unchanged=True, validators=validators)
         if fetched.extracted is not None:  # the center's agent extracted it
             extracted = fetched.extracted
         elif fetched.ok:
@@ -472,7 +508,7 @@ class Agent:
             except ParseError as exc:
                 fetched.outcome, fetched.error = PARSE_ERROR, str(exc)
                 code = self.codes.code(PARSE_ERROR, fetched.status)
-        return CrawledPage(name, message, fetched, extracted, code)
+        return CrawledPage(name, message, fetched, extracted, code, validators=validators)
 
     def _render_wait(self, task: Mapping[str, Any], rules: ExtractionRules) -> RenderWait | None:
         """How the task's page is rendered, or None (downloaded over HTTP): the task's
@@ -571,6 +607,8 @@ class Agent:
         try:
             if self.on_pages is not None:
                 await self.on_pages(pages)
+            if self.revalidate is not None:  # after the items: a kill between refetches
+                await self.revalidate.remember([p.validators for p in pages])
             await self.report([p.result() for p in pages])
             by_queue: dict[str, list[str]] = {}
             for p in pages:

@@ -13,7 +13,7 @@ called, how polite it is and where its items go. Command-line options override i
         ban: {statuses: [403], body_regex: "captcha", cooldown: 600}
         proxies: {urls: ["http://127.0.0.1:3128"], cooldown: 300}
       result_codes: {timeout: 2001, statuses: {404: 1000}}
-      politeness: {per_domain: 2, delay: 0.5, robots: true}
+      politeness: {per_domain: 2, delay: 0.5, robots: true, adaptive: false}
       render: {concurrency: 4, wait_for: "#app[data-ready]"}   # tasks with render: true
       sink: {type: jsonl, path: items.jsonl, key: [url]}
 """
@@ -35,6 +35,9 @@ class PolitenessConfig(BaseModel):
     ``per_domain`` requests at once per domain across all agents (0: no limit but the
     agent's concurrency), ``delay`` seconds at least between two requests to a domain,
     ``robots`` honour robots.txt (disallowed URLs are not fetched: result 2007).
+    ``adaptive``: each domain's concurrency climbs to ``per_domain`` (else the agent's
+    concurrency) while its server keeps up, and falls with a rising delay (``delay`` its
+    floor) when it slows down or answers 429 / 503 (``agents.politeness.adaptive``).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -42,6 +45,7 @@ class PolitenessConfig(BaseModel):
     per_domain: int = Field(default=0, ge=0)
     delay: float = Field(default=0.0, ge=0)
     robots: bool = True
+    adaptive: bool = False
 
 
 class AgentSection(BaseModel):

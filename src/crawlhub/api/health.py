@@ -7,6 +7,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from crawlhub import __version__
+from crawlhub.agents.politeness import domain_figures, metrics_text
 from crawlhub.api.deps import ServicesDep
 from crawlhub.api.models import Health
 from crawlhub.core import rejects
@@ -51,4 +52,10 @@ async def metrics(svc: ServicesDep) -> Response:
     if logs is not None:  # the control plane's log figures (lines dropped, if any)
         text += logs.metrics_text().encode()
     text += generate_latest(rejects.REGISTRY)  # this process's rejected stream entries
+    try:  # each domain's politeness, as every agent on storage.agents sees it
+        storage = svc.config.storage
+        text += metrics_text(await domain_figures(storage.agents_url,
+                                                  prefix=storage.redis_prefix)).encode()
+    except Exception:  # a backend down must not break the scrape
+        pass
     return Response(text, media_type=CONTENT_TYPE_LATEST)

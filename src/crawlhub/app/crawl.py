@@ -47,6 +47,11 @@ QUEUE = "crawl"
 DONT_RETRY = [404, 410, 2005, 2007, 2008]
 #: A frontier segment no crawl outlives: a URL is admitted once per data dir.
 FOREVER = "36500d"
+#: The data dir's file of recrawl segments (``--recrawl``): the run's segment, the one
+#: before it and whether the run ended.
+RECRAWL_FILE = "recrawl.json"
+#: Seeds of the last segment read and admitted again at once by a recrawl.
+RECRAWL_BATCH = 1000
 #: Links remembered in memory as already sent to the frontier (two generations of this
 #: many): on a typical site each URL is linked ~10 times, and the frontier (canonical key,
 #: bloom, SQLite) is the cost of a link; the bound keeps memory flat as the site grows.
@@ -98,6 +103,16 @@ class CrawlOptions:
     concurrency: int = 64
     per_domain: int = 0
     delay: float = 0.0
+    #: adaptive politeness: each domain's concurrency climbs to ``per_domain`` (else
+    #: ``concurrency``) while its server keeps up, and falls back, with a rising delay,
+    #: when it slows down or answers 429 / 503 (agents.politeness.adaptive)
+    adaptive: bool = False
+    #: recrawl: a new frontier segment for this run (``recrawl.json`` in the data dir
+    #: counts them), every URL of the last one admitted again and fetched conditionally
+    #: (If-None-Match / If-Modified-Since); a 304 or an unchanged body is no item
+    recrawl: bool = False
+    #: with recrawl: extract and write pages whose body is unchanged too (a 304 still not)
+    emit_unchanged: bool = False
     extract: dict[str, Any] | None = None
     retries: int = 2
     timeout: float = 30.0
@@ -147,6 +162,10 @@ class CrawlProgress:
     unreachable: dict[str, str] = field(default_factory=dict)
     links: int = 0
     queued: int = 0
+    #: pages a conditional recrawl found unchanged (304, or the same body): no item
+    unchanged: int = 0
+    #: of those, answered 304 Not Modified (nothing downloaded)
+    not_modified: int = 0
     #: the run's control said exit: stopped after flushing what was in flight (resumable)
     exited: bool = False
     started: float = field(default_factory=time.monotonic)
@@ -246,7 +265,8 @@ class Crawl:
             raise
         try:
             # through the center, the agents keep their own per-domain limits
-            limits = bool(opts.per_domain or opts.delay) and opts.center is None
+            limits = bool(opts.per_domain or opts.delay or opts.adaptive) \
+                and opts.center is None
             if limits or opts.robots:
                 gate = self._gate(downloader.config.user_agent)
                 await gate.reset()  # the lock is ours: a killed run's slots are free now
@@ -268,6 +288,14 @@ class Crawl:
                 bound = getattr(db, "set_cache_kib", None)
                 if bound is not None:
                     await bound(CACHE_KIB)
+            # every answer's validators are kept, so a later --recrawl can ask conditionally
+            recrawling = opts.recrawl or (opts.data_dir / RECRAWL_FILE).exists()
+            if recrawling:
+                await self._recrawl(services)
+            from crawlhub.frontier.conditional import Revalidation
+
+            revalidate = None if opts.center is not None else Revalidation(
+                services.frontiers[QUEUE], skip_unchanged=not opts.emit_unchanged)
             await hub.submit([{"url": u, "depth": 0} for u in opts.urls], wait=True)
             control = opts.control
             if control is None and sdk.under_runner():
@@ -275,8 +303,10 @@ class Crawl:
             agent = Agent({QUEUE: queue}, downloader, report=HubReport(hub, "http"),
                           rules=self.rules, codes=self.codes, on_pages=self._on_pages,
                           concurrency=opts.concurrency, gate=gate if limits else None,
-                          robots=gate if opts.robots else None, skip=self._written,
-                          control=control, browser=browser, render=opts.render)
+                          robots=gate if opts.robots else None,
+                          skip=None if recrawling else self._written,
+                          control=control, browser=browser, render=opts.render,
+                          revalidate=revalidate)
             self.agent = agent
 
             async def idle() -> bool:
@@ -297,6 +327,8 @@ class Crawl:
                 await agent.drain()
                 raise fatal
             self.progress.exited = agent.exited
+            if recrawling and not agent.exited:
+                self._recrawl_done()
             if not agent.exited:
                 self.progress.queued = 0
             if on_progress is not None:
@@ -384,11 +416,51 @@ class Crawl:
             config.headers = {**config.headers, "User-Agent": opts.user_agent}
         return config
 
+    async def _recrawl(self, services: Services) -> None:
+        """Put the frontier in this run's segment (``recrawl.json``): with ``recrawl``
+        after a run that ended, the next one, and every URL the last segment admitted is
+        admitted again (a killed recrawl resumes its segment: those admitted already
+        are duplicates)."""
+        import json
+
+        from crawlhub.frontier.segments import FixedSegment
+
+        frontier = services.frontiers[QUEUE]
+        path = self.opts.data_dir / RECRAWL_FILE
+        state = json.loads(path.read_text()) if path.exists() else \
+            {"segment": frontier.current_segment(), "done": True}
+        if self.opts.recrawl and state["done"]:
+            state = {"segment": int(state["segment"]) + 1, "previous": int(state["segment"]),
+                     "done": False}
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(state))
+            tmp.replace(path)
+        frontier.segments = FixedSegment(int(state["segment"]))
+        if not state["done"] and "previous" in state:
+            cursor, hub = "", services.hub
+            while True:
+                cursor, seeds = await frontier.store.archived(int(state["previous"]), cursor,
+                                                              RECRAWL_BATCH)
+                if seeds:
+                    await hub.submit([{"url": s.url, "depth": 0} for s in seeds], wait=True)
+                if not cursor:
+                    break
+
+    def _recrawl_done(self) -> None:
+        import json
+
+        path = self.opts.data_dir / RECRAWL_FILE
+        if path.exists():
+            state = json.loads(path.read_text())
+            state["done"] = True
+            path.write_text(json.dumps(state))
+
     def _gate(self, user_agent: str) -> Any:
         from crawlhub.agents.politeness import DomainRules, open_gate
 
         rules = DomainRules(concurrency=self.opts.per_domain or self.opts.concurrency,
-                            delay=self.opts.delay)
+                            delay=self.opts.delay, adaptive=self.opts.adaptive,
+                            max_delay=max(60.0, self.opts.delay))
         # robots.txt is asked for as the pages are: with the downloader's User-Agent
         return open_gate(f"sqlite:///{self.opts.data_dir / 'politeness.db'}", rules=rules,
                          robots=self.opts.robots, user_agent=user_agent)
@@ -457,6 +529,10 @@ class Crawl:
                     progress.robots += 1
                 continue
             progress.pages += 1
+            if page.unchanged:
+                progress.unchanged += 1
+                progress.not_modified += fetched.status == 304
+                continue
             if extracted is None:
                 progress.errors += 1
                 continue

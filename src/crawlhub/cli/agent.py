@@ -185,9 +185,10 @@ async def _run(cfg: Any, settings: Any, rules: Any) -> None:
     downloader = Downloader(dl.model_copy(update={"concurrency": max(dl.concurrency,
                                                                       concurrency)}))
     polite = settings.politeness
-    limits = bool(polite.per_domain or polite.delay)
+    limits = bool(polite.per_domain or polite.delay or polite.adaptive)
     gate = (_gate(cfg.storage, downloader.config.user_agent, polite.per_domain or concurrency,
-                  polite.delay, polite.robots) if limits or polite.robots else None)
+                  polite.delay, polite.robots, polite.adaptive)
+            if limits or polite.robots else None)
     agent = Agent({n: services.queues.queue(n) for n in names}, downloader,
                   report=HubReport(hub, inbound), rules=rules, codes=settings.result_codes,
                   on_pages=on_pages, concurrency=concurrency, registry=services.agents,
@@ -213,8 +214,8 @@ async def _run(cfg: Any, settings: Any, rules: Any) -> None:
         await services.close()
 
 
-def _gate(storage: Any, user_agent: str, per_domain: int, delay: float, robots: bool
-          ) -> Any:
+def _gate(storage: Any, user_agent: str, per_domain: int, delay: float, robots: bool,
+          adaptive: bool = False) -> Any:
     """The domain gate on ``storage.agents`` (the registry's backend, under the config's
     Redis prefix), shared by every agent on it: ``per_domain`` requests at once and
     ``delay`` s between starts per domain, and, with ``robots``, the robots.txt cache on
@@ -222,7 +223,8 @@ def _gate(storage: Any, user_agent: str, per_domain: int, delay: float, robots: 
     from crawlhub.agents.politeness import DomainRules, open_gate
 
     return open_gate(storage.agents_url, prefix=storage.redis_prefix,
-                     rules=DomainRules(concurrency=per_domain, delay=delay), robots=robots,
+                     rules=DomainRules(concurrency=per_domain, delay=delay, adaptive=adaptive,
+                                       max_delay=max(60.0, delay)), robots=robots,
                      user_agent=user_agent)
 
 

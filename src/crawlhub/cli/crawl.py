@@ -37,6 +37,17 @@ def crawl_command(
         min=0, help="Requests at once per domain (0: no limit of its own).")] = 0,
     delay: Annotated[float, typer.Option(
         min=0.0, help="Seconds between two request starts on one domain.")] = 0.0,
+    recrawl: Annotated[bool, typer.Option(
+        "--recrawl", help="Crawl again: every URL the --data-dir knows is fetched with"
+        " If-None-Match/If-Modified-Since; a 304 or an unchanged body writes no item,"
+        " links of changed pages are followed.")] = False,
+    emit_unchanged: Annotated[bool, typer.Option(
+        "--emit-unchanged", help="With --recrawl: pages whose body did not change are"
+        " extracted and written too (a 304 still is not).")] = False,
+    adaptive: Annotated[bool, typer.Option(
+        "--adaptive", help="Adaptive politeness: each domain's concurrency climbs to"
+        " --per-domain (else --concurrency) while its server keeps up and falls, with a"
+        " rising delay, when it slows down or answers 429/503.")] = False,
     extract: Annotated[Path | None, typer.Option(
         help="YAML file of extraction rules: fields (css/xpath/regex/json_path) and links.")
     ] = None,
@@ -107,6 +118,7 @@ def crawl_command(
         opts = CrawlOptions(urls=list(urls), out=out, data_dir=data_dir, follow=follow,
                             allow=list(allow or []), deny=list(deny or []), depth=depth,
                             concurrency=concurrency, per_domain=per_domain, delay=delay,
+                            adaptive=adaptive, recrawl=recrawl, emit_unchanged=emit_unchanged,
                             extract=rules, robots=robots, sink=read_sink(sink),
                             user_agent=user_agent, center=center, strategy=strategy,
                             agents=agents, center_prefix=center_prefix, render=render,
@@ -184,6 +196,9 @@ def summary(progress: Any, sink_name: str, data_dir: Path) -> str:
     text = (f"crawled {progress.pages:,} pages in {seconds:.1f} s ({progress.rate:,.0f}/s):"
             f" {progress.items:,} items to {sink_name}, {progress.errors:,} errors,"
             f" {progress.robots:,} disallowed by robots.txt")
+    if progress.unchanged:
+        text += (f", {progress.unchanged:,} unchanged since the last crawl"
+                 f" ({progress.not_modified:,} answered 304)")
     if progress.robots_unavailable:
         why = "; ".join(_unavailable(r) for r in list(progress.robots_failures.values())[:3])
         more = len(progress.robots_failures) - 3

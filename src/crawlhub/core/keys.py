@@ -59,7 +59,9 @@ def agent_keys(prefix: str) -> dict[str, str]:
     sign of life, epoch seconds); ``domain`` is the stem of the gate's per-domain keys
     (``<domain>:slots`` sorted set slot id -> lease expiry, ``<domain>:pace`` hash of
     next start / backoff end) and ``robots`` the stem of the robots.txt cache
-    (``<origin>`` hash of body, status, expiry, fetch claim)."""
+    (``<origin>`` hash of body, status, expiry, fetch claim); ``adaptive`` a sorted set
+    of domain -> time of its last adaptive answer (their figures in ``<domain>:adapt``
+    hashes)."""
     base = f"{prefix}ag:{{agents}}"
     return {
         "info": f"{base}:info",
@@ -67,6 +69,7 @@ def agent_keys(prefix: str) -> dict[str, str]:
         "seen": f"{base}:seen",
         "domain": f"{base}:d:",
         "robots": f"{base}:r:",
+        "adaptive": f"{base}:adaptive",
     }
 
 
@@ -89,7 +92,9 @@ def frontier_keys(prefix: str, name: str) -> dict[str, str]:
     ``segment`` is the stem of the per-segment keys the Lua scripts build by appending
     ``<segment>:seeds`` (hash key -> seq|priority|seed JSON), ``<segment>:attempts``,
     ``<segment>:stats`` (counters), ``<segment>:bloom`` (layer sizes and counts) and
-    ``<segment>:bloom:<i>`` (bit array of bloom layer i, set with BITFIELD).
+    ``<segment>:bloom:<i>`` (bit array of bloom layer i, set with BITFIELD);
+    ``validators`` (hash key -> the last answer's ETag / Last-Modified / body hash, kept
+    across segments for conditional recrawls).
     """
     base = f"{prefix}fr:{{{name}}}"
     return {
@@ -100,6 +105,7 @@ def frontier_keys(prefix: str, name: str) -> dict[str, str]:
         "segments": f"{base}:segments",
         "signal": f"{base}:signal",
         "segment": f"{base}:s:",
+        "validators": f"{base}:validators",
     }
 
 

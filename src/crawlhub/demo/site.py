@@ -13,7 +13,11 @@ page is reachable from ``/js/``), then, 20 ms later, the price, and marks the pa
 
 from __future__ import annotations
 
+import email.utils
+import hashlib
+import time
 from html import escape
+from typing import Any
 
 from aiohttp import web
 
@@ -63,6 +67,7 @@ def add_routes(app: web.Application, *, js_pages: int = JS_PAGES) -> None:
     app.router.add_get("/category/{slug}", category)
     app.router.add_get("/item/{id}", item)
     app.router.add_get("/private/{tail:.*}", private)
+    app.middlewares.append(conditional)
 
 
 def _page(heading: str, body: str, status: int = 200) -> web.Response:
@@ -253,3 +258,23 @@ async def js_script(request: web.Request) -> web.Response:
 
 async def js_image(request: web.Request) -> web.Response:
     return web.Response(body=_PNG, content_type="image/png")
+#: When the demo's pages last changed (they never do while it runs): its Last-Modified.
+_SINCE = email.utils.formatdate(time.time(), usegmt=True)
+
+
+@web.middleware
+async def conditional(request: web.Request, handler: Any) -> web.StreamResponse:
+    """ETag (a hash of the page) and Last-Modified on every HTML page, and 304 Not
+    Modified to a request whose If-None-Match names it: ``crawlhub crawl --recrawl``
+    downloads nothing of an unchanged page."""
+    response = await handler(request)
+    if (request.method != "GET" or response.status != 200
+            or not isinstance(response, web.Response) or response.content_type != "text/html"
+            or response.body is None or not isinstance(response.body, bytes)):
+        return response  # type: ignore[no-any-return]
+    etag = '"' + hashlib.blake2b(response.body, digest_size=8).hexdigest() + '"'
+    headers = {"ETag": etag, "Last-Modified": _SINCE, "Cache-Control": "no-cache"}
+    if etag in [t.strip() for t in request.headers.get("If-None-Match", "").split(",")]:
+        return web.Response(status=304, headers=headers)
+    response.headers.update(headers)
+    return response  # type: ignore[no-any-return]

@@ -52,6 +52,7 @@ from crawlhub.frontier.bloom import MAX_LAYER_BITS, FixedBloom, layer_plan, spli
 from crawlhub.frontier.seed import Outcome, Seed
 from crawlhub.frontier.sqlite import check_frontier_name
 from crawlhub.frontier.store import Entry, SegmentCounts, check_entries, task_uuid_of
+from crawlhub.frontier.validators import Validators
 
 T = TypeVar("T")
 log = logging.getLogger("crawlhub.frontier")
@@ -484,6 +485,30 @@ class RedisSeedStore:
                 )
                 total += int(usage or 0)
         return total
+
+    async def validators(self, keys: Sequence[str]) -> dict[str, Validators]:
+        unique = list(dict.fromkeys(keys))
+        out: dict[str, Validators] = {}
+        for start in range(0, len(unique), _BATCH):
+            chunk = unique[start:start + _BATCH]
+            values = await self._call("validators", self.redis.hmget(self.keys["validators"],
+                                                                     chunk))
+            out.update({k: Validators.decode(v) for k, v in zip(chunk, values, strict=True)
+                        if v is not None})
+        return out
+
+    async def remember(self, items: Sequence[tuple[str, Validators]]) -> None:
+        for start in range(0, len(items), _BATCH):
+            chunk = items[start:start + _BATCH]
+            await self._call("remember", self.redis.hset(
+                self.keys["validators"], mapping={k: v.encode() for k, v in chunk}))
+
+    async def archived(self, segment: int, cursor: str, count: int) -> tuple[str, list[Seed]]:
+        found: Any
+        nxt, found = await self._call("archived", self.redis.hscan(
+            self._seg(segment, "seeds"), int(cursor or 0), count=count))
+        seeds = [Seed.decode(_text(v).split("|", 2)[2]) for v in found.values()]
+        return ("" if int(nxt) == 0 else str(nxt)), seeds
 
     async def purge(self) -> None:
         stem = self.keys["ready"].rsplit(":", 1)[0]

@@ -90,3 +90,23 @@ def segment_resolver(config: FrontierConfig) -> SegmentResolver:
             key="frontier.segment_resolver",
         )
     return resolver
+
+
+class FixedSegment:
+    """Every seed in one segment, open since the epoch: a frontier whose segments are
+    runs, not time spans (``crawlhub crawl --recrawl`` counts them in its data dir)."""
+
+    def __init__(self, segment: int) -> None:
+        self.segment = segment
+
+    def __repr__(self) -> str:
+        return f"FixedSegment({self.segment})"
+
+    def segment_of(self, seed: Seed | None, now: float) -> int:
+        return self.segment
+
+    def start_of(self, segment: int) -> float:
+        return 0.0
+
+    def label(self, segment: int) -> str:
+        return f"run {segment}"

@@ -27,6 +27,7 @@ from crawlhub.core.errors import FrontierError
 from crawlhub.frontier.bloom import ScalableBloom, load_snapshot, save_snapshot, stable_hash
 from crawlhub.frontier.seed import Outcome, Seed
 from crawlhub.frontier.store import Entry, SegmentCounts, check_entries, task_uuid_of
+from crawlhub.frontier.validators import Validators
 
 PENDING, LEASED, DONE, FAILED, DISPATCHED, WAITING = 0, 1, 2, 3, 4, 5
 _STATE_NAMES = {
@@ -76,6 +77,10 @@ CREATE TABLE IF NOT EXISTS "{t}:segments" (
     segment INTEGER PRIMARY KEY,
     duplicates INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS "{t}:validators" (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
 """
 #: Rows in "recent" that trigger its move to "keys".
 RECENT_MAX = 65536
@@ -600,8 +605,41 @@ class SqliteSeedStore:
         # One process owns an embedded store; its own wake-ups come from the frontier.
         await asyncio.sleep(timeout)
 
+    async def validators(self, keys: Sequence[str]) -> dict[str, Validators]:
+        def run(conn: sqlite3.Connection) -> dict[str, Validators]:
+            out: dict[str, Validators] = {}
+            unique = list(dict.fromkeys(keys))
+            for start in range(0, len(unique), 500):
+                chunk = unique[start:start + 500]
+                marks = ",".join("?" * len(chunk))
+                for key, value in conn.execute(
+                        f'SELECT key, value FROM "{self._t}:validators" WHERE key IN ({marks})',
+                        chunk):
+                    out[key] = Validators.decode(value)
+            return out
+
+        return await self.db.run(run)
+
+    async def remember(self, items: Sequence[tuple[str, Validators]]) -> None:
+        if not items:
+            return
+        await self.db.transaction(lambda conn: conn.executemany(
+            f'INSERT OR REPLACE INTO "{self._t}:validators" (key, value) VALUES (?, ?)',
+            [(k, v.encode()) for k, v in items]))
+
+    async def archived(self, segment: int, cursor: str, count: int) -> tuple[str, list[Seed]]:
+        def run(conn: sqlite3.Connection) -> list[tuple[int, str]]:
+            return conn.execute(
+                f'SELECT seq, seed FROM "{self._t}" WHERE segment = ? AND seq > ?'
+                ' ORDER BY seq LIMIT ?', (segment, int(cursor or 0), count)).fetchall()
+
+        rows = await self.db.run(run)
+        seeds = [Seed.decode(text) for _, text in rows]
+        return (str(rows[-1][0]) if len(rows) == count else ""), seeds
+
     async def purge(self) -> None:
         def run(conn: sqlite3.Connection) -> None:
+            conn.execute(f'DELETE FROM "{self._t}:validators"')
             for table in ("", ":recent", ":keys", ":segments"):
                 conn.execute(f'DELETE FROM "{self._t}{table}"')
             self._recent = 0

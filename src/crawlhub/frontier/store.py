@@ -16,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from crawlhub.core.errors import FrontierError
 from crawlhub.frontier.seed import Outcome, Seed
+from crawlhub.frontier.validators import Validators
 
 
 @dataclass(slots=True)
@@ -131,6 +132,20 @@ class SeedStore(Protocol):
 
     async def purge(self) -> None:
         """Drop every seed, counter and filter of this frontier (tests, admin)."""
+        ...
+
+    async def validators(self, keys: Sequence[str]) -> dict[str, Validators]:
+        """The validators kept for ``keys`` (:mod:`crawlhub.frontier.validators`), of any
+        segment: those of a key never answered are absent."""
+        ...
+
+    async def remember(self, items: Sequence[tuple[str, Validators]]) -> None:
+        """Keep each key's validators (replacing older ones), in one step."""
+        ...
+
+    async def archived(self, segment: int, cursor: str, count: int) -> tuple[str, list[Seed]]:
+        """One page of the seeds ``segment`` admitted, from ``cursor`` ("" first): the
+        next cursor ("" when done) and the seeds - what a recrawl admits again."""
         ...
 
 

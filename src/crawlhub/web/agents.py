@@ -1,6 +1,7 @@
 """``/ui/agents``: every downloader agent with its liveness (alive or dead, age of its last
 heartbeat) and load (downloaders, requests in flight, QPS, CPU, memory), read as
-``GET /agents/`` reads it; paged by agent id, refreshed every 2 s."""
+``GET /agents/`` reads it; paged by agent id, refreshed every 2 s. Below, each domain's
+adaptive politeness shared by the agents (limit, delay, latency, error rate)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from crawlhub.agents.politeness import domain_figures
 from crawlhub.agents.registry import listing
 from crawlhub.api.models import AgentList
 from crawlhub.services import Services
@@ -16,6 +18,8 @@ from crawlhub.web.render import Area, Card, Stat, attempt, live_page, number
 
 router = APIRouter()
 REGISTRY = "the agent registry (storage.agents)"
+#: domains shown with their adaptive politeness (those answered last)
+DOMAINS = 50
 
 
 async def _listing(svc: Services) -> AgentList:
@@ -31,7 +35,12 @@ async def _data(request: Request, svc: Services) -> dict[str, Any]:
     rows = found.agents
     if show in ("alive", "dead"):
         rows = [r for r in rows if r.alive is (show == "alive")]
-    return {"agents": keyset(rows, lambda r: r.agent_id, after=p.get("after"),
+    storage = svc.config.storage
+    domains, domains_error = await attempt(
+        domain_figures(storage.agents_url, prefix=storage.redis_prefix, limit=DOMAINS),
+        "the domain gate (storage.agents)")
+    return {"domains": domains or [], "domains_error": domains_error,
+            "agents": keyset(rows, lambda r: r.agent_id, after=p.get("after"),
                              before=p.get("before"),
                              limit=number_param(request, "limit", PAGE_SIZE)),
             "counts": found, "error": error, "show": show or "all"}

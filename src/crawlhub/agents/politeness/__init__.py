@@ -12,9 +12,17 @@ the lease convention of :mod:`crawlhub.core.clock`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from crawlhub.agents.politeness.base import DomainRules, GateStore, Grant, Release, RobotsEntry
+from crawlhub.agents.politeness.adaptive import AdaptiveState, Feedback, feedback_of
+from crawlhub.agents.politeness.base import (
+    DomainFigures,
+    DomainRules,
+    GateStore,
+    Grant,
+    Release,
+    RobotsEntry,
+)
 from crawlhub.agents.politeness.gate import (
     BACKOFF_STATUSES,
     DomainGate,
@@ -39,6 +47,10 @@ from crawlhub.core.keys import DEFAULT_PREFIX
 
 __all__ = [
     "BACKOFF_STATUSES",
+    "AdaptiveState",
+    "DomainFigures",
+    "Feedback",
+    "feedback_of",
     "DomainGate",
     "DomainRules",
     "GateStore",
@@ -48,7 +60,9 @@ __all__ = [
     "RobotsCache",
     "RobotsEntry",
     "Slot",
+    "domain_figures",
     "domain_of",
+    "metrics_text",
     "open_gate",
     "open_gate_store",
     "origin_of",
@@ -86,3 +100,49 @@ def open_gate(url: str | Backend, *, prefix: str = DEFAULT_PREFIX, rules: Domain
                             clock=clock, sleep=sleep)
     return DomainGate(store, rules=rules, domains=domains, robots=cache,
                       user_agent=user_agent, clock=clock, sleep=sleep)
+
+
+async def domain_figures(url: str | Backend, *, prefix: str = DEFAULT_PREFIX,
+                         limit: int = 100, clock: Clock = system_clock) -> list[DomainFigures]:
+    """The adaptive figures of the ``limit`` domains answered last on ``url`` (the
+    ``storage.agents`` backend), for the agents page and ``/metrics``."""
+    store = open_gate_store(url, prefix=prefix)
+    try:
+        return await store.figures(clock(), limit)
+    finally:
+        await store.close()
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def metrics_text(figures: Sequence[DomainFigures]) -> str:
+    """``figures`` in Prometheus' text format: one gauge family per figure, a sample per
+    domain (label ``domain``), and the answers counted by outcome."""
+    families = [
+        ("crawlhub_domain_concurrency_limit", "Requests at once allowed to the domain now",
+         "gauge", lambda f: f.limit),
+        ("crawlhub_domain_delay_seconds", "Seconds between two request starts",
+         "gauge", lambda f: f.delay),
+        ("crawlhub_domain_latency_seconds", "Moving average of the domain's latency",
+         "gauge", lambda f: f.latency),
+        ("crawlhub_domain_error_rate", "Moving share of overloads (429/503/timeouts)",
+         "gauge", lambda f: f.error_rate),
+        ("crawlhub_domain_in_flight", "Slots of the domain held now", "gauge",
+         lambda f: f.held),
+        ("crawlhub_domain_backoff_seconds", "Seconds of Retry-After pause left", "gauge",
+         lambda f: f.backoff),
+    ]
+    lines: list[str] = []
+    for name, what, kind, value in families:
+        lines += [f"# HELP {name} {what}.", f"# TYPE {name} {kind}"]
+        lines += [f'{name}{{domain="{_label(f.domain)}"}} {float(value(f))!r}' for f in figures]
+    name = "crawlhub_domain_answers_total"
+    lines += [f"# HELP {name} Answers that fed the domain's adaptive limits.",
+              f"# TYPE {name} counter"]
+    for f in figures:
+        d = _label(f.domain)
+        lines += [f'{name}{{domain="{d}",outcome="ok"}} {f.ok}',
+                  f'{name}{{domain="{d}",outcome="overload"}} {f.errors}']
+    return "\n".join(lines) + "\n"

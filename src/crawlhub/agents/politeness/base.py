@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from crawlhub.agents.politeness.adaptive import Feedback
+
 
 @dataclass(frozen=True, slots=True)
 class DomainRules:
@@ -27,6 +29,13 @@ class DomainRules:
     seconds the
     whole domain pauses after a 429 or 503 without ``Retry-After``; ``backoff_cap``:
     the longest pause a ``Retry-After`` can ask for.
+
+    ``adaptive`` (:mod:`.adaptive`): ``concurrency`` becomes the target the domain's
+    limit climbs to from ``start`` while the server keeps up, and ``delay`` the floor of
+    a delay that rises on overload; a response ``tolerance`` times slower than the
+    domain's baseline counts as the server queueing; ``max_delay`` caps the delay. A 429
+    or 503 without ``Retry-After`` then cuts the limit and raises the delay instead of
+    pausing the domain for ``backoff`` (a ``Retry-After`` is still obeyed).
     """
 
     concurrency: int = 2
@@ -34,6 +43,10 @@ class DomainRules:
     lease: float = 15.0
     backoff: float = 30.0
     backoff_cap: float = 600.0
+    adaptive: bool = False
+    start: int = 1
+    tolerance: float = 2.0
+    max_delay: float = 60.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -44,6 +57,15 @@ class DomainRules:
                 raise ValueError(f"per-domain {name} must be >= 0, not {getattr(self, name)!r}")
         if self.lease <= 0:
             raise ValueError(f"slot lease must be > 0 seconds, not {self.lease!r}")
+        if self.start < 1:
+            raise ValueError(f"adaptive start concurrency must be at least 1, not"
+                             f" {self.start!r}")
+        if not self.tolerance > 1:
+            raise ValueError(f"adaptive latency tolerance must be > 1 (a factor of the"
+                             f" baseline latency), not {self.tolerance!r}")
+        if not self.max_delay >= self.delay:
+            raise ValueError(f"adaptive max_delay ({self.max_delay!r}) must be >= delay"
+                             f" ({self.delay!r})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,11 +83,35 @@ class Grant:
 @dataclass(frozen=True, slots=True)
 class Release:
     """One slot handed back: ``backoff_until`` (epoch seconds, or None) pauses its whole
-    domain until then (a later pause already set is kept)."""
+    domain until then (a later pause already set is kept). ``feedback`` (adaptive
+    rules only: ``rules`` set) is what its response said about the server."""
 
     domain: str
     slot: str
     backoff_until: float | None = None
+    feedback: Feedback | None = None
+    rules: DomainRules | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DomainFigures:
+    """One domain's politeness as every agent sees it: ``limit`` (requests at once
+    allowed now), ``delay`` (seconds between starts), ``latency`` and ``base`` (moving
+    average and baseline, seconds), ``error_rate`` (moving share of overloads), answers
+    ``ok`` / ``errors``, ``held`` slots now, ``backoff`` seconds of pause left, ``updated``
+    (epoch seconds of the last answer)."""
+
+    domain: str
+    limit: float
+    delay: float
+    latency: float
+    base: float
+    error_rate: float
+    ok: int
+    errors: int
+    held: int
+    backoff: float
+    updated: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +154,10 @@ class GateStore(Protocol):
 
     async def held(self, domain: str, now: float) -> int:
         """Slots of the domain held now (unexpired), for stats and tests."""
+        ...
+
+    async def figures(self, now: float, limit: int = 100) -> list[DomainFigures]:
+        """The adaptive figures of the ``limit`` domains answered last, newest first."""
         ...
 
     async def robots_get(self, origin: str) -> RobotsEntry | None:

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from crawlhub.agents.politeness.base import DomainRules, GateStore, Release
+from crawlhub.agents.politeness.adaptive import Feedback, feedback_of
+from crawlhub.agents.politeness.base import DomainFigures, DomainRules, GateStore, Release
 from crawlhub.agents.politeness.robots import Refusal, RobotsCache
 from crawlhub.core.clock import Clock, system_clock
 
@@ -68,11 +69,11 @@ def retry_after_seconds(value: str | None, now: float) -> float | None:
     if value is None:
         return None
     text = value.strip()
-    if text.isdigit():
-        return float(text)
+    if text.isascii() and text.isdigit():
+        return float(text) if len(text) < 12 else float("inf")  # capped by the rules
     try:
         when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:
         return None
@@ -190,21 +191,30 @@ class DomainGate:
         rules' backoff for a 429 or 503; None for no pause."""
         rules = self.rules_for(domain)
         if retry_after is not None:
+            if retry_after != retry_after:  # NaN: no number at all
+                return None
             seconds = min(max(0.0, retry_after), rules.backoff_cap)
-        elif status in BACKOFF_STATUSES:
+        elif status in BACKOFF_STATUSES and not rules.adaptive:  # adaptive: it cuts instead
             seconds = min(rules.backoff, rules.backoff_cap)
         else:
             return None
         return seconds or None
 
     async def release(self, slot: Slot, status: int | None = None,
-                      retry_after: float | None = None) -> None:
+                      retry_after: float | None = None, *, latency: float | None = None,
+                      failed: bool = False) -> None:
         """Hand ``slot`` back; ``status`` / ``retry_after`` (seconds, see
-        :func:`retry_after_seconds`) of its response may pause its domain."""
-        await self.release_many([(slot, status, retry_after)])
+        :func:`retry_after_seconds`) of its response may pause its domain. For a domain
+        with adaptive rules, a ``status`` or ``latency`` (seconds the request took) or
+        ``failed`` (timeout, connection error) is its answer's feedback; a slot handed
+        back unused (none of them) says nothing."""
+        feedback = None
+        if status is not None or latency is not None or failed:
+            feedback = feedback_of(status, latency, failed)
+        await self.release_many([(slot, status, retry_after)], feedback=feedback)
 
-    async def release_many(self, items: Sequence[tuple[Slot, int | None, float | None]]
-                           ) -> None:
+    async def release_many(self, items: Sequence[tuple[Slot, int | None, float | None]],
+                           *, feedback: Feedback | None = None) -> None:
         """:meth:`release` for several slots; joins the batch being gathered."""
         if not items:
             return
@@ -212,8 +222,11 @@ class DomainGate:
         for slot, status, retry_after in items:
             self._held.pop((slot.domain, slot.id), None)
             pause = self.backoff_for(slot.domain, status, retry_after)
+            rules = self.rules_for(slot.domain)
+            fb = feedback if rules.adaptive else None
             self._pending.append(Release(slot.domain, slot.id,
-                                         None if pause is None else now + pause))
+                                         None if pause is None else now + pause,
+                                         fb, rules if fb is not None else None))
         if self._batch is None:
             self._batch = asyncio.get_running_loop().create_future()
         batch = self._batch
@@ -282,6 +295,10 @@ class DomainGate:
     async def held(self, domain: str) -> int:
         """Slots of ``domain`` held now by every agent."""
         return await self.store.held(domain, self.clock())
+
+    async def figures(self, limit: int = 100) -> list[DomainFigures]:
+        """The adaptive figures of the domains answered last (every agent's answers)."""
+        return await self.store.figures(self.clock(), limit)
 
     async def allowed(self, url: str, user_agent: str | None = None) -> bool:
         """Whether robots.txt lets ``user_agent`` (default: the gate's) fetch ``url``;

@@ -7,7 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from crawlhub.agents.politeness.base import DomainRules, Grant, Release, RobotsEntry
+from crawlhub.agents.politeness.base import (
+    DomainFigures,
+    DomainRules,
+    Grant,
+    Release,
+    RobotsEntry,
+)
 from crawlhub.backends.backend import Backend
 from crawlhub.backends.redis import lua, redis_client
 from crawlhub.core.keys import DEFAULT_PREFIX, agent_keys
@@ -30,6 +36,7 @@ class RedisGateStore:
         keys = agent_keys(prefix)
         self._domain = keys["domain"]
         self._robots = keys["robots"]
+        self._adaptive = keys["adaptive"]
         self._acquire = self._redis.register_script(_ACQUIRE)
         self._release = self._redis.register_script(_RELEASE)
         self._claim = self._redis.register_script(_CLAIM)
@@ -39,9 +46,9 @@ class RedisGateStore:
                       token: str) -> Grant:
         stem = self._domain + domain
         ids, wait, reason = await self._acquire(
-            keys=[f"{stem}:slots", f"{stem}:pace"],
+            keys=[f"{stem}:slots", f"{stem}:pace", f"{stem}:adapt"],
             args=[repr(now), n, rules.concurrency, repr(rules.delay), repr(rules.lease),
-                  token])
+                  token, "1" if rules.adaptive else "0", rules.start])
         text = ids.decode() if isinstance(ids, bytes) else str(ids)
         why = reason.decode() if isinstance(reason, bytes) else str(reason)
         return Grant(text.split(",") if text else [], float(wait), why)
@@ -52,7 +59,15 @@ class RedisGateStore:
         args: list[str] = [repr(now)]
         for r in releases:
             args += [r.domain, r.slot, "" if r.backoff_until is None else repr(r.backoff_until)]
-        await self._release(keys=[self._domain], args=args)
+            fb, rules = r.feedback, r.rules
+            if fb is None or rules is None or not rules.adaptive:
+                args += ["", "", "", "", "", "", ""]
+            else:
+                args += ["" if fb.latency is None else repr(fb.latency),
+                         "1" if fb.overloaded else "0", str(rules.concurrency),
+                         str(rules.start), repr(rules.tolerance), repr(rules.delay),
+                         repr(rules.max_delay)]
+        await self._release(keys=[self._domain, self._adaptive], args=args)
 
     async def extend(self, slots: Sequence[tuple[str, str, float]], now: float) -> int:
         if not slots:
@@ -64,7 +79,10 @@ class RedisGateStore:
 
     async def reset(self) -> None:
         # Only this prefix's domain keys; SCAN, not KEYS, so the server is not blocked.
-        keys = [k async for k in self._redis.scan_iter(match=f"{self._domain}*", count=1000)]
+        # (what adaptive domains learned of their servers stays: it is no claim of a run)
+        keys = [k async for k in self._redis.scan_iter(match=f"{self._domain}*", count=1000)
+                if not (k.endswith(b":adapt") if isinstance(k, bytes) else
+                        str(k).endswith(":adapt"))]
         for start in range(0, len(keys), 500):
             await self._redis.delete(*keys[start:start + 500])
         # robots.txt claims go, the files stay (a hash holding only a claim goes with it)
@@ -74,6 +92,30 @@ class RedisGateStore:
     async def held(self, domain: str, now: float) -> int:
         return int(await self._redis.zcount(f"{self._domain}{domain}:slots",
                                             f"({now!r}", "+inf"))
+
+    async def figures(self, now: float, limit: int = 100) -> list[DomainFigures]:
+        domains = [d.decode() if isinstance(d, bytes) else str(d) for d in
+                   await self._redis.zrevrange(self._adaptive, 0, max(0, limit - 1))]
+        if not domains:
+            return []
+        fields = ["limit", "delay", "latency", "base", "error_rate", "ok", "errors",
+                  "updated"]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for d in domains:
+                stem = self._domain + d
+                pipe.hmget(f"{stem}:adapt", fields)
+                pipe.zcount(f"{stem}:slots", f"({now!r}", "+inf")
+                pipe.hget(f"{stem}:pace", "backoff")
+            answers = await pipe.execute()
+        out = []
+        for i, d in enumerate(domains):
+            values, held, backoff = answers[3 * i:3 * i + 3]
+            if values[0] is None:  # expired meanwhile
+                continue
+            lim, delay, lat, base, err, ok, errors, updated = (float(v or 0) for v in values)
+            out.append(DomainFigures(d, lim, delay, lat, base, err, int(ok), int(errors),
+                                     int(held), max(0.0, float(backoff or 0) - now), updated))
+        return out
 
     async def robots_get(self, origin: str) -> RobotsEntry | None:
         values: list[Any] = await self._redis.hmget(self._robots + origin,

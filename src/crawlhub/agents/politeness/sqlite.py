@@ -7,7 +7,14 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from crawlhub.agents.politeness.base import DomainRules, Grant, Release, RobotsEntry
+from crawlhub.agents.politeness.adaptive import AdaptiveState, step
+from crawlhub.agents.politeness.base import (
+    DomainFigures,
+    DomainRules,
+    Grant,
+    Release,
+    RobotsEntry,
+)
 from crawlhub.backends.backend import Backend
 from crawlhub.backends.sqlite import SqliteDB
 
@@ -24,6 +31,20 @@ CREATE TABLE IF NOT EXISTS gate_pace (
     next REAL NOT NULL DEFAULT 0,
     backoff REAL NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS gate_adapt (
+    domain TEXT PRIMARY KEY,
+    lim REAL NOT NULL,
+    delay REAL NOT NULL,
+    latency REAL NOT NULL,
+    base REAL NOT NULL,
+    error_rate REAL NOT NULL,
+    cut REAL NOT NULL,
+    slow_start INTEGER NOT NULL,
+    ok INTEGER NOT NULL,
+    errors INTEGER NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS gate_adapt_updated ON gate_adapt(updated);
 CREATE TABLE IF NOT EXISTS gate_robots (
     origin TEXT PRIMARY KEY,
     status INTEGER,
@@ -51,18 +72,25 @@ class SqliteGateStore:
             ready = max(pace) if pace else 0.0
             if ready > now:
                 return Grant([], ready - now, "pace")
+            concurrency, delay = rules.concurrency, rules.delay
+            if rules.adaptive:
+                row = conn.execute("SELECT lim, delay FROM gate_adapt WHERE domain = ?",
+                                   (domain,)).fetchone()
+                limit = row[0] if row else min(rules.start, rules.concurrency)
+                concurrency = max(1, min(concurrency, int(limit)))
+                delay = max(delay, row[1] if row else 0.0)
             held, first = conn.execute("SELECT COUNT(*), MIN(expires) FROM gate_slots"
                                        " WHERE domain = ?", (domain,)).fetchone()
-            if held >= rules.concurrency:
+            if held >= concurrency:
                 return Grant([], float(first) - now, "full")
-            k = 1 if rules.delay > 0 else min(n, rules.concurrency - held)
+            k = 1 if delay > 0 else min(n, concurrency - held)
             ids = [f"{token}:{i}" for i in range(k)]
             conn.executemany("INSERT OR REPLACE INTO gate_slots(domain, slot, expires)"
                              " VALUES (?, ?, ?)", [(domain, i, now + rules.lease) for i in ids])
-            if rules.delay > 0:
+            if delay > 0:
                 conn.execute("INSERT INTO gate_pace(domain, next) VALUES (?, ?)"
                              " ON CONFLICT(domain) DO UPDATE SET next = excluded.next",
-                             (domain, now + rules.delay))
+                             (domain, now + delay))
             return Grant(ids)
 
         return await self._db.transaction(_acquire)
@@ -78,6 +106,9 @@ class SqliteGateStore:
                 "INSERT INTO gate_pace(domain, backoff) VALUES (?, ?) ON CONFLICT(domain)"
                 " DO UPDATE SET backoff = MAX(backoff, excluded.backoff)",
                 [(r.domain, r.backoff_until) for r in releases if r.backoff_until])
+            for r in releases:
+                if r.feedback is not None and r.rules is not None and r.rules.adaptive:
+                    _adapt(conn, r, now)
             # Pace rows of domains idle for a while serve nobody.
             conn.execute("DELETE FROM gate_pace WHERE next < ? AND backoff < ?",
                          (now - 3600, now - 3600))
@@ -111,6 +142,21 @@ class SqliteGateStore:
 
         return await self._db.run(_held)
 
+    async def figures(self, now: float, limit: int = 100) -> list[DomainFigures]:
+        def _figures(conn: sqlite3.Connection) -> list[DomainFigures]:
+            rows = conn.execute(
+                "SELECT a.domain, lim, delay, latency, base, error_rate, ok, errors,"
+                " updated, (SELECT COUNT(*) FROM gate_slots s WHERE s.domain = a.domain"
+                " AND s.expires > ?), COALESCE((SELECT backoff FROM gate_pace p"
+                " WHERE p.domain = a.domain), 0) FROM gate_adapt a"
+                " ORDER BY updated DESC LIMIT ?", (now, limit)).fetchall()
+            return [DomainFigures(d, lim, delay, lat, base, err, ok, errors, held,
+                                  max(0.0, backoff - now), updated)
+                    for d, lim, delay, lat, base, err, ok, errors, updated, held, backoff
+                    in rows]
+
+        return await self._db.run(_figures)
+
     async def robots_get(self, origin: str) -> RobotsEntry | None:
         def _get(conn: sqlite3.Connection) -> tuple[int | None, bytes | None, float] | None:
             return conn.execute("SELECT status, body, expires FROM gate_robots"
@@ -141,3 +187,21 @@ class SqliteGateStore:
 
     async def close(self) -> None:
         await self._db.close()
+
+
+def _adapt(conn: sqlite3.Connection, r: Release, now: float) -> None:
+    """One answer's step (:func:`.adaptive.step`) on its domain's row, in the caller's
+    transaction."""
+    assert r.feedback is not None and r.rules is not None
+    rules = r.rules
+    row = conn.execute("SELECT lim, delay, latency, base, error_rate, cut, slow_start, ok,"
+                       " errors, updated FROM gate_adapt WHERE domain = ?",
+                       (r.domain,)).fetchone()
+    s = step(AdaptiveState(*row) if row else None, r.feedback, now,
+             target=rules.concurrency, start=rules.start, tolerance=rules.tolerance,
+             floor=rules.delay, max_delay=rules.max_delay)
+    conn.execute("INSERT OR REPLACE INTO gate_adapt(domain, lim, delay, latency, base,"
+                 " error_rate, cut, slow_start, ok, errors, updated)"
+                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 (r.domain, s.limit, s.delay, s.latency, s.base, s.error_rate, s.cut,
+                  s.slow_start, s.ok, s.errors, s.updated))

@@ -1,0 +1,254 @@
+"""Conditional recrawl: the frontier's archive keeps each URL's ETag, Last-Modified and
+body hash (on a SQLite file and on real Redis, across restarts); ``crawlhub crawl
+--recrawl`` sends them back, a 304 or an unchanged body is no item, a changed page is
+written again and the links it gained are followed. The site is a real local server."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import hashlib
+import json
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from crawlhub.app.crawl import Crawl, CrawlOptions, CrawlProgress
+from crawlhub.frontier import Frontier, open_store
+from crawlhub.frontier.seed import Seed
+from crawlhub.frontier.validators import (
+    MAX_ETAG,
+    Validators,
+    clean_etag,
+    clean_http_date,
+    validators_of,
+)
+from tests.agents.servers import _Server, page_html
+from tests.queues.conftest import delete_prefix
+
+SINCE = email.utils.formatdate(1_700_000_000, usegmt=True)
+
+
+class ChangingSite(_Server):
+    """``pages`` pages linked as tests.agents.servers' site; ``change(n)`` edits page n.
+    ``validators``: which it sends ("etag", "last-modified", "both", "none", or a raw
+    ETag value to send as is). Counts 200 body bytes, 304s and conditional headers."""
+
+    def __init__(self, pages: int, validators: str = "both") -> None:
+        super().__init__()
+        self.pages, self.validators = pages, validators
+        self.version: Counter[int] = Counter()
+        self.extra: dict[int, list[int]] = {}
+        self.bytes = 0
+        self.full = 0
+        self.not_modified = 0
+        self.asked: Counter[str] = Counter()
+        self.app.router.add_get("/page/{n}", self.page)
+
+    def change(self, n: int, link_to: int | None = None) -> None:
+        self.version[n] += 1
+        if link_to is not None:
+            self.extra.setdefault(n, []).append(link_to)
+
+    def html(self, n: int) -> str:
+        text = page_html(n, self.pages).replace(f"<title>Page {n}</title>",
+                                                f"<title>Page {n} v{self.version[n]}</title>")
+        more = "".join(f'<a href="/page/{m}">new</a>' for m in self.extra.get(n, []))
+        return text.replace("</body>", more + "</body>")
+
+    async def page(self, request: web.Request) -> web.Response:
+        n = int(request.match_info["n"])
+        body = self.html(n).encode()
+        etag = '"' + hashlib.sha1(body).hexdigest()[:16] + '"'
+        modified = email.utils.formatdate(1_700_000_000 + 1000 * self.version[n], usegmt=True)
+        headers: dict[str, str] = {}
+        if self.validators in ("etag", "both"):
+            headers["ETag"] = etag
+        if self.validators in ("last-modified", "both"):
+            headers["Last-Modified"] = modified
+        if self.validators not in ("etag", "both", "last-modified", "none"):
+            headers["ETag"] = self.validators
+        for name in ("If-None-Match", "If-Modified-Since"):
+            if name in request.headers:
+                self.asked[name] += 1
+        if request.headers.get("If-None-Match") == etag and "ETag" in headers \
+                or request.headers.get("If-Modified-Since") == modified \
+                and "Last-Modified" in headers:
+            self.not_modified += 1
+            return web.Response(status=304, headers=headers)
+        self.full += 1
+        self.bytes += len(body)
+        return web.Response(body=body, content_type="text/html", headers=headers)
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[ChangingSite]:
+    async with ChangingSite(pages=40) as s:
+        yield s
+
+
+async def crawl(site: ChangingSite, tmp_path: Path, **kw: Any) -> CrawlProgress:
+    opts = CrawlOptions(urls=[f"{site.url}/page/0"], out=tmp_path / "items.jsonl",
+                        data_dir=tmp_path / "data", follow=True, robots=False, **kw)
+    return await asyncio.wait_for(Crawl(opts).run(), 120)  # bounds a hung test only
+
+
+def items(tmp_path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (tmp_path / "items.jsonl").read_text().splitlines()]
+
+
+async def test_a_recrawl_of_an_unchanged_site_downloads_nothing_and_writes_no_item(
+        site: ChangingSite, tmp_path: Path) -> None:
+    first = await crawl(site, tmp_path)
+    assert first.pages == 40 and site.full == 40 and site.asked.total() == 0
+    written = items(tmp_path)
+    again = await crawl(site, tmp_path, recrawl=True)
+    assert again.pages == 40 and again.unchanged == 40 and again.not_modified == 40
+    assert site.full == 40 and site.not_modified == 40  # no page downloaded again
+    assert site.asked["If-None-Match"] == 40 and site.asked["If-Modified-Since"] == 40
+    assert items(tmp_path) == written and again.errors == 0
+
+
+async def test_changed_pages_are_written_again_and_the_links_they_gained_are_followed(
+        tmp_path: Path) -> None:
+    async with ChangingSite(pages=40) as site:
+        await crawl(site, tmp_path)
+        site.pages = 41  # page 40 exists now, linked only from the changed page 7
+        site.change(3)
+        site.change(7, link_to=40)
+        again = await crawl(site, tmp_path, recrawl=True)
+    assert again.not_modified == 38 and again.pages == 41
+    new = items(tmp_path)[40:]
+    assert sorted(i["title"] for i in new) == ["Page 3 v1", "Page 40 v0", "Page 7 v1"]
+
+
+async def test_each_recrawl_is_a_segment_of_its_own(site: ChangingSite,
+                                                    tmp_path: Path) -> None:
+    await crawl(site, tmp_path)
+    await crawl(site, tmp_path, recrawl=True)
+    site.change(5)
+    third = await crawl(site, tmp_path, recrawl=True)
+    assert third.pages == 40 and third.not_modified == 39
+    assert json.loads((tmp_path / "data" / "recrawl.json").read_text())["segment"] == 2
+    # a plain run on the data dir stays in the last segment: nothing to fetch
+    plain = await crawl(site, tmp_path)
+    assert plain.pages == 0
+
+
+async def test_last_modified_alone_is_enough(tmp_path: Path) -> None:
+    async with ChangingSite(pages=20, validators="last-modified") as site:
+        await crawl(site, tmp_path)
+        again = await crawl(site, tmp_path, recrawl=True)
+        assert again.not_modified == 20 and site.full == 20
+        assert site.asked == Counter({"If-Modified-Since": 20})
+
+
+async def test_without_validators_an_unchanged_body_is_no_item_unless_asked_for(
+        tmp_path: Path) -> None:
+    async with ChangingSite(pages=20, validators="none") as site:
+        await crawl(site, tmp_path)
+        site.change(2)
+        again = await crawl(site, tmp_path, recrawl=True)
+        assert site.asked.total() == 0 and site.full == 40
+        assert again.unchanged == 19 and again.not_modified == 0
+        assert [i["title"] for i in items(tmp_path)[20:]] == ["Page 2 v1"]
+        site.change(2)
+        every = await crawl(site, tmp_path, recrawl=True, emit_unchanged=True)
+        # every page extracted and handed to the sink again; this one writes changes only
+        assert every.unchanged == 0 and every.pages == 20
+        assert [i["title"] for i in items(tmp_path)[21:]] == ["Page 2 v2"]
+
+
+async def test_a_malformed_etag_is_never_sent_back(tmp_path: Path) -> None:
+    # non-ASCII and a tab (control characters in a header: the unit test below)
+    async with ChangingSite(pages=10, validators='"caf\u00e9\tb"') as site:
+        await crawl(site, tmp_path)
+        again = await crawl(site, tmp_path, recrawl=True)
+        assert site.asked["If-None-Match"] == 0 and again.errors == 0
+        assert again.unchanged == 10  # told by the body's hash instead
+
+
+def test_hostile_validators_are_cleaned() -> None:
+    assert clean_etag('W/"abc"') == 'W/"abc"'
+    for bad in ("", "\r\nX-Injected: 1", '"a\nb"', "é", "x" * 1000, '"' + "x" * MAX_ETAG + '"',
+                None):
+        assert clean_etag(bad) is None
+    assert clean_http_date("Tue, 14 Nov 2023 22:13:20 GMT") == SINCE
+    assert clean_http_date("Tue, 14 Nov 2023 23:13:20 +0100") == SINCE  # sent back in GMT
+    for bad in ("yesterday", "Tue, 14 Nov 2023 22:13:20", "Fri, 31 Dec 99999 23:59:59 GMT",
+                "9" * 100, "\x00", None):
+        assert clean_http_date(bad) is None
+    v = validators_of({"ETag": "\x00bad", "Last-Modified": "soon"}, b"body", 1.0)
+    assert v.headers() == {} and v.hash is not None
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+async def store_url(request: pytest.FixtureRequest, tmp_path: Path,
+                    unique_name: str) -> AsyncIterator[tuple[str, str]]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/frontier.db", ""
+        return
+    url = request.getfixturevalue("redis_url")
+    yield url, f"test:{unique_name}:"
+    await delete_prefix(url, f"test:{unique_name}:")
+
+
+async def test_validators_and_the_archive_survive_a_restart(
+        store_url: tuple[str, str], tmp_path: Path) -> None:
+    url, prefix = store_url
+
+    def frontier() -> Frontier:
+        return Frontier("pages", open_store(url, "pages", prefix=prefix,
+                                            expected_items=10_000, fp_rate=0.001))
+
+    kept = {f"k{i}": Validators(f'"e{i}"', SINCE if i % 2 else None, f"h{i}", 5.0)
+            for i in range(2500)}
+    f = frontier()
+    async with f:
+        await f.admit([Seed(f"http://a.test/p{i}") for i in range(2500)])
+        segment = f.current_segment()
+        await f.store.remember(list(kept.items()))
+        await f.store.remember([("k1", Validators('"new"', None, "h", 6.0))])
+    again = frontier()
+    async with again:
+        found = await again.store.validators([*kept, "unknown"])
+        assert found == {**kept, "k1": Validators('"new"', None, "h", 6.0)}
+        urls: list[str] = []
+        cursor = ""
+        while True:
+            cursor, seeds = await again.store.archived(segment, cursor, 1000)
+            urls += [s.url for s in seeds]
+            if not cursor:
+                break
+        assert sorted(urls) == sorted(f"http://a.test/p{i}" for i in range(2500))
+        await again.store.purge()
+        assert await again.store.validators(list(kept)) == {}
+
+
+class DemoShop(_Server):
+    """``crawlhub demo``'s shop, served in the test's loop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from crawlhub.demo.site import add_routes
+
+        add_routes(self.app)
+
+
+async def test_the_demo_shop_answers_304_to_its_own_etag() -> None:
+    import aiohttp
+
+    async with DemoShop() as shop, aiohttp.ClientSession() as http:
+        async with http.get(f"{shop.url}/item/3") as first:
+            etag = first.headers["ETag"]
+            assert first.status == 200 and first.headers["Last-Modified"]
+        async with http.get(f"{shop.url}/item/3", headers={"If-None-Match": etag}) as again:
+            assert again.status == 304 and await again.read() == b""
+        async with http.get(f"{shop.url}/item/4", headers={"If-None-Match": etag}) as other:
+            assert other.status == 200  # another page's tag is no match
+        async with http.get(f"{shop.url}/robots.txt", headers={"If-None-Match": etag}) as txt:
+            assert txt.status == 200 and "ETag" not in txt.headers  # HTML pages only
