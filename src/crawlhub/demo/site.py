@@ -258,6 +258,8 @@ async def js_script(request: web.Request) -> web.Response:
 
 async def js_image(request: web.Request) -> web.Response:
     return web.Response(body=_PNG, content_type="image/png")
+
+
 #: When the demo's pages last changed (they never do while it runs): its Last-Modified.
 _SINCE = email.utils.formatdate(time.time(), usegmt=True)
 
