@@ -50,7 +50,6 @@ projects|builds`` read the same stores.
 from __future__ import annotations
 
 import re
-
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
