@@ -58,6 +58,9 @@ class ImageBuilder:
                                   " (default crawlhub/<project>)")
         keep: int = Field(5, ge=1, le=1000, description="images of the project kept")
         engine: str = Field("podman", description="the engine's program (podman, docker)")
+        pip_args: list[str] = Field(default_factory=list, max_length=50, description="more"
+                                    " pip install arguments of the recipe (--no-index,"
+                                    " --find-links DIR, --index-url URL: not for secrets)")
 
         @field_validator("containerfile")
         @classmethod
@@ -131,6 +134,7 @@ class ImageBuilder:
     async def _recipe(self, ctx: BuildContext, tag: str) -> None:
         """The default recipe (no Containerfile): base + the project + its requirements +
         crawlhub's package."""
+        opts = self.options
         version, site = await self._base_python(ctx)
         ctx.say(f"no Containerfile: the default recipe on {self.options.base} (Python"
                 f" {version}, packages into {site})")
@@ -151,7 +155,8 @@ class ImageBuilder:
                    "--target", str(deps)]
             if version != host:  # binary wheels of the base's Python, not the host's
                 pip += ["--python-version", version, "--only-binary=:all:"]
-            await ctx.run([*pip, *wanted], what="pip install (the project's requirements)")
+            await ctx.run([*pip, *opts.pip_args, *wanted],
+                          what="pip install (the project's requirements)")
         (context / "Containerfile").write_text(
             f"FROM {self.options.base}\n"
             f"COPY deps/ {site}/\n"

@@ -292,9 +292,6 @@ class ContainerRuntime:
         if spec.pids is not None:
             argv += ["--pids-limit", str(spec.pids)]
         argv += [image, *launch.argv]
-        # a container of the same name left by a run that never ended cleanly
-        with contextlib.suppress(EngineError):
-            await engine_call(self.engine, "rm", "-f", "-t", "0", name)
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
@@ -336,33 +333,47 @@ class ContainerRuntime:
             log.warning("cannot list the containers of dead servers: %s", exc)
             return {}
         outcomes: dict[str, str] = {}
+        orphans = []
         for row in rows:
-            labels = row.get("Labels") or {}
-            server = str(labels.get(LABEL_SERVER, ""))
+            server = str((row.get("Labels") or {}).get(LABEL_SERVER, ""))
             owner = server.rpartition(":")[2]
             if owner.isdigit() and (int(owner) == os.getpid() or pid_alive(int(owner))):
                 continue  # a live server's (this one's, or another on the host)
-            names = row.get("Names") or [row.get("Id", "")]
-            name = str(names[0] if isinstance(names, list) else names)
-            run = str(labels.get(LABEL_RUN, ""))
-            state = str(row.get("State", "")).lower()
-            if state in ("running", "paused"):
-                log.warning("run %s: its server %s is gone but its container %s runs on;"
-                            " stopping it", run, server, name)
-                if state == "paused":
-                    await engine_call(self.engine, "unpause", name)
-                await engine_call(self.engine, "stop", "-t", f"{max(grace, 0):.0f}", name,
-                                  timeout=grace + ENGINE_TIMEOUT)
-                why = (f"its server ({server}) was killed while its container {name} ran;"
-                       " a server on the host stopped the container and removed it")
-            else:
-                why = (f"its server ({server}) was killed; its container {name} had ended"
-                       f" meanwhile (exit {row.get('ExitCode')}) and was removed")
-            await engine_call(self.engine, "rm", "-f", "-t", "0", name)
-            if self.env_dir is not None:
-                with contextlib.suppress(OSError):
-                    (self.env_dir / f".{run}.env").unlink()
-            if run in run_ids:
-                outcomes[run] = why
+            orphans.append(row)
+        # at once: each may take its grace period
+        done = await asyncio.gather(*(self._stop_orphan(row, grace) for row in orphans),
+                                    return_exceptions=True)
+        for row, outcome in zip(orphans, done, strict=True):
+            run = str((row.get("Labels") or {}).get(LABEL_RUN, ""))
+            if isinstance(outcome, BaseException):
+                log.warning("cannot stop the container of run %s: %s", run, outcome)
+            elif run in run_ids:
+                outcomes[run] = outcome
         return outcomes
+
+    async def _stop_orphan(self, row: dict[str, Any], grace: float) -> str:
+        """Stop (when it runs) and remove a dead server's container; what happened."""
+        labels = row.get("Labels") or {}
+        server = str(labels.get(LABEL_SERVER, ""))
+        names = row.get("Names") or [row.get("Id", "")]
+        name = str(names[0] if isinstance(names, list) else names)
+        run = str(labels.get(LABEL_RUN, ""))
+        state = str(row.get("State", "")).lower()
+        if state in ("running", "paused"):
+            log.warning("run %s: its server %s is gone but its container %s runs on;"
+                        " stopping it", run, server, name)
+            if state == "paused":
+                await engine_call(self.engine, "unpause", name)
+            await engine_call(self.engine, "stop", "-t", f"{max(grace, 0):.0f}", name,
+                              timeout=grace + ENGINE_TIMEOUT)
+            why = (f"its server ({server}) was killed while its container {name} ran;"
+                   " a server on the host stopped the container and removed it")
+        else:
+            why = (f"its server ({server}) was killed; its container {name} had ended"
+                   f" meanwhile (exit {row.get('ExitCode')}) and was removed")
+        await engine_call(self.engine, "rm", "-f", "-t", "0", name)
+        if self.env_dir is not None:
+            with contextlib.suppress(OSError):
+                (self.env_dir / f".{run}.env").unlink()
+        return why
 
