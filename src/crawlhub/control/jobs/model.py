@@ -9,6 +9,10 @@ runs and the collection jobs of ``crawlhub collect``), and the record of a run.
     collect     a collection job of the config's ``jobs:`` (``crawlhub collect``),
                 in the serving process; defined in the config, not through the API
 
+Where a ``subprocess`` or ``crawl`` job runs is its ``runtime``: ``process`` (a child of
+the server) or ``container`` (``image``, ``cpus``, ``memory``, ``pids``, ``network``;
+crawlhub.control.jobs.container); None takes the server's ``control.runtime``.
+
 Every run gets a row in the runs table: status, exit code, start/end, trigger, host and
 pid, the job's counters (``crawlhub.sdk.count``) and its tasks' timeline.
 """
