@@ -360,7 +360,7 @@ async def test_a_live_servers_runs_are_no_orphans_to_another_on_the_host(
     said = await wait_for(lambda: [line.message for line in sink.lines
                                    if line.message.startswith("child ")], "the child")
     other = Runner(JobStore(control_db), channel=jobs.channel, runs_dir=tmp_path / "other")
-    assert await other.stop_orphans([run.id]) == set()
+    assert await other.stop_orphans([run.id]) == {}
     assert await jobs.store.lose_dead_runs(time.time(), stop_orphans=other.stop_orphans) == 0
     assert (await jobs.store.run(run.id)).status == "running"
     child = int(said[0].split()[1])

@@ -261,3 +261,33 @@ async def test_alert_routes_show_the_target_masked_and_a_test_button(
     assert "<code>http://127.0.0.1:9/***</code>" in page and "news*" in page
     assert 'hx-post="/alerts/ops/test"' in page and 'data-answer="#test-1"' in page
     assert keys(page, "deliveries") and 'badge tone-bad">failed<' in page
+
+
+async def test_the_job_form_offers_built_images_and_makes_a_container_job_of_the_choice(
+        web: tuple[httpx2.AsyncClient, Services]) -> None:
+    client, svc = web
+    assert svc.control is not None
+    builds = svc.control.builds
+    # a finished image build, as the image builder leaves it (the engine is not needed)
+    await builds.db.execute(
+        f"INSERT INTO {builds.table} (project, tag, ref, version, status, builder, trigger,"
+        " artifact, created) VALUES ('shop', 'release/shop/1.4', 'release/shop/1.4', '1.4',"
+        " 'succeeded', 'image', 'hook', $1, 1.0)",
+        '{"kind": "image", "path": "crawlhub/shop:1.4", "meta": {"id": "abc", "size": 1}}')
+    page = (await client.get("/ui/jobs")).text
+    assert '<option value="build:shop:1.4">crawlhub/shop:1.4</option>' in page
+    made = await client.post("/ui/jobs/new", headers={"HX-Request": "true"}, json={
+        "name": "shop-daily", "cron": "0 3 * * *", "image": "build:shop:1.4",
+        "command": "python3 spider.py --pages '10 20'", "notes": "seed 001"})
+    assert made.status_code == 201, made.text
+    spec = await svc.control.jobs.store.get("shop-daily")
+    assert (spec.runtime, spec.project, spec.version) == ("container", "shop", "1.4")
+    assert spec.command == ["python3", "spider.py", "--pages", "10 20"]
+    assert spec.cron == "0 3 * * *"
+    plain = await client.post("/ui/jobs/new", headers={"HX-Request": "true"}, json={
+        "name": "plain", "image": "localhost/crawlhub-base:1", "command": "python3 -V"})
+    assert plain.status_code == 201, plain.text
+    assert (await svc.control.jobs.store.get("plain")).image == "localhost/crawlhub-base:1"
+    bad = await client.post("/ui/jobs/new", headers={"HX-Request": "true"},
+                            json={"name": "bad", "command": "echo 'unclosed"})
+    assert bad.status_code == 422 and "quote it" in bad.text

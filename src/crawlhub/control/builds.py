@@ -85,6 +85,8 @@ class Build(BaseModel):
     trigger: str = Field(description="hook, api, cli or scrapyd")
     artifact_kind: str | None = Field(description="dir, venv, wheel, image or egg")
     artifact_path: str | None = Field(description="the venv, wheel, image tag or directory")
+    artifact_meta: dict[str, Any] = Field(default_factory=dict, description="an image's"
+                                          " id and size (bytes)")
     error: str | None = Field(description="why it failed")
     created: float
     started: float | None
@@ -623,7 +625,8 @@ def _build(row: tuple[Any, ...], with_log: bool) -> Build:
     data = json.loads(artifact) if artifact else {}
     return Build(id=int(build_id), project=project, tag=tag, ref=ref, version=version,
                  commit=commit, status=status, builder=builder, trigger=trigger,
-                 artifact_kind=data.get("kind"), artifact_path=data.get("path"), error=error,
+                 artifact_kind=data.get("kind"), artifact_path=data.get("path"),
+                 artifact_meta=dict(data.get("meta") or {}), error=error,
                  created=float(created), started=None if started is None else float(started),
                  finished=None if finished is None else float(finished),
                  log=(row[14] or "") if with_log else None)

@@ -40,11 +40,17 @@ projects|builds`` read the same stores.
       build_timeout: 15m                     # clone + build, then the build fails
       build_log_lines: 5000                  # the last lines of a build's log kept
       builds_parallel: 2                     # builds run at once by this process
+      runtime: process                       # where jobs run unless they say: process
+                                             # (a child process) or container
+      engine: podman                         # the container engine's CLI (or docker)
+      container_image: null                  # image of container jobs that name none
+      container_user: "65534:65534"          # the user inside job containers (nobody)
 """
 
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
@@ -92,6 +98,11 @@ class ControlSection(BaseModel):
     build_timeout: Duration = Field(default=900.0, gt=0)
     build_log_lines: int = Field(default=5000, ge=100, le=1_000_000)
     builds_parallel: int = Field(default=2, ge=1, le=64)
+    # -- job runtimes (crawlhub.control.jobs.runtime, .container) --
+    runtime: Literal["process", "container"] = "process"
+    engine: str = Field(default="podman", pattern=r"^[A-Za-z0-9_./-]{1,200}$")
+    container_image: str | None = None
+    container_user: str = Field(default="65534:65534", pattern=r"^[0-9]{1,10}(:[0-9]{1,10})?$")
 
     @field_validator("tag_pattern")
     @classmethod

@@ -99,9 +99,14 @@ class ControlPlane:
         """The jobs part: store, runner (logs to the log store, artifacts from the builds,
         alerts at a run's end) and cron; opened after the parts it uses."""
         from crawlhub.control.jobs import JobService, JobStore, Runner
+        from crawlhub.control.jobs.container import ContainerRuntime
 
         section = self.config.control
+        containers = ContainerRuntime(section.engine, default_image=section.container_image,
+                                      user=section.container_user,
+                                      env_dir=Path(section.runs_dir).absolute())
         runner = Runner(JobStore(self.db), channel=self.channel, runs_dir=section.runs_dir,
+                        runtime=section.runtime, runtimes={"container": containers},
                         grace=section.grace, log_sink=self.logs.write,
                         log_dropped=self.logs.dropped_of, log_flush=self.logs.flush,
                         artifacts=self.builds.artifact,

@@ -161,7 +161,7 @@ class BuilderSpec(BaseModel):
     (``crawlhub.control.builders``)."""
 
     model_config = ConfigDict(extra="forbid")
-    name: str = Field("venv", description="venv, wheel, docker or command")
+    name: str = Field("venv", description="venv, wheel, docker, image or command")
     options: dict[str, Any] = Field(default_factory=dict,
                                     description="the builder's options (see docs/projects.md)")
 

@@ -1,7 +1,12 @@
 """``/ui/jobs``: every job (100 a page, by name; filtered by name prefix and kind) with its
 cron, next tick, state and last run, and run / pause / continue / restart / cancel
 buttons on the JSON API; ``/ui/job/{name}``: one job's spec, notes, queue figures and
-runs (``/ui/job/...``, singular: a job may be called ``live``). Both refresh every 2 s."""
+runs (``/ui/job/...``, singular: a job may be called ``live``). Both refresh every 2 s.
+
+The jobs page's form makes a job as seed 001 says: name, cron, **image choice**, command
+and notes. The choice offers the images the ``image`` builder made (project + version:
+the job runs in that image with ``runtime: container``), a plain image reference, or
+none (the server's default runtime); ``POST /ui/jobs/new`` turns it into a JobSpec."""
 
 from __future__ import annotations
 
@@ -9,11 +14,13 @@ import shlex
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
+from pydantic import BaseModel, Field, ValidationError
 
 from crawlhub.api.deps import ServicesDep, control_plane
 from crawlhub.api.jobs import JobRow, row
-from crawlhub.control.jobs import JobView, QueueInfo, RunRecord
+from crawlhub.control.jobs import JobSpec, JobView, QueueInfo, RunRecord
 from crawlhub.control.jobs.model import KINDS
 from crawlhub.core.errors import NotFoundError
 from crawlhub.services import Services
@@ -54,11 +61,60 @@ async def _list_data(request: Request, svc: Services) -> dict[str, Any]:
     jobs, error = await attempt(
         _jobs(svc, text_param(request, "after"), prefix, kind,
               number_param(request, "limit", JOBS_PAGE)), STORE)
+    images, _ = await attempt(built_images(svc), STORE)
     return {"jobs": jobs or Page(), "error": error, "prefix": prefix or "", "kind": kind or "",
-            "kinds": KINDS}
+            "kinds": KINDS, "images": images or []}
 
 
 live_page(router, "/ui/jobs", "jobs", area="jobs", title="Jobs", data=_list_data)
+
+#: Built images the job form offers (the newest first).
+IMAGES_OFFERED = 100
+
+
+async def built_images(svc: Services) -> list[tuple[str, str]]:
+    """(value, label) of the images the ``image`` builder made: ``build:project:version``
+    -> ``crawlhub/project:version``, newest first, one per project and version."""
+    builds = await control_plane(svc).builds.list(status="succeeded", limit=IMAGES_OFFERED)
+    seen: dict[str, str] = {}
+    for build in builds:
+        if build.artifact_kind == "image" and build.artifact_path:
+            seen.setdefault(f"build:{build.project}:{build.version}", build.artifact_path)
+    return list(seen.items())
+
+
+class NewJobForm(BaseModel):
+    """The jobs page's form, as its fields send it (strings)."""
+
+    name: str = Field(max_length=64)
+    command: str = Field(max_length=100_000)
+    cron: str = Field("", max_length=200)
+    #: "" (no image: the server's runtime), "build:<project>:<version>", or an image reference
+    image: str = Field("", max_length=300)
+    notes: str = Field("", max_length=10_000)
+
+
+@router.post("/ui/jobs/new", status_code=201)
+async def new_job(form: NewJobForm, svc: ServicesDep) -> JobRow:
+    """Make the form's job: its command is split like a shell line (never run by one)."""
+    try:
+        argv = shlex.split(form.command)
+    except ValueError as exc:
+        raise RequestValidationError([{"loc": ["body", "command"], "type": "value_error",
+                                       "msg": f"{exc}: quote it like a shell line"}]) from None
+    fields: dict[str, Any] = {"name": form.name, "command": argv,
+                              "cron": form.cron or None, "notes": form.notes}
+    if form.image.startswith("build:"):
+        project, _, version = form.image[len("build:"):].partition(":")
+        fields.update(runtime="container", project=project, version=version or None)
+    elif form.image:
+        fields.update(runtime="container", image=form.image)
+    try:
+        spec = JobSpec.model_validate(fields)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors()) from None
+    view = await control_plane(svc).jobs.create(spec)
+    return row(view)
 
 
 # ---------------------------------------------------------------------------- one job

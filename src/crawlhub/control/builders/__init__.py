@@ -17,13 +17,16 @@ Builders (``BUILDERS``; :func:`register` adds one):
 - ``wheel``: ``pip wheel --no-deps -w dist .``; a job imports it from ``PYTHONPATH``.
 - ``docker``: ``docker build -t crawlhub/<project>:<version> .`` when ``docker info``
   answers; otherwise the build fails saying no Docker engine answers.
+- ``image``: an OCI image ``crawlhub/<project>:<version>`` for container jobs, from the
+  tag's Containerfile/Dockerfile or a default recipe (base image + requirements + the
+  SDK); keeps its id and size, prunes to the newest ``keep`` (:mod:`.image`).
 - ``command``: an argv of the project's own, run in the clone; its output directory is the
   artifact.
 
 Modules (each imports only those above it): ``artifact`` (:class:`Artifact`,
 :class:`BuildFailed`), ``buildlog``, ``process`` (a step run, a build's leftovers),
 ``context`` (:class:`BuildContext`, the :class:`Builder` protocol), ``git``
-(:func:`clone`), one per builder (``venv``, ``wheel``, ``docker``, ``command``), and
+(:func:`clone`), one per builder (``venv``, ``wheel``, ``docker``, ``image``, ``command``), and
 ``registry`` (:data:`BUILDERS`, :func:`register`, :func:`make_builder`).
 """
 

@@ -43,6 +43,8 @@ class Artifact:
     env: dict[str, str] = field(default_factory=dict)
     build: int = 0
     commit: str = ""
+    #: what the builder says of it beyond its path (an image: its id and size in bytes)
+    meta: dict[str, Any] = field(default_factory=dict)
 
     @property
     def python(self) -> str | None:
@@ -64,7 +66,7 @@ class Artifact:
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": self.path, "workdir": self.workdir,
-                "bin_dir": self.bin_dir, "env": dict(self.env)}
+                "bin_dir": self.bin_dir, "env": dict(self.env), "meta": dict(self.meta)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], *, project: str, version: str, build: int,
@@ -72,4 +74,4 @@ class Artifact:
         return cls(project=project, version=version, kind=str(data["kind"]),
                    path=str(data["path"]), workdir=data.get("workdir"),
                    bin_dir=data.get("bin_dir"), env=dict(data.get("env") or {}),
-                   build=build, commit=commit)
+                   build=build, commit=commit, meta=dict(data.get("meta") or {}))

@@ -66,13 +66,14 @@ class BuildContext:
         return code
 
     def artifact(self, kind: str, path: Path | str, *, workdir: Path | None = None,
-                 bin_dir: Path | None = None, env: Mapping[str, str] | None = None
-                 ) -> Artifact:
+                 bin_dir: Path | None = None, env: Mapping[str, str] | None = None,
+                 meta: Mapping[str, Any] | None = None) -> Artifact:
         base = {"CRAWLHUB_PROJECT": self.project, "CRAWLHUB_VERSION": self.version}
         return Artifact(project=self.project, version=self.version, kind=kind,
                         path=str(path), workdir=str(workdir) if workdir else None,
                         bin_dir=str(bin_dir) if bin_dir else None,
-                        env={**base, **(env or {})}, build=self.build, commit=self.commit)
+                        env={**base, **(env or {})}, build=self.build, commit=self.commit,
+                        meta=dict(meta or {}))
 
 
 def shown(arg: str) -> str:

@@ -1,4 +1,4 @@
-"""The builders by name: :data:`BUILDERS` (``venv``, ``wheel``, ``docker``, ``command``;
+"""The builders by name: :data:`BUILDERS` (``venv``, ``wheel``, ``docker``, ``image``, ``command``;
 :func:`register` adds one), a project's options checked against its builder's, and the
 builder a build runs."""
 
@@ -13,11 +13,12 @@ from crawlhub.control.builders.artifact import BuildFailed
 from crawlhub.control.builders.command import CommandBuilder
 from crawlhub.control.builders.context import Builder
 from crawlhub.control.builders.docker import DockerBuilder
+from crawlhub.control.builders.image import ImageBuilder
 from crawlhub.control.builders.venv import VenvBuilder
 from crawlhub.control.builders.wheel import WheelBuilder
 
 BUILDERS: dict[str, Any] = {b.name: b for b in (VenvBuilder, WheelBuilder, DockerBuilder,
-                                                  CommandBuilder)}
+                                                  ImageBuilder, CommandBuilder)}
 
 
 def register(builder: Any) -> None:

@@ -1,7 +1,7 @@
 """Jobs of every kind, cron, the runner and run history (issue 10, seed 001).
 
 ``model``: JobSpec, RunRecord, TaskRecord; ``store``: their tables; ``runner``: runs a
-job's process; ``cron``: fires ticks; ``service``: JobService, what the API calls.
+job and follows it; ``runtime``: where it runs (a process; ``container``: podman); ``cron``: fires ticks; ``service``: JobService, what the API calls.
 """
 
 from crawlhub.control.jobs.model import JobPatch, JobSpec, RunRecord, TaskRecord

@@ -9,6 +9,10 @@ runs and the collection jobs of ``crawlhub collect``), and the record of a run.
     collect     a collection job of the config's ``jobs:`` (``crawlhub collect``),
                 in the serving process; defined in the config, not through the API
 
+Where a ``subprocess`` or ``crawl`` job runs is its ``runtime``: ``process`` (a child of
+the server) or ``container`` (``image``, ``cpus``, ``memory``, ``pids``, ``network``;
+crawlhub.control.jobs.container); None takes the server's ``control.runtime``.
+
 Every run gets a row in the runs table: status, exit code, start/end, trigger, host and
 pid, the job's counters (``crawlhub.sdk.count``) and its tasks' timeline.
 """
@@ -30,6 +34,15 @@ from crawlhub.core.names import check_name
 
 KINDS = ("subprocess", "crawl", "collect")
 Kind = Literal["subprocess", "crawl", "collect"]
+#: Where a run's program runs (crawlhub.control.jobs.runtime): a child process of the
+#: server, or a container (crawlhub.control.jobs.container).
+Runtime = Literal["process", "container"]
+#: A container's network: none (the default: no network at all), the host's, or the
+#: engine's bridge.
+Network = Literal["none", "host", "bridge"]
+_MEMORY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?[bkmg]?$")
+#: An image reference: [registry/]name[:tag][@digest], lower-case name.
+_IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:-]{0,250}(@sha256:[a-f0-9]{64})?$")
 
 #: Run statuses: queued and running are live; the rest are final.
 LIVE = ("queued", "running")
@@ -149,6 +162,35 @@ class JobSpec(BaseModel):
     #: a Scrapy command, which closes gracefully on SIGTERM)
     grace: float | None = Field(default=None, gt=0, le=86_400)
     enabled: bool = True
+    #: process or container; None: the server's ``control.runtime``
+    runtime: Runtime | None = None
+    #: container runtime: the image to run, when not the project's build
+    image: str | None = None
+    #: container runtime: CPUs (1.5 = one and a half), memory (256m, 2g), processes
+    cpus: float | None = Field(default=None, gt=0, le=1024)
+    memory: str | None = None
+    pids: int | None = Field(default=None, ge=8, le=1_000_000)
+    network: Network = "none"
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        text = value.strip().lower()
+        if not _MEMORY_RE.match(text):
+            raise ValueError(f"memory {value!r} must be a size like 256m or 2g (b, k, m, g)")
+        return text
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        if not _IMAGE_RE.match(value) or ".." in value:
+            raise ValueError(f"image {value[:80]!r} is not an image reference like"
+                             " crawlhub/shop:1.4.0 or localhost/base:latest (lower case)")
+        return value
 
     @field_validator("name")
     @classmethod
@@ -237,6 +279,12 @@ class JobPatch(BaseModel):
     pausable: bool | None = None
     grace: float | None = None
     enabled: bool | None = None
+    runtime: Runtime | None = None
+    image: str | None = None
+    cpus: float | None = None
+    memory: str | None = None
+    pids: int | None = None
+    network: Network | None = None
 
     def apply(self, spec: JobSpec) -> JobSpec:
         """``spec`` with these changes, validated like a new job."""
@@ -267,7 +315,8 @@ class RunRecord(BaseModel):
     #: store was away); 0 when every line was stored
     log_dropped: int = 0
     #: while the run is paused, how the pause took effect: ``cooperative`` (the job
-    #: acknowledged it) or ``signal`` (its processes were stopped); None while it runs
+    #: acknowledged it), ``signal`` (its processes were stopped) or ``frozen`` (its
+    #: container paused by the engine); None while it runs
     paused: str | None = None
 
     @property

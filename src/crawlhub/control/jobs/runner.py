@@ -1,7 +1,11 @@
 """The job runner: starts a job's process, follows it and records how it ended.
 
-A run of a ``subprocess`` or ``crawl`` job is a child process in its own session (its
-own process group, so signals reach its children too) with:
+Where the program runs is the job's runtime (``runtime``, else ``control.runtime``;
+:mod:`crawlhub.control.jobs.runtime`): ``process``, a child process of the server in its
+own session (its own process group, so signals reach its children too), or
+``container`` (:mod:`crawlhub.control.jobs.container`), where the same verbs are the
+engine's (pause is a cgroup freeze, the run's ``paused`` says ``frozen``). Either way a
+run of a ``subprocess`` or ``crawl`` job has:
 
 - the protocol's environment (:mod:`crawlhub.core.jobprotocol`): its job and run codes,
   a control file the runner rewrites whenever the job's desired state changes on the
@@ -41,7 +45,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
 import signal
 import sys
 import time
@@ -53,12 +56,20 @@ from typing import TYPE_CHECKING, Any
 from crawlhub.control.builders import (
     READ_TAIL,
     Artifact,
-    close_pipes,
-    exited,
     proc_table,
 )
 from crawlhub.control.channel import ControlChannel, ControlFollower
+from crawlhub.control.jobs.container import ContainerRuntime
 from crawlhub.control.jobs.model import JobSpec, RunRecord
+from crawlhub.control.jobs.runtime import (
+    MAX_LINE,
+    JobProcess,
+    Launch,
+    LaunchFailed,
+    ProcessRuntime,
+    Runtime,
+    signal_group,
+)
 from crawlhub.control.jobs.store import HOST, JobStore
 from crawlhub.control.logs.line import LogLine, level_rank
 from crawlhub.core import jobprotocol as protocol
@@ -70,8 +81,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("crawlhub.control.runner")
 
-#: Longest line read from a job's output; longer ones are cut (the rest is dropped).
-MAX_LINE = 64 * 1024
 #: Log lines buffered before a write to the log store (or every FLUSH_EVERY seconds).
 FLUSH_LINES = 500
 FLUSH_EVERY = 0.2
@@ -97,7 +106,7 @@ class _Live:
     spec: JobSpec
     run: RunRecord
     task: asyncio.Task[RunRecord] | None = None
-    process: asyncio.subprocess.Process | None = None
+    process: JobProcess | None = None
     cancelled: str | None = None  # "cancelled" or "timeout" once asked to stop
     paused_since: float | None = None
     paused_total: float = 0.0
@@ -123,7 +132,9 @@ class Runner:
                  grace: float = 10.0, beat: float = 5.0, log_sink: LogSink | None = None,
                  log_dropped: LogDropped | None = None, log_flush: LogFlush | None = None,
                  artifacts: ArtifactLookup | None = None, on_finish: FinishHook | None = None,
-                 collect: CollectJobManager | None = None, clock: Callable[[], float] = time.time) -> None:
+                 collect: CollectJobManager | None = None, clock: Callable[[], float] = time.time,
+                 runtime: str = "process", runtimes: Mapping[str, Runtime] | None = None
+                 ) -> None:
         self.store = store
         self.channel = channel
         # absolute: a job runs in its own directory, and its control and counters files
@@ -141,6 +152,17 @@ class Runner:
         self.collect = collect
         self.clock = clock
         self.live: dict[str, _Live] = {}
+        #: the runtimes by name, and the one of jobs that name none (``control.runtime``)
+        self.runtimes: dict[str, Runtime] = {
+            "process": ProcessRuntime(), "container": ContainerRuntime(env_dir=self.runs_dir)}
+        self.runtimes.update(runtimes or {})
+        if runtime not in self.runtimes:
+            raise ValueError(f"runtime {runtime!r} is not one of {', '.join(self.runtimes)}")
+        self.runtime = runtime
+
+    def runtime_of(self, spec: JobSpec) -> str:
+        """The runtime ``spec``'s runs use: its own, else the server's."""
+        return spec.runtime or self.runtime
 
     # -- starting -----------------------------------------------------------------------
     async def start(self, spec: JobSpec, *, trigger: str,
@@ -153,11 +175,12 @@ class Runner:
                 raise ConflictError(f"job {spec.name!r} needs project {spec.project!r}'s"
                                     " build, and this server has no build store")
             artifact = await self.artifacts(spec.project, spec.version or "latest")
-            if artifact.workdir is None:
+            if artifact.workdir is None and self.runtime_of(spec) == "process":
                 raise ConflictError(
                     f"build {artifact.build} of {spec.project} {artifact.version} is a"
                     f" {artifact.kind} ({artifact.path}); the subprocess runner needs a"
-                    " directory: use the venv, wheel or command builder")
+                    " directory: use the venv, wheel or command builder, or run the job"
+                    " with runtime: container")
         if await self.channel.get(spec.name) == protocol.EXIT and not self._mine(spec.name):
             # A stale exit request (its runs are over): a new run is not asked to exit.
             await self.channel.set(spec.name, protocol.RUN)
@@ -215,24 +238,35 @@ class Runner:
             grace = max(self.grace_of(live.spec) for live in self.live.values())
             await asyncio.wait(tasks, timeout=grace + 5)
 
-    async def stop_orphans(self, run_ids: list[str]) -> set[str]:
+    async def stop_orphans(self, run_ids: list[str]) -> dict[str, str]:
         """Stop the job processes of ``run_ids`` that a killed server left running (each
         one's group): SIGTERM (and SIGCONT, should a pause have stopped it), SIGKILL
-        after ``grace`` seconds. Returns the runs that had one."""
+        after ``grace`` seconds; and the containers of killed servers of this host (every
+        runtime's :meth:`~crawlhub.control.jobs.runtime.Runtime.stop_orphans`). Returns
+        the runs that had one, each with what happened to it."""
+        outcomes: dict[str, str] = {}
+        for runtime in self.runtimes.values():
+            try:
+                outcomes.update(await runtime.stop_orphans(run_ids, self.grace))
+            except Exception as exc:  # noqa: BLE001 - the other runtimes' orphans still go
+                log.warning("the %s runtime could not stop its orphans: %s", runtime.name, exc)
         orphans = _orphans(set(run_ids))
         if not orphans:
-            return set()
+            return outcomes
         for pid, run_id in orphans.items():
             log.warning("run %s: its server is gone but its process %d runs on; stopping it",
                         run_id, pid)
-            _signal_group(pid, signal.SIGTERM)
-            _signal_group(pid, signal.SIGCONT)
+            signal_group(pid, signal.SIGTERM)
+            signal_group(pid, signal.SIGCONT)
         deadline = time.monotonic() + self.grace
         while any(pid_alive(pid) for pid in orphans) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         for pid in orphans:
-            _signal_group(pid, signal.SIGKILL)
-        return set(orphans.values())
+            signal_group(pid, signal.SIGKILL)
+        for run_id in orphans.values():
+            outcomes[run_id] = ("its server ended without recording the end (killed?); the job"
+                                " process it left running was stopped by a server on the host")
+        return outcomes
 
     # -- one run ------------------------------------------------------------------------
     async def _run(self, live: _Live, artifact: Artifact | None) -> RunRecord:
@@ -279,8 +313,10 @@ class Runner:
                        ) -> tuple[str, int | None, str | None, dict[str, Any] | None]:
         spec, run = live.spec, live.run
         argv = spec.argv()
+        runtime = self.runtimes[self.runtime_of(spec)]
         if spec.kind == "crawl":
-            argv = [sys.executable, "-m", "crawlhub", "crawl", *argv]
+            python = sys.executable if runtime.name == "process" else "python3"
+            argv = [python, "-m", "crawlhub", "crawl", *argv]
         if not argv:
             return "failed", None, "the job has no command", None
         workdir = self.runs_dir / run.id
@@ -290,26 +326,15 @@ class Runner:
         live.ack_file = workdir / "ack.json"
         with contextlib.suppress(FileNotFoundError):
             live.ack_file.unlink()  # a restarted run's old acknowledgement answers nothing
-        cwd = Path(artifact.workdir) if artifact is not None and artifact.workdir else workdir
-        env = artifact.environ() if artifact is not None else dict(os.environ)
-        env.update(spec.env)
-        env.update({protocol.ENV_JOB: spec.name, protocol.ENV_RUN: run.id,
-                    protocol.ENV_CONTROL_FILE: str(control_file),
-                    protocol.ENV_COUNTERS_FILE: str(counters_file),
-                    protocol.ENV_ACK_FILE: str(live.ack_file),
-                    protocol.ENV_RUNNER_PID: str(os.getpid()),
-                    "PYTHONUNBUFFERED": "1"})
-        program = argv[0]
-        if os.sep not in program and shutil.which(program, path=env.get("PATH")) is None:
-            return "failed", None, f"program {program!r} is not on PATH", None
         lines: list[LogLine] = []
         # The control file holds the job's desired state before the process starts, so
         # a run of a paused job never takes a step unpaused.
         async with self._follow(live, lines, control_file):
-            process = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, cwd=str(cwd), env=env,
-                start_new_session=True, limit=MAX_LINE)
+            try:
+                process = await runtime.launch(Launch(spec=spec, run=run.id, argv=argv,
+                                                      workdir=workdir, artifact=artifact))
+            except LaunchFailed as exc:
+                return "failed", None, str(exc), None
             live.process = process
             if live.paused_since is not None:  # the job is paused: so is its new run
                 self._hold(live)
@@ -318,7 +343,9 @@ class Runner:
                        asyncio.create_task(self._read(live, process.stderr, "stderr", lines))]
             helpers = [asyncio.create_task(self._flush_loop(live, lines)),
                        asyncio.create_task(self._beat_loop(live, counters_file))]
-            waiter = asyncio.create_task(exited(process))
+            waiter = asyncio.create_task(process.wait())
+            override: str | None = None
+            why: str | None = None
             try:
                 await self._supervise(live, waiter, control_file)
                 code = await waiter
@@ -331,22 +358,28 @@ class Runner:
                     done, _ = await asyncio.wait(readers, timeout=READ_TAIL)
                     if len(done) == len(readers) or live.lines_read == seen:
                         break
+                override, why = await process.ended(code)
             finally:
                 for task in helpers:
                     task.cancel()
                 await asyncio.gather(*helpers, return_exceptions=True)
-                if process.returncode is None:  # the server is going down under us
-                    _signal_group(process.pid, signal.SIGKILL)
+                if not waiter.done():  # the server is going down under us
+                    await process.kill()
+                    waiter.cancel()
                 for task in readers:
                     task.cancel()
-                close_pipes(process)  # a process it left behind may still hold them
+                process.close()  # a process it left behind may still hold them
                 await self._flush(live, lines)
                 await self._settle_logs(live)
         counters = _counters(counters_file)
         if live.cancelled == "timeout":
             return "timeout", code, f"ran over its timeout of {spec.timeout:g} s", counters
+        if override is not None:
+            return override, code, why, counters
         if live.cancelled is not None:
             return "cancelled", code, "cancelled", counters
+        if why is not None:
+            return "failed", code, why, counters
         if code == 0:
             return "succeeded", code, None, counters
         why = f"exited with code {code}" if code > 0 else f"killed by signal {-code}"
@@ -381,7 +414,7 @@ class Runner:
         if live.pausing is not None:  # a pause still waiting for its acknowledgement
             live.pausing.cancel()
         if live.paused_since is not None:  # a stopped process cannot handle SIGTERM
-            _signal_group(process.pid, signal.SIGCONT)
+            await process.thaw()
         grace = self.grace_of(spec)
         # A job on the SDK sees "exit" in its control file and ends cleanly (its counters
         # flushed): give it a moment before the signal.
@@ -390,13 +423,13 @@ class Runner:
         if waiter.done():
             return
         # Once: a second SIGTERM (or SIGINT) makes Scrapy, and many tools, stop at once.
-        _signal_group(process.pid, signal.SIGTERM)
+        await process.terminate()
         await self._log(live, f"asked to stop ({live.cancelled}): SIGTERM sent; SIGKILL in"
                         f" {grace:g} s", "warning")
         try:
             await asyncio.wait_for(asyncio.shield(waiter), grace)
         except TimeoutError:
-            _signal_group(process.pid, signal.SIGKILL)
+            await process.kill()
             await self._log(live, f"still running {grace:g} s after SIGTERM: SIGKILL",
                             "warning")
 
@@ -538,8 +571,8 @@ class Runner:
             if live.pausing is not None:
                 live.pausing.cancel()
                 live.pausing = None
-            if live.paused_how == "signal" and process is not None:
-                _signal_group(process.pid, signal.SIGCONT)
+            if live.paused_how in ("signal", "frozen") and process is not None:
+                self._background(process.thaw())
             if live.paused_how is not None:
                 live.paused_how = None
                 self._record_pause(live)
@@ -556,7 +589,7 @@ class Runner:
         if live.pausing is not None or live.paused_how is not None:
             return
         if live.spec.pause_signal:
-            self._stop_group(live, "paused: its processes stopped (SIGSTOP; pause_signal)")
+            self._stop_group(live, "paused: {held} (pause_signal)")
             return
         live.pausing = asyncio.create_task(self._await_ack(live), name=f"pause {live.run.id}")
 
@@ -576,16 +609,37 @@ class Runner:
         if live.paused_since is None or live.cancelled is not None:
             return
         self._stop_group(live, f"paused: the job did not acknowledge the pause within"
-                         f" {protocol.ACK_WAIT:g} s, so its processes were stopped (SIGSTOP;"
-                         " SIGCONT on continue)")
+                         f" {protocol.ACK_WAIT:g} s, so {{held}}")
 
     def _stop_group(self, live: _Live, why: str) -> None:
-        if live.process is None or live.process.returncode is not None:
+        """Hold the run still without its help (``why`` is the log line; ``{held}`` in it
+        says how)."""
+        process = live.process
+        if process is None:
             return
-        _signal_group(live.process.pid, signal.SIGSTOP)
-        live.paused_how = "signal"
+        why = why.replace("{held}", _HELD.get(process.pause_kind, process.pause_kind))
+        if process.pause_kind == "signal":  # at once, as the signal is sent
+            self._background(process.freeze())
+            self._paused_by_runtime(live, process, why)
+        else:
+            self._background(self._freeze(live, process, why))
+
+    async def _freeze(self, live: _Live, process: JobProcess, why: str) -> None:
+        """An engine's pause: the run is ``frozen`` once the engine says it is (unless it
+        was continued meanwhile; the engine runs the unpause after the pause)."""
+        await process.freeze()
+        if live.paused_since is not None and live.paused_how is None:
+            self._paused_by_runtime(live, process, why)
+
+    def _paused_by_runtime(self, live: _Live, process: JobProcess, why: str) -> None:
+        live.paused_how = process.pause_kind
         self._record_pause(live)
-        task = asyncio.create_task(self._log(live, why))
+        self._background(self._log(live, why))
+
+    @staticmethod
+    def _background(coro: Awaitable[None]) -> None:
+        """Run ``coro`` from sync code, kept referenced until done."""
+        task = asyncio.ensure_future(coro)
         _background.add(task)
         task.add_done_callback(_background.discard)
 
@@ -684,7 +738,11 @@ class Runner:
 
 
 #: tasks started from sync code, kept referenced until done
-_background: set[asyncio.Task[None]] = set()
+_background: set[asyncio.Future[None]] = set()
+#: how a runtime's freeze holds a run still, as the log says it
+_HELD = {"signal": "its processes were stopped (SIGSTOP; SIGCONT on continue)",
+         "frozen": "its container was frozen (the engine's pause, a cgroup freeze;"
+                   " unpause on continue)"}
 #: what ``_write_pause`` has stored before its first write (unequal to every value)
 _UNWRITTEN = object()
 
@@ -718,11 +776,6 @@ def _counters(path: Path) -> dict[str, Any] | None:
         return {str(k): v for k, v in data["counters"].items()
                 if isinstance(v, int | float | str) and not isinstance(v, bool)}
     return None
-
-
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
 
 
 def _orphans(run_ids: set[str]) -> dict[int, str]:

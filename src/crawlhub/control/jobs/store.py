@@ -15,7 +15,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from crawlhub.control.db import ControlDB, Tx
@@ -332,12 +332,12 @@ class JobStore:
 
     async def lose_dead_runs(
             self, now: float, *, host: str = HOST,
-            stop_orphans: Callable[[list[str]], Awaitable[set[str]]] | None = None,
+            stop_orphans: Callable[[list[str]], Awaitable[Mapping[str, str]]] | None = None,
             quiet_for: float = 0.0, skip: Collection[str] = ()) -> int:
         """Mark ``lost`` the live runs this host started in a process that is gone (a
         server restarted after SIGKILL): the runs cannot report any more. The job
         processes such a server left running are stopped first: ``stop_orphans(run
-        ids)`` stops them and names their runs. ``quiet_for``: only runs whose runner
+        ids)`` stops them and names their runs, each with what happened (the run's error). ``quiet_for``: only runs whose runner
         has not beaten for that many seconds (a live server's runs are left alone);
         ``skip``: runs of the calling process."""
         sql = (f"SELECT id, pid FROM {self.runs} WHERE status IN ('queued', 'running')"
@@ -348,12 +348,12 @@ class JobStore:
             args.append(now - quiet_for)
         rows = await self.db.fetch(sql, *args)
         rows = [row for row in rows if row[0] not in skip]
-        stopped = await stop_orphans([row[0] for row in rows]) if stop_orphans and rows else set()
+        stopped: Mapping[str, str] = (await stop_orphans([row[0] for row in rows])
+                                      if stop_orphans and rows else {})
         lost = 0
         for run_id, pid in rows:
             if run_id in stopped:
-                why = ("its server ended without recording the end (killed?); the job"
-                       " process it left running was stopped by a server on the host")
+                why = stopped[run_id]
             elif pid is not None and pid_alive(int(pid)):
                 continue
             else:
