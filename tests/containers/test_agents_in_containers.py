@@ -6,6 +6,7 @@ container killed (``podman kill``, SIGKILL) mid-crawl loses no item."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -187,3 +188,16 @@ def test_the_docs_run_line_runs_the_agent_image_on_the_host_network_read_only() 
     assert "crawlhub/agent:0.1.0" in argv
     assert argv[argv.index("crawlhub/agent:0.1.0") + 1:argv.index("crawlhub/agent:0.1.0") + 3] \
         == ["-c", "/etc/crawlhub/crawlhub.yaml"]
+
+
+def test_the_agent_images_dependencies_are_resolved_for_the_bases_python() -> None:
+    spec = importlib.util.spec_from_file_location("agent_build", BUILD)
+    assert spec is not None and spec.loader is not None
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    names = {d.metadata["Name"].lower() for d in build.runtime_distributions(("redis",), "3.11.2")}
+    assert {"redis", "hiredis", "aiohttp", "pydantic", "lxml", "typer"} <= names
+    # redis wants async-timeout below 3.11.3: Debian's 3.11.2 needs it, 3.11.7 not
+    assert "async-timeout" in names
+    newer = {d.metadata["Name"].lower() for d in build.runtime_distributions(("redis",), "3.11.7")}
+    assert "async-timeout" not in newer
