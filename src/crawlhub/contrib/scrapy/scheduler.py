@@ -353,8 +353,12 @@ class Scheduler:
         """This spider has requests to crawl: held, enqueued, or ready in the store.
         (Requests other spiders hold keep it open through ``spider_idle`` instead, so
         ``next_request`` answers a request whenever this is True.)"""
-        return bool(self._ready or self._outbox or self._admitting or self._store_ready
-                    or self._feeds_sent != self._feeds_built)
+        local = bool(self._ready or self._outbox or self._admitting
+                     or self._feeds_sent != self._feeds_built)
+        if not local and self._store_ready and self._needs_step():
+            self._step_now()  # "ready in the store" is a belief: lease to be sure
+            local = bool(self._ready)
+        return local or (self._store_ready and self._failing)
 
     def enqueue_request(self, request: Request, *, ack: str | None = None) -> bool:
         """Queue ``request`` for admission (the frontier decides duplicates; one found
@@ -833,9 +837,13 @@ class Scheduler:
             return False
         s = self.settings
         more, self._claim_more = self._claim_more, 0
-        want = max(s.prefetch - len(self._ready), min(more, s.prefetch))
+        want = max(s.prefetch - len(self._ready), min(more, 2 * s.prefetch))
         if want <= 0:
             return False
+        if more > want:
+            # more outrank what is held than one lease takes: what is held goes back,
+            # so it comes out again in the store's order, after those
+            await self._give_back(len(self._ready))
         seeds = await self.frontier.lease(want, s.lease)
         if len(seeds) < want:
             self._store_ready = False
@@ -906,14 +914,20 @@ class Scheduler:
     async def _trim(self) -> None:
         """Keep the heap within twice the prefetch: the worst leased requests go back to
         the crawl (their attempt uncounted)."""
+        if len(self._ready) > 2 * self._prefetch:
+            await self._give_back(len(self._ready) - self._prefetch)
+
+    async def _give_back(self, n: int) -> None:
+        """Return the ``n`` worst held requests to the crawl (those kept in memory only
+        stay)."""
         assert self.frontier is not None
-        bound = 2 * self._prefetch
-        if len(self._ready) <= bound:
+        if n <= 0:
             return
         with self._mem:
             ordered = sorted(self._ready, key=lambda e: e[:3])
-            keep, back = ordered[:self._prefetch], []
-            for entry in ordered[self._prefetch:]:
+            cut = len(ordered) - n
+            keep, back = ordered[:cut], []
+            for entry in ordered[cut:]:
                 seed = _seed_of(entry[3])
                 if seed is None:  # memory only: it cannot go back
                     keep.append(entry)
