@@ -122,11 +122,12 @@ def _reads_own_start_urls(spider: Any) -> bool:
 class _Built:
     """A held seed whose request was built ahead (the per-slot choice needs it)."""
 
-    __slots__ = ("request", "seed")
+    __slots__ = ("request", "seed", "slot")
 
-    def __init__(self, seed: Seed, request: Request) -> None:
-        self.seed = seed
+    def __init__(self, seed: Seed | None, request: Request, slot: str) -> None:
+        self.seed = seed  # None: a request kept in memory only
         self.request = request
+        self.slot = slot
 
 
 def _seed_of(item: Any) -> Seed | None:
@@ -439,7 +440,8 @@ class Scheduler:
             item = entry[3]
             if isinstance(item, _Built):
                 request = item.request
-                self._running[request] = item.seed
+                if item.seed is not None:
+                    self._running[request] = item.seed
             elif isinstance(item, Seed):
                 built = self._build(item)
                 if built is None:
@@ -503,13 +505,14 @@ class Scheduler:
         keep = []
         for entry in self._ready:
             item = entry[3]
-            if isinstance(item, Seed):  # built once: the slot is the request's
-                request = self._build(item)
+            if not isinstance(item, _Built):  # built once, its slot found once
+                seed = item if isinstance(item, Seed) else None
+                request = self._build(item) if seed is not None else item
                 if request is None:
                     continue
-                entry[3] = item = _Built(item, request)
+                entry[3] = item = _Built(seed, request, downloader.get_slot_key(request))
             keep.append(entry)
-            slot = downloader.get_slot_key(item.request if isinstance(item, _Built) else item)
+            slot = item.slot
             if slot not in best or entry[:3] < best[slot][:3]:
                 best[slot] = entry
         self._ready[:] = keep
