@@ -8,10 +8,9 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-import typer
 from typer.testing import CliRunner
 
-from crawlhub.cli import app
+from crawlhub.cli import _LAZY, app, load_all_commands
 
 
 def commands(cmd: Any, path: tuple[str, ...] = ("crawlhub",)) -> Iterator[tuple[str, Any]]:
@@ -24,7 +23,7 @@ def commands(cmd: Any, path: tuple[str, ...] = ("crawlhub",)) -> Iterator[tuple[
 def test_every_option_and_argument_has_help_text() -> None:
     missing = [
         f"{name} {'/'.join(param.opts)}"
-        for name, cmd in commands(typer.main.get_command(app))
+        for name, cmd in commands(load_all_commands())
         for param in cmd.params
         if param.name != "help" and not (getattr(param, "help", None) or "").strip()
     ]
@@ -32,7 +31,7 @@ def test_every_option_and_argument_has_help_text() -> None:
 
 
 def test_command_summaries_in_help_are_not_cut_off() -> None:
-    root = typer.main.get_command(app)
+    root = load_all_commands()
     groups = [(name, cmd) for name, cmd in commands(root) if getattr(cmd, "commands", None)]
     names = {name for name, _ in groups}
     assert {"crawlhub", "crawlhub jobs", "crawlhub runs", "crawlhub logs",
@@ -71,9 +70,20 @@ def test_every_sub_command_is_in_help_without_the_optional_extras() -> None:
             "runs", "logs", "projects", "builds", "alerts"} <= listed
 
 
-def test_a_sub_command_that_fails_to_import_fails_the_cli_loudly() -> None:
-    broken = "import sys; sys.modules['crawlhub.cli.demo'] = None; import crawlhub.cli"
-    done = subprocess.run([sys.executable, "-c", broken], capture_output=True, text=True,
-                          timeout=120)
+def test_the_summaries_listed_without_importing_are_the_commands_own() -> None:
+    root = load_all_commands()
+    for name, _, summary in _LAZY:
+        assert summary == (root.commands[name].help or "").strip().splitlines()[0], name
+
+
+def test_a_sub_command_that_fails_to_import_fails_loudly_and_stays_listed() -> None:
+    broken = ("import sys; sys.modules['crawlhub.cli.demo'] = None; sys.argv = {argv!r};"
+              " from crawlhub.cli import main; main()")
+    done = subprocess.run([sys.executable, "-c", broken.format(argv=["crawlhub", "demo"])],
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "crawlhub.cli.demo" in done.stderr.strip().splitlines()[-1]  # the import error
+    listing = subprocess.run([sys.executable, "-c", broken.format(argv=["crawlhub", "--help"])],
+                             capture_output=True, text=True, timeout=120)
+    assert listing.returncode == 0, listing.stderr
+    assert "demo " in listing.stdout.split("Commands:", 1)[1]

@@ -17,16 +17,51 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-import yaml
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from typer.core import TyperGroup
 
-from crawlhub.config import ConfigError, default_config, dump_config, load_config
 from crawlhub.core import jsoncodec
-from crawlhub.core.errors import CrawlhubError, MissingExtraError, NotFoundError
+from crawlhub.core.errors import ConfigError, CrawlhubError, MissingExtraError, NotFoundError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+# Start-up: nothing heavy at import (no config models, web stack, YAML, tables). Each
+# command imports what it uses, and the sub-commands are imported when run (_LazyGroup):
+# ``crawlhub --help`` imports none of them. tests/cli/test_startup.py guards this.
+
+
+class _LazyGroup(TyperGroup):
+    """The root group: the sub-command modules of :data:`_LAZY` are imported when a
+    command of theirs runs (or its help is asked for), not to list them in ``--help``.
+    A module that fails to import fails that command loudly, with its error."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*self.commands, *(name for name, _, _ in _LAZY if name not in self.commands)]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        cmd = self.commands.get(cmd_name)
+        if cmd is None and cmd_name in _LAZY_MODULES:
+            cmd = self.commands[cmd_name] = _load_subcommand(cmd_name)
+        return cmd
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        # TyperGroup.format_commands with the summaries of unloaded sub-commands taken from
+        # _LAZY instead of importing them
+        rows: list[tuple[str, str]] = []
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        for name in names:
+            cmd = self.commands.get(name)
+            if cmd is None:
+                rows.append((name, _LAZY_SUMMARIES[name]))
+            elif not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+app = typer.Typer(cls=_LazyGroup, add_completion=False, no_args_is_help=True,
+                  rich_markup_mode=None,
                   help="crawlhub: task intake, rule routing, reliable queues, frontier and"
                   " collection jobs.")
 out = Console()
@@ -67,6 +102,8 @@ def parse_sets(values: list[str] | None) -> dict[str, str]:
 def get_config(config: Path | None, data_dir: Path | None = None,
                sets: list[str] | None = None) -> Any:
     """Load the config (or the built-in one); print the errors and exit 2 on failure."""
+    from crawlhub.config import default_config, load_config
+
     overrides = parse_sets(sets)
     if data_dir is not None:
         overrides.setdefault("data_dir", str(data_dir))
@@ -218,6 +255,10 @@ def check_config(
     and the key (exit 2). A bind other machines reach without server.token is a warning
     (serve refuses it).
     """
+    import yaml
+
+    from crawlhub.config import dump_config
+
     cfg = get_config(file, None, sets)
     _check_hub(cfg)
     _check_exposure(cfg, serving=False)
@@ -316,6 +357,8 @@ def submit(
     if bad:
         err.print(f"item {bad[0]} is not a JSON object; every task must be an object")
         raise typer.Exit(2)
+    from rich.table import Table
+
     counts, problems = run(_submit(items, url.rstrip("/"), token, batch, inbound))
     table = Table(title="submitted")
     for key in _SUBMIT_COLUMNS:
@@ -336,6 +379,8 @@ _SHOWN_PROBLEMS = 50
 
 def _print_problems(problems: list[tuple[int, str, str]], total: int) -> None:
     """Why tasks were not taken: one row per task (index in the input, status, reason)."""
+    from rich.table import Table
+
     table = Table(title=f"{len(problems)} of {total} tasks not taken", title_justify="left")
     table.add_column("index", justify="right")
     table.add_column("status")
@@ -481,6 +526,8 @@ async def _route(cfg: Any, data: dict[str, Any], inbound: str | None) -> dict[st
 @app.command()
 def queues(config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt = None) -> None:
     """Stats of every queue on the configured backend."""
+    from rich.table import Table
+
     cfg = get_config(config, data_dir, sets)
     rows = run(_queue_stats(cfg.storage.queues, cfg.storage.redis_prefix))
     # collapsed padding and a short "max" header: ten columns fit 80 characters
@@ -611,33 +658,53 @@ async def _dead(storage: Any, name: str, n: int) -> list[Any]:
 
 
 # ---------------------------------------------------------------------------- sub-commands
-def _mount_subcommands() -> None:
-    """Mount each sub-command module's ``app`` (a group) or ``<name>_command``. A module
-    that fails to import is a bug or a broken install: its error propagates rather than
-    the command going missing from ``crawlhub --help`` (optional extras are imported
-    lazily, inside the commands that need them)."""
-    for module_name, command in (("crawlhub.cli.frontier", "frontier"),
-                                 ("crawlhub.cli.collect", "collect"),
-                                 ("crawlhub.cli.demo", "demo"),
-                                 ("crawlhub.cli.agents", "agents"),
-                                 ("crawlhub.cli.crawl", "crawl"),
-                                 ("crawlhub.cli.agent", "agent"),
-                                 ("crawlhub.cli.center", "center"),
-                                 ("crawlhub.cli.jobs", "jobs"),
-                                 ("crawlhub.cli.runs", "runs"),
-                                 ("crawlhub.cli.logs", "logs"),
-                                 ("crawlhub.cli.projects", "projects"),
-                                 ("crawlhub.cli.builds", "builds"),
-                                 ("crawlhub.cli.alerts", "alerts")):
-        module = importlib.import_module(module_name)
-        sub = getattr(module, "app", None)
-        if isinstance(sub, typer.Typer):
-            app.add_typer(sub, name=command)
-        else:
-            app.command(command)(getattr(module, f"{command}_command"))
+#: The sub-command modules, in ``--help`` order: (command, module, its summary in
+#: ``--help``). A module holds an ``app`` (a group) or a ``<command>_command`` function.
+#: The summary is the command's own first help line, repeated here so that listing the
+#: commands imports none of them (tests/cli/test_help.py checks that they agree).
+_LAZY: tuple[tuple[str, str, str], ...] = (
+    ("collect", "crawlhub.cli.collect", "Run one collection job now and print its result."),
+    ("demo", "crawlhub.cli.demo", "Serve a local demo shop and paged JSON API."),
+    ("agents", "crawlhub.cli.agents",
+     "Registered agents with their liveness and last heartbeat."),
+    ("crawl", "crawlhub.cli.crawl", "Crawl URLs into JSON lines, resumably."),
+    ("agent", "crawlhub.cli.agent", "Lease and fetch URL tasks, or serve the download center."),
+    ("center", "crawlhub.cli.center",
+     "Run a download center: agents for jobs, downloads routed."),
+    ("frontier", "crawlhub.cli.frontier", "Frontier: dedup keys, per-segment stats, adding seeds."),
+    ("jobs", "crawlhub.cli.jobs", "Jobs of every kind: subprocess, crawl, collect."),
+    ("runs", "crawlhub.cli.runs", "Runs of jobs, newest first, and their tasks."),
+    ("logs", "crawlhub.cli.logs", "Search, follow and prune the log store."),
+    ("projects", "crawlhub.cli.projects", "Projects: git remotes whose release tags are built."),
+    ("builds", "crawlhub.cli.builds", "Builds of release tags, with logs and artifacts."),
+    ("alerts", "crawlhub.cli.alerts", "Alert routes per job: webhook or email."),
+)
+_LAZY_MODULES = {name: module for name, module, _ in _LAZY}
+_LAZY_SUMMARIES = {name: summary for name, _, summary in _LAZY}
 
 
-_mount_subcommands()
+def _load_subcommand(name: str) -> Any:
+    """The click command of sub-command ``name``, its module imported now. An import
+    error propagates: a broken module is a bug or a broken install, never a command
+    quietly gone (optional extras are imported inside the commands that need them)."""
+    module = importlib.import_module(_LAZY_MODULES[name])
+    # mounted on a root like ``app`` (plain help, no completion), as it always was
+    holder = typer.Typer(add_completion=False, rich_markup_mode=None)
+    sub = getattr(module, "app", None)
+    if isinstance(sub, typer.Typer):
+        holder.add_typer(sub, name=name)
+    else:
+        holder.command(name)(getattr(module, f"{name}_command"))
+        holder.command("-")(lambda: None)  # two commands: get_group gives a group
+    return typer.main.get_group(holder).commands[name]
+
+
+def load_all_commands() -> Any:
+    """The root click group with every sub-command loaded (what tests walk)."""
+    root = typer.main.get_command(app)
+    for name in root.list_commands(None):  # type: ignore[attr-defined]
+        root.get_command(None, name)  # type: ignore[attr-defined]
+    return root
 
 
 def main() -> None:

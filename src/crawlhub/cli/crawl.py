@@ -11,7 +11,6 @@ from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 import typer
-import yaml
 from rich.console import Console
 from rich.markup import escape
 
@@ -272,6 +271,8 @@ def read_sink(text: str | None) -> dict[str, Any] | None:
     """The sink mapping of a --sink option (YAML), or None (also ``crawlhub agent``'s)."""
     if text is None:
         return None
+    import yaml  # here: crawl --help need not load it
+
     try:
         spec = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -285,6 +286,8 @@ def read_sink(text: str | None) -> dict[str, Any] | None:
 def read_extract(path: Path) -> dict:  # type: ignore[type-arg]
     """The extraction rules mapping of an --extract YAML file (also ``crawlhub agent``'s,
     where a ``rules`` key may name more sets besides the top-level ``fields`` / ``links``)."""
+    import yaml
+
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:

@@ -16,7 +16,6 @@ captured message works only inside that window.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import logging
 import os
@@ -68,12 +67,10 @@ class Signer:
 
     def mac(self, channel: str, t: bytes, header: bytes, body: bytes = b"") -> bytes:
         """The hex signature; lengths make the boundaries unambiguous."""
-        m = hmac.new(self._key, f"{channel}\n{len(t)}:{len(header)}:{len(body)}\n".encode(),
-                     hashlib.sha256)
-        m.update(t)
-        m.update(header)
-        m.update(body)
-        return m.hexdigest().encode()
+        # one-shot hmac.digest (OpenSSL in one C call): the same bytes as an hmac.new
+        # object fed piece by piece, at a fraction of its cost per message
+        head = f"{channel}\n{len(t)}:{len(header)}:{len(body)}\n".encode()
+        return hmac.digest(self._key, b"".join((head, t, header, body)), "sha256").hex().encode()
 
     def sign(self, channel: str, header: bytes, body: bytes = b"",
              now: float | None = None) -> tuple[bytes, bytes]:

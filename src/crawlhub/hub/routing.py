@@ -25,6 +25,10 @@ def status_key(code: Any) -> str:
     return str(code).strip()
 
 
+#: Keys never copied from a task into its params (the built-in ones are added after).
+_NOT_PARAMS = BUILTIN_KEY_SET | {RESULT_KEY}
+
+
 @dataclass(slots=True)
 class OutboundRule:
     """The routing-relevant part of one outbound entry, compiled."""
@@ -95,14 +99,13 @@ class OutboundRule:
         """Exactly what this outbound sends for ``task``: the selected params, the
         static params, then every built-in key; wrapped under ``task_params`` if asked."""
         if self.task_params is None:
-            params = {
-                k: v for k, v in task.items() if k not in BUILTIN_KEY_SET and k != RESULT_KEY
-            }
+            params = {k: v for k, v in task.items() if k not in _NOT_PARAMS}
         else:
             params = {k: task[k] for k in self.task_params if k in task and k != RESULT_KEY}
-        params.update(self.static_params)
-        for key in BUILTIN_KEYS:
-            params[key] = task.get(key)
+        if self.static_params:
+            params.update(self.static_params)
+        # every built-in key, in order, in one C-level pass (a hot path: once per task)
+        params.update(zip(BUILTIN_KEYS, map(task.get, BUILTIN_KEYS), strict=True))
         if self.task_params_wrapped:
             return {"task_params": params}
         return params
