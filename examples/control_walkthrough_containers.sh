@@ -9,7 +9,7 @@
 #   bash examples/control_walkthrough_containers.sh
 #
 # Needs podman (apt-get install -y podman runc; ENGINE=docker works too) and the base image
-# localhost/crawlhub-base:1 (python tests/containers/baseimage.py builds it, offline), plus
+# localhost/crawlhub-base:1 (crawlhub builds base-image builds it, offline), plus
 # crawlhub (CRAWLHUB=...), python3 (PYTHON=...), git and curl. Like the process walkthrough
 # it runs its own `crawlhub serve` on a free port (PORT=...) with a temporary data
 # directory, and removes both, the run's containers and the image when it ends (KEEP=1
@@ -56,7 +56,7 @@ git_() { git -c user.name=walkthrough -c user.email=walkthrough@example.com "$@"
 container_of() { "$ENGINE" ps -a --filter "label=crawlhub.run=$1" --format '{{.State}}'; }
 
 "$ENGINE" info >/dev/null 2>&1 || fail "$ENGINE does not answer: apt-get install -y podman runc"
-"$ENGINE" image exists "$BASE" || fail "no base image $BASE: python tests/containers/baseimage.py"
+"$ENGINE" image exists "$BASE" || fail "no base image $BASE: crawlhub builds base-image"
 trap stop EXIT
 
 cd "$DIR"

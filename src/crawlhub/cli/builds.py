@@ -17,6 +17,7 @@ from crawlhub.cli import (
     DataDirOpt,
     JsonOpt,
     SetOpt,
+    err,
     get_config,
     out,
     print_json,
@@ -123,3 +124,27 @@ def show_command(
     out.print(table)
     if log and build.log:
         out.print(build.log, markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command("base-image")
+def base_image_command(
+    tag: Annotated[str | None, typer.Option(help="The image's tag (default: the image"
+                                            " builder's default base).")] = None,
+    engine: Annotated[str, typer.Option(help="The engine's program (podman or"
+                                        " docker).")] = "podman",
+) -> None:
+    """Build the image builder's default base from this host's Python.
+
+    FROM scratch with Debian's python3.11, its standard library and the libraries it
+    links: no registry is needed. Nothing is done when the engine has the tag already."""
+    import time
+
+    from crawlhub.control.builders.baseimage import BASE_IMAGE, NoEngine, ensure_base_image
+
+    start = time.monotonic()
+    try:
+        done = ensure_base_image(tag or BASE_IMAGE, engine)
+    except NoEngine as exc:
+        err.print(f"[red]base image:[/] {escape(str(exc))}")
+        raise typer.Exit(1) from None
+    out.print(f"base image {done} ready ({time.monotonic() - start:.1f} s)")

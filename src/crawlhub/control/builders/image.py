@@ -9,7 +9,7 @@ same arguments).
   project itself when it has ``pyproject.toml``/``setup.py``) by this server's pip into the
   base image's site directory, and crawlhub's own package (the job SDK) beside them, on
   top of ``base`` (``localhost/crawlhub-base:1`` by default: a Python with its standard
-  library, ``python tests/containers/baseimage.py`` builds it). pip runs on the host, not
+  library, ``crawlhub builds base-image`` builds it). pip runs on the host, not
   in a container: a base image needs neither pip nor a network. When the base's Python
   is not the host's, pip fetches binary wheels for the base's version.
 
@@ -32,10 +32,11 @@ from pydantic import Field, field_validator
 
 import crawlhub
 from crawlhub.control.builders.artifact import Artifact, BuildFailed
+from crawlhub.control.builders.baseimage import BASE_IMAGE
 from crawlhub.control.builders.context import BuildContext, BuilderOptions, packaged, relative
 from crawlhub.control.builders.process import run_process
 
-DEFAULT_BASE = "localhost/crawlhub-base:1"
+DEFAULT_BASE = BASE_IMAGE
 _REF_RE = re.compile(r"^[a-z0-9][a-z0-9._/:-]{0,250}$")
 
 
@@ -127,7 +128,7 @@ class ImageBuilder:
         if code != 0 or len(parts) != 2 or not parts[1].startswith("/"):
             raise BuildFailed(f"the base image {self.options.base} does not run python3"
                               f" ({ctx.log.redact(last)[:200] or f'exit {code}'}); build it"
-                              " (python tests/containers/baseimage.py) or set the builder's"
+                              " (crawlhub builds base-image) or set the builder's"
                               " base option")
         return parts[0], parts[1]
 
