@@ -666,6 +666,13 @@ class ExtractionRules:
         host_end = _host_end(base, scheme_end + 3)
         origin = base[:host_end]
         host = base[scheme_end + 3:host_end].lower()
+        # the base's directory, for the relative paths resolved without urljoin
+        path_end = len(base)
+        for ch in "?#":
+            i = base.find(ch, host_end)
+            if 0 <= i < path_end:
+                path_end = i
+        base_dir = base[:base.rfind("/", host_end, path_end) + 1] or origin + "/"
         same = self._same_domain
         allow = self._allow
         deny = self._deny
@@ -706,7 +713,7 @@ class ExtractionRules:
                         continue  # mailto:, javascript:, tel:, data:, ftp:...
                     link = scheme_of + href[len(head):]
                 else:
-                    link = urljoin(base, href)
+                    link = _relative(base_dir, len(origin), href) or urljoin(base, href)
             if same:
                 start = link.find("://") + 3
                 if link[start:_host_end(link, start)].lower() != host:
@@ -819,16 +826,37 @@ def _host_end(url: str, start: int) -> int:
     return end
 
 
+def _relative(base_dir: str, root: int, href: str) -> str | None:
+    """``href`` (a relative path: no scheme, not ``/``-rooted) resolved against the
+    directory ``base_dir`` (absolute, ending in ``/``; its path starts at ``root``), or
+    None for what only ``urljoin`` gets right (a query or ``.`` segment of its own).
+    Sphinx-style ``page.html`` / ``../dir/page.html`` links are ~10x cheaper so."""
+    if href[0] == "?" or href[0] == ".":
+        up = 0
+        while href.startswith("../"):
+            href = href[3:]
+            up += 1
+        if href.startswith(("./", "?", ".")) or not up:
+            return None
+        for _ in range(up):
+            cut = base_dir.rfind("/", root, len(base_dir) - 1)
+            if cut < root:
+                break
+            base_dir = base_dir[:cut + 1]
+    if "/." in href or not href:
+        return None
+    return base_dir + href
+
+
 def _extension(url: str) -> str:
-    """The lower-case extension of ``url``'s last path segment ("" when it has none)."""
-    end = len(url)
-    for ch in "?#":
-        i = url.find(ch)
-        if 0 <= i < end:
-            end = i
-    slash = url.rfind("/", 0, end)
-    dot = url.rfind(".", slash + 1, end)
-    return url[dot + 1:end].lower() if dot > slash >= 0 else ""
+    """The lower-case extension of ``url``'s last path segment ("" when it has none;
+    ``url`` has no fragment)."""
+    q = url.find("?")
+    path = url if q < 0 else url[:q]
+    dot = path.rfind(".")
+    if dot < 0 or path.find("/", dot) >= 0:
+        return ""
+    return path[dot + 1:].lower()
 
 
 def _same_host(a: str, b: str, *, port: bool = False) -> bool:
