@@ -713,7 +713,18 @@ class ExtractionRules:
                         continue  # mailto:, javascript:, tel:, data:, ftp:...
                     link = scheme_of + href[len(head):]
                 else:
-                    link = _relative(base_dir, len(origin), href) or urljoin(base, href)
+                    relative = _relative(base_dir, len(origin), href)
+                    if relative is None:
+                        link = urljoin(base, href)
+                    else:  # on the base's own host, as a root-relative link
+                        if skip and _extension(relative) in skip:
+                            continue
+                        if not (allow or deny):
+                            found[relative] = None
+                            if cap is not None and len(found) >= cap:
+                                break
+                            continue
+                        link = relative
             if same:
                 start = link.find("://") + 3
                 if link[start:_host_end(link, start)].lower() != host:
