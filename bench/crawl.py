@@ -9,11 +9,16 @@ items to a JSON lines file, as a child process whose CPU time and peak RSS come 
 (one process, embedded SQLite), and two ``crawlhub agent`` processes on Redis fed by a
 hub in this process (``agents1`` / ``agents2``).
 
+The second site is real HTML nobody here wrote: the Python documentation of Debian's
+``python3-doc`` (``apt-get install python3-doc``; ~460 pages of 10-700 KB, relative links,
+crawled from ``/index.html``), served the same way, crawled by Scrapy and ``crawlhub
+crawl`` (its bound: every HTML file fetched once). ``--sites synthetic,docs`` picks.
+
 ``--scale K`` then crawls a K times larger site with ``crawlhub crawl`` alone and prints
 how its peak RSS and CPU per page compare (the target: RSS within 1.2x at 10x the pages).
 
 Run:  python bench/crawl.py [--pages 20000] [--only bound,scrapy,crawlhub,agents1,agents2]
-      [--redis redis://127.0.0.1:6379/0] [--scale 10]
+      [--redis redis://127.0.0.1:6379/0] [--scale 10] [--sites synthetic,docs]
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import scrapy
 class Site(scrapy.Spider):
     name = "site"
     start_urls = [{start!r}]
+    allowed_domains = ["127.0.0.1"]  # as crawlhub's same-domain links: the docs link out
 
     def parse(self, response):
         yield {{"url": response.url, "title": response.css("title::text").get()}}
@@ -63,9 +69,11 @@ class Run:
         return self.pages / self.seconds if self.seconds else 0.0
 
 
-def start_site(pages: int) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen([sys.executable, str(HERE / "crawl_site.py"), "--pages", str(pages)],
-                            stdout=subprocess.PIPE, text=True)
+def start_site(pages: int, docs: str | None = None) -> tuple[subprocess.Popen[str], int]:
+    argv = [sys.executable, str(HERE / "crawl_site.py"), "--pages", str(pages)]
+    if docs:
+        argv += ["--docs", docs]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line.startswith("ready"):
@@ -74,16 +82,37 @@ def start_site(pages: int) -> tuple[subprocess.Popen[str], int]:
     return proc, int(line.split()[1])
 
 
-async def bound(base: str, pages: int) -> Run:
+def docs_root() -> str | None:
+    """The Python documentation's HTML root of Debian's python3-doc, if installed."""
+    import glob
+
+    for found in sorted(glob.glob("/usr/share/doc/python3*/html/library/index.html")):
+        return str(Path(found).parent.parent.resolve())
+    return None
+
+
+def docs_paths(root: str) -> list[str]:
+    """Every HTML page of the docs, as a path (``x.html.gz`` served as ``x.html``)."""
+    out = []
+    for path in sorted(Path(root).rglob("*.html*")):
+        rel = "/" + str(path.relative_to(root))
+        if rel.endswith(".html.gz"):
+            rel = rel[:-3]
+        if rel.endswith(".html"):
+            out.append(rel)
+    return sorted(set(out))
+
+
+async def bound(base: str, pages: int, paths: list[str] | None = None) -> Run:
     import aiohttp
 
-    urls = iter(range(pages))
+    urls = iter(paths or [f"/p/{i}" for i in range(pages)])
     done = 0
 
     async def worker(session: aiohttp.ClientSession) -> None:
         nonlocal done
-        for i in urls:
-            async with session.get(f"{base}/p/{i}") as resp:
+        for path in urls:
+            async with session.get(f"{base}{path}") as resp:
                 await resp.read()
             done += 1
 
@@ -118,9 +147,9 @@ def run_child(name: str, argv: list[str], out: Path, *, cwd: str | None = None,
                usage.ru_maxrss / 1024, note)
 
 
-def scrapy_run(base: str, work: Path) -> Run:
+def scrapy_run(start: str, work: Path) -> Run:
     spider = work / "spider.py"
-    spider.write_text(SPIDER.format(start=f"{base}/p/0"))
+    spider.write_text(SPIDER.format(start=start))
     out = work / "scrapy.jsonl"
     argv = [sys.executable, "-m", "scrapy", "runspider", str(spider), "-o", f"{out}:jsonlines",
             "-s", f"CONCURRENT_REQUESTS={CONCURRENCY}",
@@ -131,9 +160,9 @@ def scrapy_run(base: str, work: Path) -> Run:
     return run_child("scrapy", argv, out, cwd=str(work))
 
 
-def crawlhub_run(base: str, work: Path) -> Run:
+def crawlhub_run(start: str, work: Path) -> Run:
     out = work / "crawlhub.jsonl"
-    argv = [str(Path(sys.executable).parent / "crawlhub"), "crawl", f"{base}/p/0", "--follow",
+    argv = [str(Path(sys.executable).parent / "crawlhub"), "crawl", start, "--follow",
             "--concurrency", str(CONCURRENCY), "--per-domain", str(CONCURRENCY),
             "--out", str(out), "--data-dir", str(work / "crawl-data"), "--quiet",
             "--no-robots"]  # as Scrapy's ROBOTSTXT_OBEY=False
@@ -214,9 +243,8 @@ def agents_run(base: str, work: Path, n: int, redis_url: str) -> Run:
                " RSS of the largest; the hub's Redis not counted")
 
 
-def table(runs: list[Run], pages: int, load: str) -> Table:
-    t = Table(title=f"crawl of a {pages:,}-page site at concurrency {CONCURRENCY}"
-              f" (load before: {load})")
+def table(runs: list[Run], site: str, load: str) -> Table:
+    t = Table(title=f"crawl of {site} at concurrency {CONCURRENCY} (load before: {load})")
     for column in ("crawler", "pages", "seconds", "pages/s", "CPU ms/page", "peak RSS MB",
                    "x scrapy", "note"):
         t.add_column(column, justify="left" if column in ("crawler", "note") else "right")
@@ -235,31 +263,59 @@ def main() -> int:
     parser.add_argument("--only", default="bound,scrapy,crawlhub,agents1,agents2")
     parser.add_argument("--redis", default=os.environ.get("CRAWLHUB_TEST_REDIS_URL",
                                                           "redis://127.0.0.1:6379/0"))
+    parser.add_argument("--sites", default="synthetic,docs",
+                        help="synthetic (generated pages) and/or docs (Debian's python3-doc)")
     parser.add_argument("--scale", type=int, default=0,
                         help="also crawl a site this many times larger with crawlhub crawl")
     args = parser.parse_args()
     only = set(args.only.split(","))
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    site, port = start_site(args.pages)
-    base = f"http://127.0.0.1:{port}"
-    runs: list[Run] = []
-    try:
-        with tempfile.TemporaryDirectory(prefix="crawl-bench-") as tmp:
-            work = Path(tmp)
-            if "bound" in only:
-                runs.append(asyncio.run(bound(base, args.pages)))
-            if "scrapy" in only:
-                runs.append(scrapy_run(base, work))
-            if "crawlhub" in only:
-                runs.append(crawlhub_run(base, work))
-            for n in (1, 2):
-                if f"agents{n}" in only:
-                    runs.append(agents_run(base, work, n, args.redis))
-    finally:
-        site.kill()
-        site.wait()
+    sites = set(args.sites.split(","))
     console = Console(width=200)
-    console.print(table(runs, args.pages, load))
+    runs: list[Run] = []
+    if "synthetic" in sites:
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        site, port = start_site(args.pages)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            with tempfile.TemporaryDirectory(prefix="crawl-bench-") as tmp:
+                work = Path(tmp)
+                if "bound" in only:
+                    runs.append(asyncio.run(bound(base, args.pages)))
+                if "scrapy" in only:
+                    runs.append(scrapy_run(f"{base}/p/0", work))
+                if "crawlhub" in only:
+                    runs.append(crawlhub_run(f"{base}/p/0", work))
+                for n in (1, 2):
+                    if f"agents{n}" in only:
+                        runs.append(agents_run(base, work, n, args.redis))
+        finally:
+            site.kill()
+            site.wait()
+        console.print(table(runs, f"a {args.pages:,}-page synthetic site", load))
+    if "docs" in sites:
+        root = docs_root()
+        if root is None:
+            raise SystemExit("the docs site needs Debian's python3-doc: apt-get install -y"
+                             " python3-doc (or --sites synthetic)")
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        site, port = start_site(0, docs=root)
+        base = f"http://127.0.0.1:{port}"
+        docs_runs: list[Run] = []
+        try:
+            with tempfile.TemporaryDirectory(prefix="crawl-bench-docs-") as tmp:
+                work = Path(tmp)
+                if "bound" in only:
+                    paths = docs_paths(root)
+                    docs_runs.append(asyncio.run(bound(base, len(paths), paths)))
+                    docs_runs[-1].note = "every HTML file once, no parsing"
+                if "scrapy" in only:
+                    docs_runs.append(scrapy_run(f"{base}/index.html", work))
+                if "crawlhub" in only:
+                    docs_runs.append(crawlhub_run(f"{base}/index.html", work))
+        finally:
+            site.kill()
+            site.wait()
+        console.print(table(docs_runs, f"the Python docs (python3-doc, {root})", load))
     small = next((r for r in runs if r.name.startswith("crawlhub crawl")), None)
     if args.scale > 1 and small is not None:
         console.print(scale_table(small, scaled_run(args.pages * args.scale), args.scale))
@@ -270,7 +326,7 @@ def scaled_run(pages: int) -> Run:
     site, port = start_site(pages)
     try:
         with tempfile.TemporaryDirectory(prefix="crawl-bench-scale-") as tmp:
-            run = crawlhub_run(f"http://127.0.0.1:{port}", Path(tmp))
+            run = crawlhub_run(f"http://127.0.0.1:{port}/p/0", Path(tmp))
     finally:
         site.kill()
         site.wait()

@@ -4,6 +4,10 @@ Page ``/p/<i>`` links to its ten children ``10i+1 .. 10i+10`` (those below N) an
 the rest of its ten links with deterministic pages already reachable, so a crawl from
 ``/p/0`` reaches every page and sees each about ten times. Run it in its own process:
 ``python bench/crawl_site.py --pages 20000 --port 8765``; it prints ``ready <port>``.
+
+``--docs DIR`` serves a directory of real HTML instead (the bench's second site: Debian's
+python3-doc, ``/usr/share/doc/python3*/html``), files as they are (aiohttp's static
+handler, which sends a ``page.html.gz`` beside a missing ``page.html`` gzipped).
 """
 
 from __future__ import annotations
@@ -49,8 +53,14 @@ def make_app(pages: int) -> web.Application:
     return app
 
 
-async def serve(pages: int, port: int) -> None:
-    runner = web.AppRunner(make_app(pages), access_log=None)
+def docs_app(root: str) -> web.Application:
+    app = web.Application()
+    app.router.add_static("/", root)
+    return app
+
+
+async def serve(pages: int, port: int, docs: str | None = None) -> None:
+    runner = web.AppRunner(docs_app(docs) if docs else make_app(pages), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port, backlog=1024)
     await site.start()
@@ -63,6 +73,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pages", type=int, default=20000)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--docs", help="serve this directory of HTML instead")
     args = parser.parse_args()
     try:
         import uvloop  # type: ignore[import-not-found]
@@ -70,7 +81,7 @@ def main() -> None:
     except ImportError:
         pass
     try:
-        asyncio.run(serve(args.pages, args.port))
+        asyncio.run(serve(args.pages, args.port, args.docs))
     except KeyboardInterrupt:
         sys.exit(0)
 

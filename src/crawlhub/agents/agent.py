@@ -226,6 +226,7 @@ class Agent:
         render: bool = False,
         render_config: RenderConfig | None = None,
         revalidate: Any | None = None,
+        max_pages: int | None = None,
     ) -> None:
         if not queues:
             raise ValueError("an agent needs at least one queue to lease from")
@@ -291,6 +292,12 @@ class Agent:
         self._own_browser = False
         self.render = render
         self.render_config = render_config
+        #: fetches this run may start (``crawlhub crawl --max-pages``): once they are
+        #: done the run ends as on exit, what is still queued waits for the next run
+        self.max_pages = max_pages
+        self._taken = 0
+        #: the run ended because ``max_pages`` were fetched
+        self.limited = False
 
     # ------------------------------------------------------------------ running
     async def run(self, stop: asyncio.Event | None = None,
@@ -405,12 +412,22 @@ class Agent:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            if self.max_pages is not None and self._taken >= self.max_pages:
+                # the budget is spent: a fetch in flight may still give one back (robots)
+                if not self._inflight:
+                    self.limited = self.exited = True
+                    running.clear()
+                await asyncio.sleep(IDLE_POLL)
+                continue
             name, message = ready.popleft()
             self._inflight += 1
+            self._taken += 1
             try:
                 page = await self._do(name, message)
             finally:
                 self._inflight -= 1
+            if page.refusal is not None or page.fetched.outcome == ROBOTS_DISALLOWED:
+                self._taken -= 1  # not fetched: no page of the budget
             if not self.keep_body:
                 page.fetched.body = b""
             self._outbox.append(page)
@@ -504,7 +521,8 @@ class Agent:
             try:
                 extracted = rules.extract(fetched.body, fetched.final_url,
                                                depth=int(task.get("depth") or 0),
-                                               content_type=fetched.content_type)
+                                               content_type=fetched.content_type,
+                                               headers=fetched.headers)
             except ParseError as exc:
                 fetched.outcome, fetched.error = PARSE_ERROR, str(exc)
                 code = self.codes.code(PARSE_ERROR, fetched.status)

@@ -31,7 +31,7 @@ from urllib.parse import urljoin
 import orjson
 from lxml import etree
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from w3lib.encoding import html_to_unicode, http_content_type_encoding
+from w3lib.encoding import html_body_declared_encoding, http_content_type_encoding
 
 from crawlhub.agents.browser import RenderWait
 from crawlhub.agents.codes import config_error
@@ -275,12 +275,25 @@ class FieldRule(BaseModel):
         return self
 
 
+#: Link paths ending in these are not followed (Scrapy's ``IGNORED_EXTENSIONS``, less
+#: the ones that are pages): images, audio, video, office files, archives, binaries.
+SKIP_EXTENSIONS = (
+    "7z", "7zip", "apk", "avi", "bin", "bmp", "bz2", "cdr", "css", "deb", "dmg", "doc",
+    "docx", "drw", "dxf", "eps", "exe", "flv", "gif", "gz", "ico", "img", "iso", "jar",
+    "jpeg", "jpg", "js", "m4a", "m4v", "mkv", "mov", "mp3", "mp4", "mpeg", "mpg", "msi",
+    "odg", "odp", "ods", "odt", "ogg", "pdf", "png", "ppt", "pptx", "ps", "psd", "rar",
+    "rm", "rpm", "svg", "swf", "tar", "tgz", "tif", "tiff", "wav", "webm", "webp", "wma",
+    "wmv", "woff", "woff2", "xls", "xlsx", "xz", "zip",
+)
+
+
 class LinkRules(BaseModel):
     """Config key ``extract.links``: ``follow`` turns link extraction on; ``same_domain``
     keeps links to the page's own host (and port); ``allow`` / ``deny`` are regexes searched
     in the absolute URL (a link must match one ``allow`` if any are given, and no ``deny``);
     no links are taken from a page at ``max_depth`` (seeds are depth 0); at most
-    ``max_links`` per page (``null``: no cap)."""
+    ``max_links`` per page (``null``: no cap); links whose path ends in one of
+    ``skip_extensions`` (lower case, no dot) are not followed: binaries are not fetched."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -290,6 +303,7 @@ class LinkRules(BaseModel):
     deny: list[str] = []
     max_depth: int | None = Field(default=None, ge=0)
     max_links: int | None = Field(default=10_000, ge=1)
+    skip_extensions: list[str] = list(SKIP_EXTENSIONS)
 
     @field_validator("allow", "deny")
     @classmethod
@@ -302,8 +316,29 @@ class LinkRules(BaseModel):
         return value
 
 
+class PageSignals(BaseModel):
+    """Config key ``extract.page``: which of the page's own signals are honoured.
+
+    ``canonical``: a ``<link rel=canonical>`` on the page's own host is its key hint
+    (``Extracted.canonical``: the crawl writes the item under that URL, so copies of one
+    page make one item); ``meta_robots``: ``<meta name=robots>`` and ``X-Robots-Tag``
+    ``noindex`` (no item) and ``nofollow`` (no links; ``none`` is both); ``refresh``:
+    ``<meta http-equiv=refresh content="0; url=...">`` is followed as a link. The page's
+    ``<base href>`` is always honoured. ``types``: the Content-Types parsed as HTML (so is
+    a body without one); other text (JSON, XML, plain text) gets its regex and
+    JSON fields only, and a binary body (image, PDF, archive...) is not parsed at all."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    canonical: bool = True
+    meta_robots: bool = True
+    refresh: bool = True
+    types: list[str] = ["text/html", "application/xhtml+xml"]
+
+
 class ExtractionConfig(BaseModel):
-    """Config key ``extract``: ``fields`` (name -> FieldRule) and ``links`` (LinkRules)."""
+    """Config key ``extract``: ``fields`` (name -> FieldRule), ``links`` (LinkRules) and
+    ``page`` (PageSignals)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -312,6 +347,7 @@ class ExtractionConfig(BaseModel):
     #: render the pages of these rules in the browser: true, or how to wait for them
     #: (``{wait_until, wait_for}``); null leaves it to the task and the agent
     render: bool | RenderWait | None = None
+    page: PageSignals = PageSignals()
 
 
 # --- running ----------------------------------------------------------------------------
@@ -320,21 +356,43 @@ _A_HREF = re.compile(r"""<a\s[^>]*?\bhref\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+)
 _BASE_HREF = re.compile(r"""<base\s[^>]*?\bhref\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))""", re.I)
 _COMMENT = re.compile(r"<!--.*?(?:-->|$)", re.S)
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title", re.I | re.S)
+#: ``<meta ...>`` and ``<link ...>`` tags of the head, then their attributes
+_HEAD_TAG = re.compile(r"<(meta|link)\s([^>]*)>", re.I)
+_ATTR = re.compile(r"""([a-zA-Z_:-]+)\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))""")
+_REFRESH_URL = re.compile(r"""^\s*[\d.]*\s*[;,]?\s*(?:url\s*=\s*)?["']?([^"']*)""", re.I)
+#: the head's end, or this many characters when it has no ``</head>``
+_HEAD_MAX = 65_536
 
 
 @dataclass(slots=True)
 class Extracted:
     """What travels back from a page: ``fields`` (name -> value), absolute ``links`` (in
-    page order, unique, fragments dropped) and the page ``title`` (``None`` if it has none)."""
+    page order, unique, fragments dropped) and the page ``title`` (``None`` if it has none).
+    The page's own signals: ``canonical`` (its ``<link rel=canonical>`` on its own host,
+    when it names another URL), ``noindex`` (``<meta name=robots>`` or ``X-Robots-Tag``
+    asks for no index: the crawl writes no item) and ``parsed`` (False: not HTML - a
+    binary or another text type, whose title and links were not looked for)."""
 
     fields: dict[str, Any] = field(default_factory=dict)
     links: list[str] = field(default_factory=list)
     title: str | None = None
+    canonical: str | None = None
+    noindex: bool = False
+    parsed: bool = True
+
+
+_BOMS = ((b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
 
 
 def decode_body(body: bytes, content_type: str = "") -> str:
-    """The body as text: the charset the Content-Type names, else UTF-8, else what the page
-    declares or looks like (w3lib); undecodable bytes become U+FFFD, never an error."""
+    """The body as text, its encoding from, in turn: a byte-order mark, the charset the
+    Content-Type names, the page's ``<meta charset>`` (or ``http-equiv``, in its first
+    4 KB), UTF-8 if the bytes are valid UTF-8, else charset-normalizer's guess (e.g. an
+    undeclared GB18030, Shift_JIS or Windows-1251 page). Undecodable bytes become U+FFFD,
+    never an error. Cost on a declared UTF-8 page: a few ``startswith`` and one decode."""
+    for bom, name in _BOMS:
+        if body.startswith(bom):
+            return body[len(bom):].decode(name, errors="replace")
     if "charset" in content_type:
         encoding = http_content_type_encoding(content_type)
         if encoding:
@@ -342,10 +400,67 @@ def decode_body(body: bytes, content_type: str = "") -> str:
                 return body.decode(encoding, errors="replace")
             except LookupError:
                 pass
+    declared = html_body_declared_encoding(body)
+    if declared:
+        try:
+            return body.decode(declared, errors="replace")
+        except LookupError:
+            pass
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError:
-        return html_to_unicode(content_type or None, body)[1]
+        pass
+    from charset_normalizer import from_bytes
+
+    guess = from_bytes(body[:65_536]).best()
+    if guess is not None:
+        try:
+            return body.decode(guess.encoding, errors="replace")
+        except LookupError:
+            pass
+    return body.decode("utf-8", errors="replace")
+
+
+_TEXT_TYPES = ("text/", "application/json", "application/xml", "application/javascript",
+               "application/ld+json")
+
+
+def _kind(content_type: str, html_types: frozenset[str]) -> str:
+    """``html``, ``text`` (regex / JSON fields only) or ``binary`` (nothing parsed)."""
+    mime = content_type.split(";", 1)[0].strip().lower()
+    if not mime:  # no Content-Type: read as HTML (as browsers mostly do)
+        return "html"
+    if mime in html_types:
+        return "html"
+    if mime.startswith(_TEXT_TYPES) or mime.endswith(("+xml", "+json")):
+        return "text"
+    return "binary"
+
+
+def _attrs(text: str) -> dict[str, str]:
+    return {m.group(1).lower(): html.unescape(m.group(2) if m.group(2) is not None else
+                                              m.group(3) if m.group(3) is not None else
+                                              m.group(4))
+            for m in _ATTR.finditer(text)}
+
+
+def robots_directives(value: str) -> set[str]:
+    """``noindex`` / ``nofollow`` of a ``<meta name=robots>`` content or an
+    ``X-Robots-Tag`` value (``none`` is both). Directives scoped to a named bot
+    (``googlebot: noindex``) are left out: they are not addressed to crawlhub."""
+    out: set[str] = set()
+    for part in value.lower().split(","):
+        part = part.strip()
+        if ":" in part:
+            bot, _, part = part.partition(":")
+            if bot.strip() not in ("crawlhub", "*"):
+                continue
+            part = part.strip()
+        if part == "none":
+            out.update(("noindex", "nofollow"))
+        elif part in ("noindex", "nofollow"):
+            out.add(part)
+    return out
 
 
 class ExtractionRules:
@@ -378,6 +493,12 @@ class ExtractionRules:
         self._max_depth = links.max_depth
         self._max_links = links.max_links
         self.render = config.render
+        self._skip_ext = frozenset(e.lower().lstrip(".") for e in links.skip_extensions)
+        page = config.page
+        self._canonical = page.canonical
+        self._meta_robots = page.meta_robots
+        self._refresh = page.refresh
+        self._html_types = frozenset(t.lower() for t in page.types)
 
     @classmethod
     def from_config(
@@ -391,22 +512,43 @@ class ExtractionRules:
             raise config_error(exc, file=file, prefix=key) from None
 
     def extract(
-        self, body: bytes, url: str, *, depth: int = 0, content_type: str = ""
+        self, body: bytes, url: str, *, depth: int = 0, content_type: str = "",
+        headers: Mapping[str, str] | None = None,
     ) -> Extracted:
-        """Fields, links and title of one page. ``url`` is the final URL (after redirects)
-        that relative links resolve against; ``depth`` is the task's depth (links are not
-        taken at ``max_depth``). Raises ``ParseError`` when a JSON field meets a body that
-        is not JSON or the HTML cannot be parsed at all."""
-        text = decode_body(body, content_type)
+        """Fields, links, title and the page's own signals of one page. ``url`` is the
+        final URL (after redirects) that relative links resolve against; ``depth`` is the
+        task's depth (links are not taken at ``max_depth``); ``headers`` the response's
+        (``X-Robots-Tag``). A body whose Content-Type is not text is not parsed
+        (``parsed`` False); text that is not HTML gets its regex and JSON fields, no
+        title or links. Raises ``ParseError`` when a JSON field meets a body that is not
+        JSON or the HTML cannot be parsed at all."""
         out = Extracted()
-        title_match = _TITLE.search(text)
-        if title_match is not None:
-            title = title_match.group(1)
-            if "&" in title:
-                title = html.unescape(title)
-            if "\x00" in title:
-                title = title.replace("\x00", "")
-            out.title = " ".join(title.split())
+        kind = _kind(content_type, self._html_types)
+        if kind == "binary":
+            out.parsed = False
+            return out
+        text = decode_body(body, content_type)
+        nofollow = False
+        refresh: str | None = None
+        if kind == "html":
+            title_match = _TITLE.search(text)
+            if title_match is not None:
+                title = title_match.group(1)
+                if "&" in title:
+                    title = html.unescape(title)
+                if "\x00" in title:
+                    title = title.replace("\x00", "")
+                out.title = " ".join(title.split())
+            if self._canonical or self._meta_robots or self._refresh:
+                refresh, nofollow = self._head(text, url, out)
+        else:
+            out.parsed = False
+        if self._meta_robots and headers:
+            tag = headers.get("X-Robots-Tag")
+            if tag:
+                said = robots_directives(tag)
+                out.noindex = out.noindex or "noindex" in said
+                nofollow = nofollow or "nofollow" in said
         fields = out.fields
         if self._tree_fields:
             root = self._root(text, url)
@@ -428,9 +570,75 @@ class ExtractionRules:
             for name, steps, every in self._json_fields:
                 found = _walk(doc, steps)
                 fields[name] = found if every else (found[0] if found else None)
-        if self.follow:
+        if self.follow and kind == "html" and not nofollow:
             out.links = self.links(text, url, depth)
+            if refresh is not None and (self._max_depth is None or depth < self._max_depth) \
+                    and self.admits(refresh, url) and refresh not in out.links:
+                out.links.insert(0, refresh)
         return out
+
+    def _head(self, text: str, url: str, out: Extracted) -> tuple[str | None, bool]:
+        """Read the head's ``<link rel=canonical>``, ``<meta name=robots>``, ``<meta
+        http-equiv=refresh>`` and ``<base href>`` into ``out``; the refresh target (an
+        absolute URL) and whether the page says ``nofollow``. One regex scan of the head."""
+        end = text.find("</head>")
+        if end < 0:
+            end = text.find("</HEAD>")
+        if end < 0:
+            end = _HEAD_MAX
+        head = text[:end]
+        refresh_to: str | None = None
+        canonical: str | None = None
+        nofollow = False
+        base = url
+        for m in _HEAD_TAG.finditer(head):
+            inner = m.group(2)
+            low = inner.lower()
+            if m.group(1).lower() == "link":
+                if self._canonical and "canonical" in low:
+                    attrs = _attrs(inner)
+                    if "canonical" in attrs.get("rel", "").lower().split() and attrs.get("href"):
+                        canonical = attrs["href"].strip()
+            elif self._meta_robots and "robots" in low:
+                attrs = _attrs(inner)
+                if attrs.get("name", "").lower() in ("robots", "crawlhub"):
+                    said = robots_directives(attrs.get("content", ""))
+                    out.noindex = out.noindex or "noindex" in said
+                    nofollow = nofollow or "nofollow" in said
+            elif self._refresh and "refresh" in low:
+                attrs = _attrs(inner)
+                if attrs.get("http-equiv", "").lower() == "refresh":
+                    found = _REFRESH_URL.match(attrs.get("content", ""))
+                    if found is not None and found.group(1).strip():
+                        refresh_to = found.group(1).strip()
+        if (canonical or refresh_to) and ("<base" in head or "<BASE" in head):
+            found_base = _BASE_HREF.search(head)
+            if found_base is not None:
+                href = found_base.group(1) or found_base.group(2) or found_base.group(3)
+                base = urljoin(url, html.unescape(href.strip()))
+        if canonical:
+            target = urljoin(base, canonical).split("#", 1)[0]
+            if target != url and _same_host(target, url):
+                out.canonical = target
+        refresh: str | None = None
+        if refresh_to:
+            target = urljoin(base, refresh_to).split("#", 1)[0]
+            if target.startswith(("http://", "https://")) and target != url:
+                refresh = target
+        return refresh, nofollow
+
+    def admits(self, link: str, page_url: str | None = None) -> bool:
+        """Whether the link rules take the absolute URL ``link`` (found on ``page_url``,
+        when given: the same-domain rule then applies): include / exclude patterns and
+        skipped extensions. A sitemap's URLs go through it."""
+        if page_url is not None and self._same_domain and not _same_host(link, page_url,
+                                                                         port=True):
+            return False
+        if self._skip_ext and _extension(link) in self._skip_ext:
+            return False
+        if self._allow and not any(search(link) for search in self._allow):
+            return False
+        return not (self._deny and any(search(link) for search in self._deny))
 
     @staticmethod
     def _root(text: str, url: str) -> Any:
@@ -463,11 +671,19 @@ class ExtractionRules:
         host_end = _host_end(base, scheme_end + 3)
         origin = base[:host_end]
         host = base[scheme_end + 3:host_end].lower()
+        # the base's directory, for the relative paths resolved without urljoin
+        path_end = len(base)
+        for ch in "?#":
+            i = base.find(ch, host_end)
+            if 0 <= i < path_end:
+                path_end = i
+        base_dir = base[:base.rfind("/", host_end, path_end) + 1] or origin + "/"
         same = self._same_domain
         allow = self._allow
         deny = self._deny
         found: dict[str, None] = {}
         cap = self._max_links
+        skip = self._skip_ext
         for m in _A_HREF.finditer(text):
             href = m.group(1) or m.group(2) or m.group(3)
             if not href:
@@ -485,6 +701,8 @@ class ExtractionRules:
                     link = f"{scheme}:{href}"
                 else:
                     link = origin + href
+                    if skip and _extension(link) in skip:
+                        continue
                     if not (allow or deny):
                         found[link] = None
                         if cap is not None and len(found) >= cap:
@@ -500,11 +718,24 @@ class ExtractionRules:
                         continue  # mailto:, javascript:, tel:, data:, ftp:...
                     link = scheme_of + href[len(head):]
                 else:
-                    link = urljoin(base, href)
+                    relative = _relative(base_dir, len(origin), href)
+                    if relative is None:
+                        link = urljoin(base, href)
+                    else:  # on the base's own host, as a root-relative link
+                        if skip and _extension(relative) in skip:
+                            continue
+                        if not (allow or deny):
+                            found[relative] = None
+                            if cap is not None and len(found) >= cap:
+                                break
+                            continue
+                        link = relative
             if same:
                 start = link.find("://") + 3
                 if link[start:_host_end(link, start)].lower() != host:
                     continue
+            if skip and _extension(link) in skip:
+                continue
             if allow and not any(search(link) for search in allow):
                 continue
             if deny and any(search(link) for search in deny):
@@ -611,6 +842,54 @@ def _host_end(url: str, start: int) -> int:
     return end
 
 
+def _relative(base_dir: str, root: int, href: str) -> str | None:
+    """``href`` (a relative path: no scheme, not ``/``-rooted) resolved against the
+    directory ``base_dir`` (absolute, ending in ``/``; its path starts at ``root``), or
+    None for what only ``urljoin`` gets right (a query or ``.`` segment of its own).
+    Sphinx-style ``page.html`` / ``../dir/page.html`` links are ~10x cheaper so."""
+    if href[0] == "?" or href[0] == ".":
+        up = 0
+        while href.startswith("../"):
+            href = href[3:]
+            up += 1
+        if href.startswith(("./", "?", ".")) or not up:
+            return None
+        for _ in range(up):
+            cut = base_dir.rfind("/", root, len(base_dir) - 1)
+            if cut < root:
+                break
+            base_dir = base_dir[:cut + 1]
+    if "/." in href or not href:
+        return None
+    return base_dir + href
+
+
+def _extension(url: str) -> str:
+    """The lower-case extension of ``url``'s last path segment ("" when it has none;
+    ``url`` has no fragment)."""
+    q = url.find("?")
+    path = url if q < 0 else url[:q]
+    dot = path.rfind(".")
+    if dot < 0 or path.find("/", dot) >= 0:
+        return ""
+    return path[dot + 1:].lower()
+
+
+def _same_host(a: str, b: str, *, port: bool = False) -> bool:
+    """Whether two absolute http(s) URLs are on one host (and port, with ``port``)."""
+    if not a.startswith(("http://", "https://")):
+        return False
+    sa, sb = a.find("://") + 3, b.find("://") + 3
+    ha, hb = a[sa:_host_end(a, sa)].lower(), b[sb:_host_end(b, sb)].lower()
+    if port:
+        return ha == hb
+    return _no_port(ha) == _no_port(hb)
+
+
+def _no_port(host: str) -> str:
+    return host if host.endswith("]") else host.rsplit(":", 1)[0]
+
+
 def _to_text(value: Any) -> Any:
     if isinstance(value, str):
         return value
@@ -627,8 +906,10 @@ __all__ = [
     "ExtractionRules",
     "FieldRule",
     "LinkRules",
+    "PageSignals",
     "ParseError",
     "RuleSets",
     "compile_json_path",
     "decode_body",
+    "robots_directives",
 ]

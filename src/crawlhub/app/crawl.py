@@ -33,6 +33,7 @@ from crawlhub.agents.codes import CONNECTION_ERROR, ROBOTS_DISALLOWED, ResultCod
 from crawlhub.agents.downloader import Downloader, DownloaderConfig
 from crawlhub.agents.extract import ExtractionRules
 from crawlhub.agents.politeness.robots import Refusal
+from crawlhub.agents.sitemaps import SitemapReport
 from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.core.errors import CrawlhubError
 from crawlhub.core.keys import DEFAULT_PREFIX
@@ -132,6 +133,15 @@ class CrawlOptions:
     center_prefix: str = DEFAULT_PREFIX
     #: seconds to wait for the center's allocation
     allocate_timeout: float = 10.0
+    #: seed from the sites' sitemaps too (robots.txt ``Sitemap:`` lines, else
+    #: ``/sitemap.xml``; a start URL that is a sitemap is read, not fetched as a page);
+    #: ``sitemaps_only``: crawl just the sitemaps' URLs (no start page, no links followed)
+    sitemaps: bool = False
+    sitemaps_only: bool = False
+    #: pages this run fetches at most (then it stops as on exit: the same command resumes)
+    max_pages: int | None = None
+    #: a page's ``<link rel=canonical>`` (same host) is the URL its item is written under
+    canonical: bool = True
     #: pause / continue / exit (anything with ``state``, e.g. ``crawlhub.sdk.Manual()``);
     #: None: the runner's control file when a runner started this process
     #: (``crawlhub.sdk.control()``), else none
@@ -168,6 +178,12 @@ class CrawlProgress:
     not_modified: int = 0
     #: the run's control said exit: stopped after flushing what was in flight (resumable)
     exited: bool = False
+    #: pages fetched whose ``<meta name=robots>`` / ``X-Robots-Tag`` said noindex (no item)
+    noindex: int = 0
+    #: the run stopped at ``max_pages``
+    limited: bool = False
+    #: what reading the sitemaps came to (None: not asked, or read by an earlier run)
+    sitemaps: SitemapReport | None = None
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -218,6 +234,8 @@ class Crawl:
         extract = dict(opts.extract or {})
         links = dict(extract.get("links") or {})
         links.setdefault("follow", opts.follow)
+        if opts.sitemaps_only:
+            links["follow"] = False
         if opts.allow:
             links["allow"] = list(links.get("allow") or []) + opts.allow
         if opts.deny:
@@ -225,6 +243,8 @@ class Crawl:
         if opts.depth is not None:
             links["max_depth"] = opts.depth
         extract["links"] = links
+        if not opts.canonical:
+            extract["page"] = {**dict(extract.get("page") or {}), "canonical": False}
         self.extract = extract
         self.rules = ExtractionRules.from_config(extract)
         self.codes = ResultCodes()
@@ -296,7 +316,14 @@ class Crawl:
 
             revalidate = None if opts.center is not None else Revalidation(
                 services.frontiers[QUEUE], skip_unchanged=not opts.emit_unchanged)
-            await hub.submit([{"url": u, "depth": 0} for u in opts.urls], wait=True)
+            starts = opts.urls
+            if opts.sitemaps or opts.sitemaps_only:
+                await self._seed_sitemaps(hub)
+                from crawlhub.agents.sitemaps import looks_like_sitemap
+
+                starts = [] if opts.sitemaps_only else [
+                    u for u in opts.urls if not looks_like_sitemap(u)]
+            await hub.submit([{"url": u, "depth": 0} for u in starts], wait=True)
             control = opts.control
             if control is None and sdk.under_runner():
                 control = sdk.control()
@@ -306,7 +333,7 @@ class Crawl:
                           robots=gate if opts.robots else None,
                           skip=None if recrawling else self._written,
                           control=control, browser=browser, render=opts.render,
-                          revalidate=revalidate)
+                          revalidate=revalidate, max_pages=opts.max_pages)
             self.agent = agent
 
             async def idle() -> bool:
@@ -326,7 +353,8 @@ class Crawl:
             if fatal is not None:
                 await agent.drain()
                 raise fatal
-            self.progress.exited = agent.exited
+            self.progress.limited = agent.limited
+            self.progress.exited = agent.exited and not agent.limited
             if recrawling and not agent.exited:
                 self._recrawl_done()
             if not agent.exited:
@@ -345,6 +373,32 @@ class Crawl:
             await self.sink.close()
             await services.close()
             lock.close()
+
+    async def _seed_sitemaps(self, hub: Any) -> None:
+        """Submit the URLs of the start URLs' sitemaps, a batch at a time as they are
+        read (each task carrying its ``lastmod``, epoch seconds, when the sitemap gives
+        one). Done once per data dir: a resumed crawl's frontier has them already."""
+        from crawlhub.agents.sitemaps import http_chunks, read_sitemaps, sources
+
+        done = self.opts.data_dir / "sitemaps.done"
+        if done.exists():
+            return
+        opts = self.opts
+        user_agent = self._downloader_config().user_agent
+        report = self.progress.sitemaps = SitemapReport()
+        found = await sources(opts.urls, user_agent)
+        async for batch in read_sitemaps(found, fetch=http_chunks(user_agent,
+                                                                  timeout=opts.timeout),
+                                         sites=opts.urls, admit=self.rules.admits,
+                                         report=report):
+            tasks: list[dict[str, Any]] = []
+            for entry in batch:
+                task: dict[str, Any] = {"url": entry.url, "depth": 0}
+                if entry.lastmod is not None:
+                    task["lastmod"] = entry.lastmod
+                tasks.append(task)
+            await hub.submit(tasks, wait=True)
+        done.write_text(f"{report.urls} URLs from {report.sitemaps} sitemaps\n")
 
     def _sink(self, services: Services) -> Any:
         """The --out JSON lines file (its index says what is written: a resumed crawl
@@ -539,10 +593,18 @@ class Crawl:
             depth = int(page.task.get("depth") or 0) + 1
             for link in extracted.links:
                 links.setdefault(link, depth)
+            if extracted.noindex:
+                progress.noindex += 1
+                continue
             item: dict[str, Any] = {"url": page.task.get("url"), "status": fetched.status,
                                     "title": extracted.title}
             if fetched.final_url != item["url"]:
                 item["final_url"] = fetched.final_url
+            canonical = extracted.canonical
+            if canonical is not None and canonical != item["url"]:
+                # the page's own key hint: its copies make one item (the sink is keyed
+                # by url), and the canonical URL, once written, is not fetched again
+                item["fetched_url"], item["url"] = item["url"], canonical
             item.update(extracted.fields)
             items.append(item)
         if links:

@@ -459,7 +459,8 @@ class CenterWorker:
                     rules = entry.rules.for_task(h["extract"])
                 got = rules.extract(fetched.body, fetched.final_url,
                                     depth=int(h.get("depth") or 0),
-                                    content_type=fetched.content_type)
+                                    content_type=fetched.content_type,
+                                    headers=fetched.headers)
                 header.update(fields=got.fields, links=got.links, title=got.title)
             except (ParseError, ConfigError) as exc:
                 header.update(outcome="parse_error", error=str(exc))

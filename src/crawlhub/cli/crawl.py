@@ -25,12 +25,29 @@ def crawl_command(
     urls: Annotated[list[str], typer.Argument(help="Start URLs (http or https).")],
     follow: Annotated[bool, typer.Option("--follow", help="Follow the links found.")] = False,
     allow: Annotated[list[str] | None, typer.Option(
-        "--allow", help="Follow only links matching this regex (repeatable).")] = None,
+        "--allow", "--include",
+        help="Follow only links matching this regex (repeatable).")] = None,
     deny: Annotated[list[str] | None, typer.Option(
-        "--deny", help="Never follow links matching this regex (repeatable).")] = None,
-    depth: Annotated[int | None, typer.Option(
-        min=0, help="Take no links from pages this many links away from a start URL.")
+        "--deny", "--exclude", help="Never follow links matching this regex (repeatable).")
     ] = None,
+    depth: Annotated[int | None, typer.Option(
+        "--depth", "--max-depth", min=0,
+        help="Take no links from pages this many links away from a start URL.")
+    ] = None,
+    max_pages: Annotated[int | None, typer.Option(
+        min=1, help="Fetch at most this many pages in this run, then stop (the same"
+                    " command continues with as many more).")] = None,
+    sitemaps: Annotated[bool, typer.Option(
+        "--sitemaps", help="Also seed from the sites' sitemaps: robots.txt's Sitemap:"
+                           " lines, else /sitemap.xml (indexes and .xml.gz followed); a"
+                           " start URL may name a sitemap itself.")] = False,
+    sitemaps_only: Annotated[bool, typer.Option(
+        "--sitemaps-only", help="Crawl just the sitemaps' URLs: no start page, no links"
+                                " followed.")] = False,
+    canonical: Annotated[bool, typer.Option(
+        "--canonical/--no-canonical",
+        help="Write a page under its <link rel=canonical> URL (same host), so its copies"
+             " make one item.")] = True,
     concurrency: Annotated[int, typer.Option(min=1, help="Requests at once.")] = 64,
     per_domain: Annotated[int, typer.Option(
         min=0, help="Requests at once per domain (0: no limit of its own).")] = 0,
@@ -122,7 +139,9 @@ def crawl_command(
                             user_agent=user_agent, center=center, strategy=strategy,
                             agents=agents, center_prefix=center_prefix, render=render,
                             render_concurrency=render_concurrency, wait_until=wait_until,
-                            wait_for=wait_for)
+                            wait_for=wait_for, sitemaps=sitemaps,
+                            sitemaps_only=sitemaps_only, max_pages=max_pages,
+                            canonical=canonical)
         if render and center is not None:
             raise ConfigError("--render with --center: the center's agents download; render"
                               " on one host without --center", key="render")
@@ -178,6 +197,11 @@ def crawl_command(
         # (a crawl whose only start URL is out of reach has nothing else to say)
         err.print(summary(progress, crawl.sink_name, data_dir), highlight=False,
                   markup=False, soft_wrap=True)
+    if progress.limited:
+        err.print(f"stopped at --max-pages {max_pages:,}; the same command with the same"
+                  " --data-dir fetches as many more", highlight=False)
+    if sitemaps_only and progress.sitemaps is not None and not progress.sitemaps.urls:
+        raise typer.Exit(1)
     if progress.exited:
         err.print("stopped on request (exit) after the pages in flight were written; the"
                   " same command with the same --data-dir resumes", highlight=False)
@@ -204,7 +228,18 @@ def summary(progress: Any, sink_name: str, data_dir: Path) -> str:
         text += (f", {progress.robots_unavailable:,} not fetched because robots.txt could"
                  f" not be had ({why}{f'; {more} more sites' if more > 0 else ''}: RFC 9309"
                  " disallows everything then)")
-    return text + f", {progress.skipped:,} already written (data: {data_dir})"
+    if getattr(progress, "noindex", 0):
+        text += f", {progress.noindex:,} noindex (no item)"
+    text += f", {progress.skipped:,} already written (data: {data_dir})"
+    maps = getattr(progress, "sitemaps", None)
+    if maps is not None:
+        text += (f"; sitemaps: {maps.urls:,} URLs from {maps.sitemaps:,} sitemaps"
+                 f" ({maps.left_out:,} left out: another site's or excluded)")
+        if maps.failures:
+            first = "; ".join(f"{u}: {why}" for u, why in list(maps.failures.items())[:3])
+            more = len(maps.failures) - 3
+            text += f", {len(maps.failures):,} unreadable ({first}{f'; {more} more' if more > 0 else ''})"
+    return text
 
 
 def _unavailable(refusal: Any) -> str:
