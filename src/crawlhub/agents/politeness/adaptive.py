@@ -5,7 +5,9 @@ Like Scrapy's AutoThrottle with a target concurrency, but on the limit as well a
 delay (a congestion window, as TCP and Netflix's concurrency-limits do):
 
 - the limit starts at ``start``, doubles every round trip while the server keeps up (slow
-  start, left at the first answer slower than the tolerance), then grows by one a round trip (additive increase), never past the target
+  start, left without a cut at the first answer halfway from the baseline to the tolerance,
+  with a cut at one slower than the tolerance), then grows by one a round trip (additive
+  increase), never past the target
   (``DomainRules.concurrency``);
 - a response slower than ``tolerance`` times the domain's baseline latency (the server is
   queueing) cuts the limit by a fifth; an overload (429, 502, 503, 504, a timeout or a
@@ -28,7 +30,7 @@ LATENCY_WEIGHT = 0.3
 #: Weight of a new outcome in the moving error rate.
 ERROR_WEIGHT = 0.1
 #: How fast the baseline latency follows a slower server upwards (per response).
-BASE_DRIFT = 0.01
+BASE_DRIFT = 0.002
 #: Factors a cut multiplies the limit by: on overload, on latency alone.
 OVERLOAD_CUT = 0.5
 SLOW_CUT = 0.8
@@ -82,6 +84,11 @@ def feedback_of(status: int | None, latency: float | None, failed: bool = False
     return Feedback(latency, overloaded)
 
 
+def tolerance_above(tolerance: float) -> float:
+    """Where slow start ends, as a multiple of the baseline: halfway to ``tolerance``."""
+    return 1.0 + (tolerance - 1.0) / 2.0
+
+
 def step(state: AdaptiveState | None, fb: Feedback, now: float, *, target: int, start: int,
          tolerance: float, floor: float, max_delay: float) -> AdaptiveState:
     """The domain's state after one answer (``state`` None: the domain's first)."""
@@ -96,8 +103,13 @@ def step(state: AdaptiveState | None, fb: Feedback, now: float, *, target: int, 
             s.base += BASE_DRIFT * (s.latency - s.base)
     s.error_rate += ERROR_WEIGHT * ((1.0 if fb.overloaded else 0.0) - s.error_rate)
     slow = s.base > 0 and s.latency > tolerance * s.base
-    if s.slow_start and fb.latency is not None and fb.latency > tolerance * s.base > 0:
-        slow = True  # doubling each round trip outruns the average: leave on one sample
+    if s.slow_start and fb.latency is not None and s.base > 0:
+        if fb.latency > tolerance * s.base:
+            slow = True  # doubling each round trip outruns the average: leave on one sample
+        elif fb.latency > tolerance_above(tolerance) * s.base:
+            # the server began queueing: stop doubling before the next doubling overshoots
+            # (HyStart's delay increase), no cut - additive increase takes over
+            s.slow_start = 0
     if fb.overloaded or slow:
         if fb.overloaded:
             s.errors += 1

@@ -5,7 +5,7 @@
 -- set is kept. The adaptive step is crawlhub.agents.politeness.adaptive.step, line for
 -- line: change both together.
 local now = tonumber(ARGV[1])
-local LAT_W, ERR_W, DRIFT, OVER_CUT, SLOW_CUT, MIN_DELAY, DECAY = 0.3, 0.1, 0.01, 0.5, 0.8, 0.05, 0.9
+local LAT_W, ERR_W, DRIFT, OVER_CUT, SLOW_CUT, MIN_DELAY, DECAY = 0.3, 0.1, 0.002, 0.5, 0.8, 0.05, 0.9
 local function num(v, d) if v then return tonumber(v) end return d end
 for i = 2, #ARGV, 10 do
   local stem = KEYS[1] .. ARGV[i]
@@ -37,7 +37,10 @@ for i = 2, #ARGV, 10 do
     if over then hit = 1 end
     err = err + ERR_W * (hit - err)
     local slow = base > 0 and lat > tol * base
-    if ss == 1 and sample and base > 0 and sample > tol * base then slow = true end
+    if ss == 1 and sample and base > 0 then
+      if sample > tol * base then slow = true
+      elseif sample > (1 + (tol - 1) / 2) * base then ss = 0 end  -- HyStart: stop doubling
+    end
     if over or slow then
       if over then errors = errors + 1 else ok = ok + 1 end
       if now - cut >= math.max(lat, MIN_DELAY) then
