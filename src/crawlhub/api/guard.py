@@ -128,9 +128,16 @@ class RequestGuard:
             return
         status, message = problem
         client = (scope.get("client") or ("?",))[0]
-        log.warning("refused %s %s from %s: %s", scope["method"], scope["path"][:200], client,
-                    message)
-        await JSONResponse({"detail": message}, status_code=status)(scope, receive, send)
+        log.warning("%s %s %s from %s: %s", self.refused, scope["method"], scope["path"][:200],
+                    client, message)
+        await self.refusal(status, message)(scope, receive, send)
+
+    #: how the log line of a refusal starts
+    refused = "refused"
+
+    def refusal(self, status: int, message: str) -> JSONResponse:
+        """The answer to a refused request (a face with its own error shape overrides it)."""
+        return JSONResponse({"detail": message}, status_code=status)
 
     def problem(self, scope: Scope) -> tuple[int, str] | None:
         host = _header(scope, b"host").decode("latin-1")

@@ -301,19 +301,11 @@ class ScrapydGuard(RequestGuard):
         found = super().problem(scope)
         return None if found is not None and found[0] == 415 else found
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        problem = self.problem(scope)
-        if problem is None:
-            await self.app(scope, receive, send)
-            return
-        code, message = problem
-        log.warning("scrapyd: refused %s %s from %s: %s", scope["method"],
-                    scope["path"][:200], client_of(scope), message)
-        await JSONResponse({"node_name": self.node_name, "status": "error",
-                            "message": message}, status_code=code)(scope, receive, send)
+    refused = "scrapyd: refused"
+
+    def refusal(self, status: int, message: str) -> JSONResponse:
+        return JSONResponse({"node_name": self.node_name, "status": "error",
+                             "message": message}, status_code=status)
 
 
 class ScrapydAuth:
