@@ -65,3 +65,36 @@ def test_a_job_that_opts_out_of_pause_is_refused_by_the_cli(cli: Cli, tmp_path: 
     assert refused.exit_code != 0 and "not pausable" in refused.stderr
     assert cli("jobs", "set", "steady", "--pausable", *where).exit_code == 0
     assert cli("jobs", "pause", "steady", *where).exit_code == 0
+
+
+def test_a_container_job_is_described_by_flags_and_refused_when_wrong(
+        cli: Cli, tmp_path: Path) -> None:
+    """The container flags of ``jobs add`` and ``jobs set`` reach the job's spec, and a
+    bad value is refused naming it (nothing is started: the runtime is not needed)."""
+    where = ["--data-dir", str(tmp_path / "data")]
+    added = cli("jobs", "add", "boxed", "--runtime", "container", "--image",
+                "localhost/crawlhub-base:1", "--cpus", "1.5", "--memory", "256m", "--pids",
+                "64", "--network", "bridge", *where, "--", "python3", "-c", "print(1)")
+    assert added.exit_code == 0, added.stderr
+    [job] = json.loads(cli("jobs", "list", "--json", *where).stdout)
+    spec = job["spec"]
+    assert (spec["runtime"], spec["image"], spec["cpus"], spec["memory"], spec["pids"],
+            spec["network"]) == ("container", "localhost/crawlhub-base:1", 1.5, "256m", 64,
+                                 "bridge")
+    shown = cli("jobs", "show", "boxed", *where)
+    assert "runtime container" in shown.stdout and "memory 256m" in shown.stdout
+
+    assert cli("jobs", "set", "boxed", "--memory", "1g", "--network", "none",
+               *where).exit_code == 0
+    [job] = json.loads(cli("jobs", "list", "--json", *where).stdout)
+    assert (job["spec"]["memory"], job["spec"]["network"]) == ("1g", "none")
+
+    bad_memory = cli("jobs", "add", "x", "--runtime", "container", "--memory", "lots",
+                     *where, "--", "true")
+    assert bad_memory.exit_code != 0 and "memory 'lots'" in bad_memory.stderr
+    bad_network = cli("jobs", "set", "boxed", "--network", "wifi", *where)
+    assert bad_network.exit_code != 0 and "network" in bad_network.stderr
+    bad_runtime = cli("jobs", "add", "y", "--runtime", "vm", *where, "--", "true")
+    assert bad_runtime.exit_code != 0 and "runtime" in bad_runtime.stderr
+    [job] = json.loads(cli("jobs", "list", "--json", *where).stdout)  # still just one
+    assert job["spec"]["memory"] == "1g"

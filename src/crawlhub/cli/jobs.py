@@ -110,18 +110,30 @@ def add_command(name: NameArg,
                 max_instances: Annotated[int, typer.Option(min=1, help="Runs at once (1: no overlap).")] = 1,
                 pausable: Annotated[bool, typer.Option("--pausable/--not-pausable", help="Whether pause may hold its runs (not pausable: pause is refused).")] = True,
                 grace: Annotated[float | None, typer.Option(help="Seconds between SIGTERM and SIGKILL on cancel (default: control.grace; 180 for Scrapy).")] = None,
+                runtime: Annotated[str | None, typer.Option(help="process or container (default: the server's control.runtime).")] = None,
+                image: Annotated[str | None, typer.Option(help="Container runtime: the image to run (default: the project's build image).")] = None,
+                cpus: Annotated[float | None, typer.Option(help="Container runtime: CPUs, e.g. 1.5.")] = None,
+                memory: Annotated[str | None, typer.Option(help="Container runtime: memory, e.g. 256m or 2g (no swap).")] = None,
+                pids: Annotated[int | None, typer.Option(help="Container runtime: most processes at once.")] = None,
+                network: Annotated[str | None, typer.Option(help="Container runtime: none (default), host or bridge.")] = None,
                 config: ConfigOpt = None, data_dir: DataDirOpt = None,
                 sets: SetOpt = None) -> None:
     """Add a job.
 
-    ``crawlhub jobs add news -- python news.py --since 1d``"""
+    ``crawlhub jobs add news -- python news.py --since 1d``; in a container:
+    ``crawlhub jobs add news --runtime container --image localhost/crawlhub-base:1
+    --memory 256m -- python3 news.py``"""
     cfg = get_config(config, data_dir, sets)
     pairs = dict(item.split("=", 1) for item in env or [] if "=" in item)
+    box = {k: v for k, v in {"runtime": runtime, "image": image, "cpus": cpus,
+                             "memory": memory, "pids": pids, "network": network}.items()
+           if v is not None}
     try:
-        spec = JobSpec(name=name, kind=kind, command=command, cron=cron,  # type: ignore[arg-type]
-                       project=project, version=version, env=pairs, notes=notes,
-                       timeout=timeout, max_instances=max_instances, pausable=pausable,
-                       grace=grace)
+        spec = JobSpec.model_validate(
+            {"name": name, "kind": kind, "command": command, "cron": cron,
+             "project": project, "version": version, "env": pairs, "notes": notes,
+             "timeout": timeout, "max_instances": max_instances, "pausable": pausable,
+             "grace": grace, **box})
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     view = _call(cfg, lambda jobs: jobs.create(spec))
@@ -149,6 +161,11 @@ def show_command(name: NameArg, as_json: JsonOpt = False, config: ConfigOpt = No
               f"{escape(' '.join(spec['command'] + spec['args']))}")
     out.print(f"cron {escape(spec['cron'] or '-')}  next {when(data['job']['next_fire'])}"
               f"  desired {data['job']['desired']}  max_instances {spec['max_instances']}")
+    if spec.get("runtime") or spec.get("image"):
+        box = "  ".join(f"{k} {spec[k]}" for k in ("image", "cpus", "memory", "pids", "network")
+                        if spec.get(k) is not None)
+        out.print(f"runtime {spec.get('runtime') or 'control.runtime'}"
+                  + (f"  {escape(box)}" if box else ""))
     q = data["queue"]
     out.print("queue: " + "  ".join(f"{k} {q[k] if q[k] is not None else '-'}"
                                     for k in ("left", "total", "success", "failed", "retried",
@@ -176,13 +193,21 @@ def set_command(name: NameArg,
                 notes: Annotated[str | None, typer.Option(help="Free text shown with the job.")] = None,
                 pausable: Annotated[bool | None, typer.Option("--pausable/--not-pausable", help="Whether pause may hold its runs.")] = None,
                 grace: Annotated[float | None, typer.Option(help="Seconds between SIGTERM and SIGKILL on cancel.")] = None,
+                runtime: Annotated[str | None, typer.Option(help="process or container (default: the server's control.runtime).")] = None,
+                image: Annotated[str | None, typer.Option(help="Container runtime: the image to run (default: the project's build image).")] = None,
+                cpus: Annotated[float | None, typer.Option(help="Container runtime: CPUs, e.g. 1.5.")] = None,
+                memory: Annotated[str | None, typer.Option(help="Container runtime: memory, e.g. 256m or 2g (no swap).")] = None,
+                pids: Annotated[int | None, typer.Option(help="Container runtime: most processes at once.")] = None,
+                network: Annotated[str | None, typer.Option(help="Container runtime: none (default), host or bridge.")] = None,
                 config: ConfigOpt = None, data_dir: DataDirOpt = None,
                 sets: SetOpt = None) -> None:
     """Change some fields of a job."""
     cfg = get_config(config, data_dir, sets)
     changes = {k: v for k, v in {"cron": cron, "enabled": enabled, "notes": notes,
                                  "max_instances": max_instances, "timeout": timeout,
-                                 "pausable": pausable, "grace": grace}.items()
+                                 "pausable": pausable, "grace": grace, "runtime": runtime,
+                                 "image": image, "cpus": cpus, "memory": memory,
+                                 "pids": pids, "network": network}.items()
                if v is not None}
     try:
         patch = JobPatch.model_validate(changes)
