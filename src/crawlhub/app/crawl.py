@@ -51,7 +51,8 @@ FOREVER = "36500d"
 #: The data dir's file of recrawl segments (``--recrawl``): the run's segment, the one
 #: before it and whether the run ended.
 RECRAWL_FILE = "recrawl.json"
-#: Seeds of the last segment read and admitted again at once by a recrawl.
+#: Seeds of the last segment a recrawl reads and revalidates at once (the fast path's
+#: batch: one archive read, one validators read and write, one admission).
 RECRAWL_BATCH = 1000
 #: Links remembered in memory as already sent to the frontier (two generations of this
 #: many): on a typical site each URL is linked ~10 times, and the frontier (canonical key,
@@ -416,7 +417,7 @@ class Crawl:
                            final={s for s in DONT_RETRY if s < 1000},
                            concurrency=self.opts.concurrency, gate=gate, robots=robots,
                            control=control, max_pages=self.opts.max_pages,
-                           progress=self.progress)
+                           progress=self.progress, batch=RECRAWL_BATCH)
         await fast.run(cursor)
         return fast
 
