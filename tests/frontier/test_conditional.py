@@ -305,6 +305,31 @@ async def test_a_recrawl_sigkilled_midway_resumes_and_writes_every_changed_page_
     assert third.pages == 300 and third.not_modified == 300 and third.errors == 0
 
 
+async def test_a_recrawl_stopped_by_its_budget_or_its_control_is_finished_by_the_next_run(
+        tmp_path: Path) -> None:
+    from crawlhub import sdk
+
+    async with ChangingSite(pages=60) as site:
+        await crawl(site, tmp_path)
+        changed = range(0, 60, 6)
+        for n in changed:
+            site.change(n)
+        before = site.full + site.not_modified
+        limited = await crawl(site, tmp_path, recrawl=True, max_pages=15)
+        assert limited.limited and limited.pages == 15
+        assert site.full + site.not_modified - before == 15
+        exit_now = sdk.Manual("exit")  # exit asked before anything is fetched
+        stopped = await crawl(site, tmp_path, recrawl=True, control=exit_now)
+        assert stopped.exited and stopped.pages == 0
+        assert site.full + site.not_modified - before == 15
+        rest = await crawl(site, tmp_path, recrawl=True)
+        # the 15 settled are not asked again: every URL asked once over the three runs
+        assert not rest.exited and rest.pages == 45
+        assert site.full + site.not_modified - before == 60
+        new = [i["title"] for i in items(tmp_path)[60:]]
+    assert sorted(new) == sorted(f"Page {n} v1" for n in changed)
+
+
 async def test_a_malformed_etag_is_never_sent_back(tmp_path: Path) -> None:
     # non-ASCII and a tab (control characters in a header: the unit test below)
     async with ChangingSite(pages=10, validators='"caf\u00e9\tb"') as site:
