@@ -622,22 +622,19 @@ class Crawl:
 
     async def _archived(self, urls: list[str]) -> set[str]:
         """Which of ``urls`` the last segment admitted: the recrawl's fast path
-        revalidates every one of them (one frontier read, no write)."""
-        from crawlhub.frontier.bloom import stable_hash
+        revalidates every one of them (one lookup of the stored keys, no write)."""
         from crawlhub.frontier.seed import Seed
-        from crawlhub.frontier.store import Entry
 
         assert self.services is not None and self._previous is not None
         frontier = self.services.frontiers[QUEUE]
-        entries: list[Entry] = []
+        keys: dict[str, str] = {}
         for url in urls:
             try:
-                key = frontier.keys.key(Seed(url))
+                keys[url] = frontier.keys.key(Seed(url))
             except (CrawlhubError, ValueError):
                 continue  # the hub names what is wrong with it
-            entries.append(Entry(Seed(url), self._previous, key, stable_hash(key), 0.0))
-        found = await frontier.store.duplicates(entries, exact=frontier.config.exact)
-        return {e.seed.url for e, hit in zip(entries, found, strict=True) if hit}
+        found = await frontier.store.stored(self._previous, list(keys.values()))
+        return {url for url, key in keys.items() if key in found}
 
     async def _written(self, messages: Sequence[Message]) -> set[str]:
         written = getattr(self.sink, "written", None)

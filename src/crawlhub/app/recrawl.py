@@ -1,21 +1,24 @@
 """The fast path of ``crawlhub crawl --recrawl``: every URL the last segment archived is
 revalidated straight from the archive, a batch at a time, without hub, queue or ledger.
 
-A batch of ``batch`` archived seeds costs: one archive read, one frontier read (which of
-them this segment admitted already: those are the agent's - start URLs, sitemap URLs,
-retries), one validators read, the conditional GETs (``concurrency`` at once, the next
-batch's starting while this one's last answers come), then, once all of it answered, one
-``on_pages`` call for the changed pages (links, then items), one hub submit for what the
-agent must do (errors to retry, robots refusals), one validators write, and the cursor
-saved. A 304 or an unchanged body costs its request and a share of those writes: no
-task, lease, ack or ledger row. A kill loses nothing: the batch after the saved cursor
-is revalidated again (what it wrote is not written twice: the sink keeps content hashes,
-validators remembered make its pages 304s).
+A batch of ``batch`` archived seeds costs: one archive read, one lookup of the stored
+keys (which of them this segment admitted already: those are the agent's - start URLs,
+sitemap URLs, retries), one validators read, the conditional GETs (``concurrency`` at
+once, the next batch's starting while this one's last answers come), then, once all of
+it answered, one ``on_pages`` call for the changed pages (links, then items), one hub
+submit for what the agent must do (errors to retry, robots refusals), one validators
+write, one admission of the URLs settled into this segment (the next recrawl's archive)
+and the cursor saved. A 304 or an unchanged body costs its request and a share of those
+writes: no task, lease, ack or ledger row. A kill loses nothing: the batches after the
+saved cursor are revalidated again, less what this segment admitted already (what was
+written is not written twice: the sink keeps content hashes, and remembered validators
+make those pages 304s).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -123,6 +126,9 @@ class RecrawlPass:
         finally:
             for task in ahead:
                 task.cancel()
+            for task in ahead:
+                with contextlib.suppress(BaseException):
+                    await task
 
     def _stopped(self) -> bool:
         if self.control is not None and self.control.state == EXIT:
@@ -148,9 +154,10 @@ class RecrawlPass:
             entries.append(entry)
         # admitted in this segment already: the agent has them (start and sitemap URLs,
         # what this pass handed over, or settled whole, before a kill)
-        taken = await frontier.duplicates(entries)
-        for entry, agents in zip(entries, taken, strict=True):
-            if not agents:
+        taken = await frontier.store.stored(self.frontier.current_segment(),
+                                            [e.key for e in entries])
+        for entry in entries:
+            if entry.key not in taken:
                 urls.append(entry.seed.url)
                 keys.append(entry.key)
         await self.revalidate.prepare(urls, keys)
