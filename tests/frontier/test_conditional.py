@@ -56,6 +56,13 @@ class ChangingSite(_Server):
         self.lastmod: dict[int, int] = {}
         self.app.router.add_get("/page/{n}", self.page)
         self.app.router.add_get("/sitemap.xml", self.sitemap)
+        #: paths robots.txt disallows
+        self.disallow: list[str] = []
+        self.app.router.add_get("/robots.txt", self.robots)
+
+    async def robots(self, request: web.Request) -> web.Response:
+        rules = "".join(f"Disallow: {path}\n" for path in self.disallow)
+        return web.Response(text=f"User-agent: *\n{rules}")
 
     async def sitemap(self, request: web.Request) -> web.Response:
         import datetime
@@ -115,8 +122,9 @@ async def site() -> AsyncIterator[ChangingSite]:
 
 
 async def crawl(site: ChangingSite, tmp_path: Path, **kw: Any) -> CrawlProgress:
+    kw.setdefault("robots", False)
     opts = CrawlOptions(urls=[f"{site.url}/page/0"], out=tmp_path / "items.jsonl",
-                        data_dir=tmp_path / "data", follow=True, robots=False, **kw)
+                        data_dir=tmp_path / "data", follow=True, **kw)
     return await asyncio.wait_for(Crawl(opts).run(), 120)  # bounds a hung test only
 
 
@@ -328,6 +336,16 @@ async def test_a_recrawl_stopped_by_its_budget_or_its_control_is_finished_by_the
         assert site.full + site.not_modified - before == 60
         new = [i["title"] for i in items(tmp_path)[60:]]
     assert sorted(new) == sorted(f"Page {n} v1" for n in changed)
+
+
+async def test_a_recrawl_asks_robots_txt_and_keeps_to_the_domain_gate(
+        site: ChangingSite, tmp_path: Path) -> None:
+    site.disallow = ["/page/13"]
+    await crawl(site, tmp_path)  # robots.txt not asked: page 13 is in the archive
+    before = site.full + site.not_modified
+    again = await crawl(site, tmp_path, recrawl=True, robots=True, per_domain=4)
+    assert again.robots == 1 and again.not_modified == 39 and again.errors == 0
+    assert site.full + site.not_modified - before == 39  # page 13 not asked for
 
 
 async def test_a_malformed_etag_is_never_sent_back(tmp_path: Path) -> None:
