@@ -9,6 +9,7 @@ import asyncio
 import email.utils
 import hashlib
 import json
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -47,7 +48,34 @@ class ChangingSite(_Server):
         self.full = 0
         self.not_modified = 0
         self.asked: Counter[str] = Counter()
+        #: seconds each page's answer waits (a slower site: a kill lands mid-recrawl)
+        self.delay = 0.0
+        #: ``/sitemap.xml`` lists every page with this ``<lastmod>`` (epoch s), or
+        #: ``lastmod[n]`` for page n
+        self.sitemap_lastmod = 1_600_000_000
+        self.lastmod: dict[int, int] = {}
         self.app.router.add_get("/page/{n}", self.page)
+        self.app.router.add_get("/sitemap.xml", self.sitemap)
+        #: paths robots.txt disallows
+        self.disallow: list[str] = []
+        self.app.router.add_get("/robots.txt", self.robots)
+
+    async def robots(self, request: web.Request) -> web.Response:
+        rules = "".join(f"Disallow: {path}\n" for path in self.disallow)
+        return web.Response(text=f"User-agent: *\n{rules}")
+
+    async def sitemap(self, request: web.Request) -> web.Response:
+        import datetime
+
+        def w3c(when: int) -> str:
+            return datetime.datetime.fromtimestamp(when, datetime.UTC).isoformat()
+
+        rows = "".join(f"<url><loc>{self.url}/page/{n}</loc><lastmod>"
+                       f"{w3c(self.lastmod.get(n, self.sitemap_lastmod))}</lastmod></url>"
+                       for n in range(self.pages))
+        return web.Response(text='<?xml version="1.0" encoding="UTF-8"?><urlset xmlns='
+                            f'"http://www.sitemaps.org/schemas/sitemap/0.9">{rows}</urlset>',
+                            content_type="application/xml")
 
     def change(self, n: int, link_to: int | None = None) -> None:
         self.version[n] += 1
@@ -62,6 +90,8 @@ class ChangingSite(_Server):
 
     async def page(self, request: web.Request) -> web.Response:
         n = int(request.match_info["n"])
+        if self.delay:
+            await asyncio.sleep(self.delay)
         body = self.html(n).encode()
         etag = '"' + hashlib.sha1(body).hexdigest()[:16] + '"'
         modified = email.utils.formatdate(1_700_000_000 + 1000 * self.version[n], usegmt=True)
@@ -92,8 +122,9 @@ async def site() -> AsyncIterator[ChangingSite]:
 
 
 async def crawl(site: ChangingSite, tmp_path: Path, **kw: Any) -> CrawlProgress:
+    kw.setdefault("robots", False)
     opts = CrawlOptions(urls=[f"{site.url}/page/0"], out=tmp_path / "items.jsonl",
-                        data_dir=tmp_path / "data", follow=True, robots=False, **kw)
+                        data_dir=tmp_path / "data", follow=True, **kw)
     return await asyncio.wait_for(Crawl(opts).run(), 120)  # bounds a hung test only
 
 
@@ -163,6 +194,160 @@ async def test_without_validators_an_unchanged_body_is_no_item_unless_asked_for(
         assert [i["title"] for i in items(tmp_path)[21:]] == ["Page 2 v2"]
 
 
+async def test_the_archive_is_revalidated_without_a_queued_task_per_page(
+        site: ChangingSite, tmp_path: Path) -> None:
+    await crawl(site, tmp_path)
+    pushed = await queue_total(tmp_path)
+    site.change(3)
+    site.change(9)
+    again = await crawl(site, tmp_path, recrawl=True)
+    assert (again.pages, again.unchanged, again.not_modified, again.errors) == (40, 38, 38, 0)
+    assert sorted(i["title"] for i in items(tmp_path)[40:]) == ["Page 3 v1", "Page 9 v1"]
+    assert site.full == 42 and site.not_modified == 38  # each URL asked once
+    # the start URL is the one task queued: the archive's URLs went by the fast path
+    assert await queue_total(tmp_path) - pushed == 1
+    # and they are this segment's archive: the next recrawl knows all 40
+    third = await crawl(site, tmp_path, recrawl=True)
+    assert third.pages == 40 and third.not_modified == 40
+
+
+async def queue_total(tmp_path: Path) -> int:
+    """Messages ever pushed to the crawl's queue in ``tmp_path``'s data dir."""
+    from crawlhub.app.crawl import QUEUE, crawl_config
+    from crawlhub.services import Services
+
+    opts = CrawlOptions(urls=[], out=tmp_path / "items.jsonl", data_dir=tmp_path / "data")
+    services = await Services.open(crawl_config(opts))
+    try:
+        return (await services.queues.queue(QUEUE).stats()).total
+    finally:
+        await services.close()
+
+
+async def test_a_sitemap_lastmod_not_after_the_last_fetch_means_the_page_is_not_fetched(
+        tmp_path: Path) -> None:
+    async with ChangingSite(pages=20) as site:
+        first = await crawl(site, tmp_path, sitemaps_only=True)
+        assert first.pages == 20 and site.full == 20
+        site.change(3)
+        site.lastmod[3] = int(time.time()) + 3600  # changed after its last fetch
+        site.change(5)  # changed too, but its sitemap says not: the sitemap is believed
+        again = await crawl(site, tmp_path, recrawl=True, sitemaps_only=True)
+    assert again.pages == 20 and again.unchanged == 19 and again.not_modified == 0
+    assert site.full == 21 and site.not_modified == 0  # page 3 alone was asked for
+    assert [i["title"] for i in items(tmp_path)[20:]] == ["Page 3 v1"]
+
+
+class Crash(BaseException):
+    """Stands for a SIGKILL: no ``except Exception`` runs after it."""
+
+
+async def test_a_recrawl_killed_after_a_batch_settled_resumes_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from crawlhub.app import crawl as crawl_module
+
+    monkeypatch.setattr(crawl_module, "RECRAWL_BATCH", 50)
+    saved: list[str] = []
+    save = crawl_module.Crawl._save_cursor
+
+    def save_twice_then_die(self: Crawl, cursor: str) -> None:
+        if len(saved) == 2:  # the third batch is settled whole: killed before its cursor
+            raise Crash
+        saved.append(cursor)
+        save(self, cursor)
+
+    async with ChangingSite(pages=200) as site:
+        await crawl(site, tmp_path)
+        changed = range(0, 200, 10)
+        for n in changed:
+            site.change(n)
+        monkeypatch.setattr(crawl_module.Crawl, "_save_cursor", save_twice_then_die)
+        with pytest.raises(Crash):
+            await crawl(site, tmp_path, recrawl=True)
+        monkeypatch.setattr(crawl_module.Crawl, "_save_cursor", save)
+        asked = site.full + site.not_modified
+        resumed = await crawl(site, tmp_path, recrawl=True)
+        # the three settled batches are not asked again (the third is this segment's
+        # already); the fourth, in flight at the kill, is; and the start URL, queued
+        assert site.full + site.not_modified - asked == 51
+        assert resumed.errors == 0
+        new = [i["title"] for i in items(tmp_path)[200:]]
+        assert sorted(new) == sorted(f"Page {n} v1" for n in changed)  # each once
+        third = await crawl(site, tmp_path, recrawl=True)
+    assert third.pages == 200 and third.not_modified == 200
+
+
+async def test_a_recrawl_sigkilled_midway_resumes_and_writes_every_changed_page_once(
+        tmp_path: Path) -> None:
+    from tests.cli.serving import crawlhub_command
+    from tests.helpers import wait_for
+
+    async with ChangingSite(pages=300) as site:
+        await crawl(site, tmp_path)
+        changed = range(0, 300, 10)
+        for n in changed:
+            site.change(n)
+        site.delay = 0.01
+        before = site.full + site.not_modified
+        argv = [*crawlhub_command(), "crawl", f"{site.url}/page/0", "--follow",
+                "--no-robots", "--concurrency", "4", "--out", str(tmp_path / "items.jsonl"),
+                "--data-dir", str(tmp_path / "data"), "--quiet", "--recrawl"]
+        killed = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.DEVNULL,
+                                                      stderr=asyncio.subprocess.DEVNULL)
+        try:
+            await wait_for(lambda: site.full + site.not_modified - before >= 100,
+                           "a third of the recrawl", timeout=60)
+        finally:
+            killed.kill()  # SIGKILL
+            await killed.wait()
+        assert site.full + site.not_modified - before < 300  # killed midway
+        resumed = await asyncio.create_subprocess_exec(*argv,
+                                                       stdout=asyncio.subprocess.DEVNULL,
+                                                       stderr=asyncio.subprocess.PIPE)
+        _, err = await asyncio.wait_for(resumed.communicate(), 120)
+        assert resumed.returncode == 0, err.decode()
+        new = [i["title"] for i in items(tmp_path)[300:]]
+        assert sorted(new) == sorted(f"Page {n} v1" for n in changed)  # none lost, none twice
+        site.delay = 0.0
+        third = await crawl(site, tmp_path, recrawl=True)
+    assert third.pages == 300 and third.not_modified == 300 and third.errors == 0
+
+
+async def test_a_recrawl_stopped_by_its_budget_or_its_control_is_finished_by_the_next_run(
+        tmp_path: Path) -> None:
+    from crawlhub import sdk
+
+    async with ChangingSite(pages=60) as site:
+        await crawl(site, tmp_path)
+        changed = range(0, 60, 6)
+        for n in changed:
+            site.change(n)
+        before = site.full + site.not_modified
+        limited = await crawl(site, tmp_path, recrawl=True, max_pages=15)
+        assert limited.limited and limited.pages == 15
+        assert site.full + site.not_modified - before == 15
+        exit_now = sdk.Manual("exit")  # exit asked before anything is fetched
+        stopped = await crawl(site, tmp_path, recrawl=True, control=exit_now)
+        assert stopped.exited and stopped.pages == 0
+        assert site.full + site.not_modified - before == 15
+        rest = await crawl(site, tmp_path, recrawl=True)
+        # the 15 settled are not asked again: every URL asked once over the three runs
+        assert not rest.exited and rest.pages == 45
+        assert site.full + site.not_modified - before == 60
+        new = [i["title"] for i in items(tmp_path)[60:]]
+    assert sorted(new) == sorted(f"Page {n} v1" for n in changed)
+
+
+async def test_a_recrawl_asks_robots_txt_and_keeps_to_the_domain_gate(
+        site: ChangingSite, tmp_path: Path) -> None:
+    site.disallow = ["/page/13"]
+    await crawl(site, tmp_path)  # robots.txt not asked: page 13 is in the archive
+    before = site.full + site.not_modified
+    again = await crawl(site, tmp_path, recrawl=True, robots=True, per_domain=4)
+    assert again.robots == 1 and again.not_modified == 39 and again.errors == 0
+    assert site.full + site.not_modified - before == 39  # page 13 not asked for
+
+
 async def test_a_malformed_etag_is_never_sent_back(tmp_path: Path) -> None:
     # non-ASCII and a tab (control characters in a header: the unit test below)
     async with ChangingSite(pages=10, validators='"caf\u00e9\tb"') as site:
@@ -225,6 +410,11 @@ async def test_validators_and_the_archive_survive_a_restart(
             if not cursor:
                 break
         assert sorted(urls) == sorted(f"http://a.test/p{i}" for i in range(2500))
+        # which keys a segment admitted, from the stored keys (a past segment's filter
+        # is gone after a snapshot): what a recrawl asks of a link
+        key = again.keys.key(Seed("http://a.test/p7"))
+        assert await again.store.stored(segment, [key, "http://a.test/nowhere"]) == {key}
+        assert await again.store.stored(segment + 1, [key]) == set()
         await again.store.purge()
         assert await again.store.validators(list(kept)) == {}
 

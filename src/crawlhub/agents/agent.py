@@ -43,6 +43,7 @@ from crawlhub.agents.codes import (
 from crawlhub.agents.downloader import Downloader, Fetched
 from crawlhub.agents.extract import Extracted, ExtractionRules, ParseError, RuleSets
 from crawlhub.agents.politeness.robots import Refusal, origin_of
+from crawlhub.agents.sitemaps import unchanged_since
 from crawlhub.core.clock import Clock, system_clock
 from crawlhub.core.errors import ConfigError
 from crawlhub.core.jobprotocol import EXIT, PAUSE, RUN
@@ -473,6 +474,14 @@ class Agent:
                 wait = self._render_wait(task, rules)
             except ConfigError as exc:
                 return self._bad_rules(name, message, url, exc)
+        revalidate = self.revalidate
+        if (revalidate is not None and "lastmod" in task
+                and unchanged_since(task, revalidate.fetched_at(url))):
+            # the sitemap says the page did not change since its kept answer: not
+            # fetched at all, no item (its validators stay as they were)
+            revalidate.skip(url)
+            kept = Fetched(url, url, 0, {}, b"", 0.0, None, SUCCESS, attempts=0)
+            return CrawledPage(name, message, kept, None, self.codes.success, unchanged=True)
         if self.robots is not None:
             refusal = await self._robots_refusal(url)
             if refusal is not None:

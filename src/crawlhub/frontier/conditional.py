@@ -39,6 +39,8 @@ class Revalidation:
         self.not_modified = 0
         self.same = 0
         self.changed = 0
+        #: URLs not fetched at all: a sitemap's ``lastmod`` says unchanged since kept
+        self.unfetched = 0
 
     def _key(self, url: str) -> str | None:
         try:
@@ -46,9 +48,13 @@ class Revalidation:
         except (FrontierError, ValueError):
             return None  # not a URL the frontier keys: fetched plainly
 
-    async def prepare(self, urls: Sequence[str]) -> None:
-        """Read the validators of ``urls`` (one store read) for :meth:`headers`."""
-        keyed = {u: k for u in urls if u not in self._known and (k := self._key(u))}
+    async def prepare(self, urls: Sequence[str], keys: Sequence[str] | None = None) -> None:
+        """Read the validators of ``urls`` (one store read) for :meth:`headers`;
+        ``keys``: their frontier keys when the caller has them already."""
+        if keys is None:
+            keyed = {u: k for u in urls if u not in self._known and (k := self._key(u))}
+        else:
+            keyed = {u: k for u, k in zip(urls, keys, strict=True) if u not in self._known}
         if not keyed:
             return
         found = await self.frontier.store.validators(list(set(keyed.values())))
@@ -59,6 +65,17 @@ class Revalidation:
         """The conditional headers for ``url`` (none if nothing is kept of it)."""
         known = self._known.get(url)
         return {} if known is None or known[1] is None else known[1].headers()
+
+    def fetched_at(self, url: str) -> float | None:
+        """When ``url``'s kept answer came (epoch seconds; None: nothing kept of it)."""
+        known = self._known.get(url)
+        return None if known is None or known[1] is None else known[1].seen
+
+    def skip(self, url: str) -> None:
+        """``url`` is not fetched: known unchanged without asking (a sitemap's
+        ``lastmod`` not after :meth:`fetched_at`); its validators stay as kept."""
+        if self._known.pop(url, None) is not None:
+            self.unfetched += 1
 
     def settle(self, url: str, status: int, headers: Mapping[str, str], body: bytes
                ) -> tuple[bool, tuple[str, Validators] | None]:

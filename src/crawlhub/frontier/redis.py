@@ -503,6 +503,16 @@ class RedisSeedStore:
             await self._call("remember", self.redis.hset(
                 self.keys["validators"], mapping={k: v.encode() for k, v in chunk}))
 
+    async def stored(self, segment: int, keys: Sequence[str]) -> set[str]:
+        unique = list(dict.fromkeys(keys))
+        found: set[str] = set()
+        for start in range(0, len(unique), _BATCH):
+            chunk = unique[start:start + _BATCH]
+            values = await self._call("stored", self.redis.hmget(self._seg(segment, "seeds"),
+                                                                 chunk))
+            found.update(k for k, v in zip(chunk, values, strict=True) if v is not None)
+        return found
+
     async def archived(self, segment: int, cursor: str, count: int) -> tuple[str, list[Seed]]:
         found: Any
         nxt, found = await self._call("archived", self.redis.hscan(

@@ -627,6 +627,13 @@ class SqliteSeedStore:
             f'INSERT OR REPLACE INTO "{self._t}:validators" (key, value) VALUES (?, ?)',
             [(k, v.encode()) for k, v in items]))
 
+    async def stored(self, segment: int, keys: Sequence[str]) -> set[str]:
+        if not keys:
+            return set()
+        entries = [Entry(Seed(k), segment, k, stable_hash(k), 0.0) for k in set(keys) if k]
+        found = await self.db.run(lambda conn: self._stored(conn, entries))
+        return {key for _, key in found}
+
     async def archived(self, segment: int, cursor: str, count: int) -> tuple[str, list[Seed]]:
         def run(conn: sqlite3.Connection) -> list[tuple[int, str]]:
             return conn.execute(

@@ -143,6 +143,12 @@ class SeedStore(Protocol):
         """Keep each key's validators (replacing older ones), in one step."""
         ...
 
+    async def stored(self, segment: int, keys: Sequence[str]) -> set[str]:
+        """Which of ``keys`` ``segment`` admitted, looked up in the stored keys (not the
+        filters: a past segment's filter is dropped at the next snapshot); counts
+        nothing. A recrawl asks it which links its archive knows."""
+        ...
+
     async def archived(self, segment: int, cursor: str, count: int) -> tuple[str, list[Seed]]:
         """One page of the seeds ``segment`` admitted, from ``cursor`` ("" first): the
         next cursor ("" when done) and the seeds - what a recrawl admits again."""
