@@ -59,3 +59,54 @@ def test_crawl_help_imports_only_the_crawl_command() -> None:
     assert heavy(modules) == []
     assert [m for m in modules if m.startswith("crawlhub.cli.")] == ["crawlhub.cli.crawl"]
     assert not {"crawlhub.config", "crawlhub.app.crawl", "aiohttp", "yaml"} & modules
+
+
+def test_reading_a_config_imports_no_http_client_no_parser_and_no_crypto() -> None:
+    # the config models live apart from the code that uses them: crawlhub.config composes
+    # them without the downloader (aiohttp), the extraction (lxml), the collect runner,
+    # the pipeline or the secrets' cryptography
+    done = subprocess.run([sys.executable, "-c", "import json, sys\n"
+                           "from crawlhub.config import default_config\n"
+                           "default_config(None)\n"
+                           "print(json.dumps(sorted(sys.modules)))"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    modules = set(json.loads(done.stdout))
+    assert heavy(modules) == []
+    assert not {"aiohttp", "lxml", "crawlhub.agents.downloader", "crawlhub.agents.extract",
+                "crawlhub.collect.runner", "crawlhub.pipeline.run", "crawlhub.sinks.base",
+                "crawlhub.center.center", "crawlhub.frontier.manager"} & modules
+
+
+_SERVE_PROBE = """
+import json, sys, tempfile
+from fastapi.testclient import TestClient
+from crawlhub.cli import _check_hub, get_config
+from crawlhub.app.asgi import create_app
+from pathlib import Path
+
+cfg = get_config(None, Path(tempfile.mkdtemp()), None)
+_check_hub(cfg)
+with TestClient(create_app(cfg), base_url="http://127.0.0.1") as client:
+    assert client.get("/healthz").status_code == 200
+    served = sorted(sys.modules)
+    page = client.get("/")
+    assert page.status_code == 200 and "<html" in page.text.lower(), page.status_code
+print(json.dumps([served, sorted(sys.modules)]))
+"""
+
+
+def test_serving_the_api_imports_no_template_engine_crypto_or_http_client_until_used() -> None:
+    # serve's start-up: the app of the built-in config, started (its services open) and
+    # answering /healthz, has imported no Jinja2 (the web page's, imported for the first
+    # page), no Fernet (the secrets', imported for the first secret; redis's client
+    # imports the cryptography package itself, to see whether it is there), no aiohttp,
+    # lxml or collect runner (a collect job's, imported when one runs)
+    done = subprocess.run([sys.executable, "-c", _SERVE_PROBE], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    served, after_page = (set(names) for names in json.loads(done.stdout.splitlines()[-1]))
+    assert not {"jinja2", "cryptography.fernet", "aiohttp", "lxml", "playwright",
+                "crawlhub.collect.runner", "crawlhub.pipeline.run",
+                "crawlhub.agents.downloader"} & served
+    assert "jinja2" in after_page  # the page itself still renders, with its templates
