@@ -45,12 +45,13 @@ def test_importing_the_cli_imports_no_command_no_config_and_no_web_stack() -> No
     assert heavy(modules) == []
     assert sorted(m for m in modules if m.startswith("crawlhub.")) == [
         "crawlhub.cli", "crawlhub.core", "crawlhub.core.errors", "crawlhub.core.jsoncodec"]
-    assert not {"pydantic", "yaml", "aiohttp", "redis"} & modules
+    assert not {"pydantic", "yaml", "aiohttp", "redis", "asyncio"} & modules
 
 
 def test_help_lists_every_command_without_importing_any() -> None:
     modules = loaded_after("--help")
     assert heavy(modules) == []
+    assert "asyncio" not in modules  # a listing runs nothing: no event loop
     assert not [m for m in modules if m.startswith(("crawlhub.cli.", "crawlhub.config"))]
 
 
