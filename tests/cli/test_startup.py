@@ -7,6 +7,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
 
 #: What no help listing, and no crawl, may import: the web stack, the browser, the
 #: crypto of the control plane, the config models.
@@ -111,3 +117,42 @@ def test_serving_the_api_imports_no_template_engine_crypto_or_http_client_until_
                 "crawlhub.collect.runner", "crawlhub.pipeline.run",
                 "crawlhub.agents.downloader"} & served
     assert "jinja2" in after_page  # the page itself still renders, with its templates
+
+
+class _Page(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        body = b"<html><head><title>one</title></head><body><p>hello</p></body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def site() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_crawl_imports_no_web_stack_and_opens_no_control_plane(site: str,
+                                                                  tmp_path: Path) -> None:
+    # the one-process crawl runs no jobs, builds or alerts: it imports none of their
+    # modules, and leaves no control database or secret key in its data dir
+    data = tmp_path / "data"
+    out = tmp_path / "items.jsonl"
+    modules = loaded_after("crawl", site, "--quiet", "--no-robots", "--out", str(out),
+                           "--data-dir", str(data))
+    assert out.exists() and (data / "frontier.db").exists()  # it did crawl
+    assert not [m for m in modules if m.split(".")[0] in HEAVY[:4]]  # no web stack
+    assert sorted({"crawlhub.control.builds", "crawlhub.control.alerts", "crawlhub.control.jobs",
+                   "crawlhub.control.projects", "cryptography.fernet"} & modules) == []
+    assert not (data / "secret.key").exists() and not (data / "control.db").exists()
