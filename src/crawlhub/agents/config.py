@@ -5,7 +5,7 @@ called, how polite it is and where its items go. Command-line options override i
       queues: [pages]             # default: every queue outbound
       concurrency: 64
       lease: 120                  # seconds a leased task stays this agent's
-      downloader:                 # crawlhub.agents.downloader.DownloaderConfig
+      downloader:                 # DownloaderConfig (below)
         timeout: 30
         max_size: 10485760
         max_redirects: 10
@@ -191,7 +191,7 @@ class AgentSection(BaseModel):
     downloader: DownloaderConfig = Field(default_factory=DownloaderConfig)
     result_codes: ResultCodes = Field(default_factory=ResultCodes)
     politeness: PolitenessConfig = Field(default_factory=PolitenessConfig)
-    #: how tasks that ask for rendering are rendered (``agents.browser.RenderConfig``)
+    #: how tasks that ask for rendering are rendered (:class:`RenderConfig`, below)
     render: RenderConfig = Field(default_factory=RenderConfig)
     #: a sink mapping as ``jobs[].sink`` takes it (None: items are not written)
     sink: dict[str, Any] | None = None
