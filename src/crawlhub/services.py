@@ -65,8 +65,12 @@ class Services:
         self._sampler: Sampler | None = None
 
     @classmethod
-    async def open(cls, config: CrawlhubConfig) -> Services:
-        """Open every backend named by ``config.storage`` and compile the hub."""
+    async def open(cls, config: CrawlhubConfig, *, control: bool = True) -> Services:
+        """Open every backend named by ``config.storage`` and compile the hub.
+
+        ``control=False`` opens no control plane (jobs, builds, alerts, secrets, the
+        charts' store): for a process that serves none of them, such as the one-process
+        crawl, which would open their database and key only to close them."""
         Path(config.data_dir).mkdir(parents=True, exist_ok=True)
         storage = config.storage
         queues = open_backend(storage.queues, prefix=storage.redis_prefix)
@@ -86,7 +90,7 @@ class Services:
                 from crawlhub.collect.service import CollectJobManager
 
                 jobs = CollectJobManager(config)
-            control = await ControlPlane.open(config, collect=jobs)
+            plane = await ControlPlane.open(config, collect=jobs) if control else None
         except BaseException:
             if hub is not None:
                 await hub.stop()
@@ -94,7 +98,7 @@ class Services:
             await queues.close()
             raise
         services = cls(config, queues=queues, state=state, hub=hub, frontiers=frontiers,
-                       jobs=jobs, control=control)
+                       jobs=jobs, control=plane)
         try:
             await services._open_series()
         except BaseException:

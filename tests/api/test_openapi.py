@@ -90,3 +90,22 @@ def test_every_answer_matches_the_openapi_document(api_schema: Any, mode: Genera
         except Exception as exc:  # noqa: BLE001 - reported below, with the operation
             failures.append(f"{operation.label}: {exc}")
     assert not failures, "\n\n".join(failures)
+
+
+def test_every_ref_of_the_document_names_a_component_and_error_bodies_are_listed(
+        tmp_path: Any) -> None:
+    # routes declare their error answers by $ref (crawlhub.api.openapi.errors): the
+    # document must still carry each body it refers to
+    import json
+    import re
+
+    app = create_app(CrawlhubConfig.model_validate({"data_dir": str(tmp_path)}))
+    doc = app.openapi()
+    schemas = doc["components"]["schemas"]
+    refs = set(re.findall(r'"#/components/schemas/([^"]+)"', json.dumps(doc)))
+    assert {"ErrorBody", "ValidationErrorBody", "Problem", "RetryLater"} <= refs
+    assert sorted(refs - set(schemas)) == []
+    assert list(schemas) == sorted(schemas)
+    assert "HTTPValidationError" not in schemas
+    problem = schemas["ValidationErrorBody"]["properties"]["errors"]
+    assert problem["items"] == {"$ref": "#/components/schemas/Problem"}

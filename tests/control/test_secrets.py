@@ -84,3 +84,34 @@ def test_processes_creating_the_key_at_once_end_up_with_one_key(tmp_path: Path) 
     box = SecretBox.from_setting(None, tmp_path)
     assert [box.decrypt(t).reveal() for t in tokens] == ["same"] * 4
     assert os.listdir(tmp_path) == [KEY_FILE]
+
+
+@pytest.mark.parametrize("key", [
+    "x" * 43 + "=", " " + "A" * 43 + "=\n", "A" * 44, "A" * 43, "A" * 45 + "=",
+    "not a key", "", "===", "é" * 44, "A" * 42 + "==", "-_" * 21 + "A=", "A" * 40 + "\t" + "AAA=",
+])
+def test_a_key_is_refused_when_the_box_is_made_exactly_when_fernet_refuses_it(key: str) -> None:
+    # the box checks keys without importing cryptography (start-up): the same keys as
+    # Fernet's own constructor, which takes them stripped
+    from cryptography.fernet import Fernet
+
+    try:
+        Fernet(key.strip().encode())
+        fernet_takes_it = True
+    except ValueError:
+        fernet_takes_it = False
+    if fernet_takes_it:
+        box = SecretBox([key])
+        assert box.decrypt(box.encrypt("s3cret")).reveal() == "s3cret"
+        assert box.decrypt(SecretBox([key]).encrypt("again")).reveal() == "again"
+    else:
+        with pytest.raises(ConfigError, match="not a Fernet key"):
+            SecretBox([key])
+
+
+def test_a_new_key_is_a_fernet_key() -> None:
+    from cryptography.fernet import Fernet
+
+    key = SecretBox.new_key()
+    assert Fernet(key.encode()).decrypt(Fernet(key.encode()).encrypt(b"x")) == b"x"
+    assert key != SecretBox.new_key()

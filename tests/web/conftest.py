@@ -187,11 +187,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def _test_routes(srv: Server) -> None:
     """Routes only the tests have: a page of every macro, an action endpoint that
     succeeds or refuses, and a small SSE log tail in the format of ``GET /logs/tail``."""
-    from crawlhub.web.render import ENV, fragment, page
+    from crawlhub.web.render import environment, fragment, page
 
     router = APIRouter(include_in_schema=False)
-    macros_page = ENV.from_string(MACROS_PAGE)
-    macros_live = ENV.from_string(MACROS_LIVE)
+    macros_page = environment().from_string(MACROS_PAGE)
+    macros_live = environment().from_string(MACROS_LIVE)
 
     def demo(request: Request) -> dict[str, Any]:
         t0 = time.time() - 60

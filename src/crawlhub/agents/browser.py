@@ -39,9 +39,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from crawlhub.agents.codes import (
     CONNECTION_ERROR,
@@ -52,7 +52,13 @@ from crawlhub.agents.codes import (
     TOO_LARGE,
     config_error,
 )
-from crawlhub.agents.downloader import DEFAULT_USER_AGENT, Fetched
+from crawlhub.agents.config import (  # (kept here under their old names too)
+    CHROMIUM,
+    DEFAULT_USER_AGENT,
+    RenderConfig,
+    RenderWait,
+)
+from crawlhub.agents.downloader import Fetched
 from crawlhub.core.errors import ConfigError, CrawlhubError
 from crawlhub.core.redact import redact_url
 
@@ -61,9 +67,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("crawlhub.agents.browser")
 
-#: The Chromium the browser downloader drives (Debian's package); ``$CRAWLHUB_CHROMIUM``
-#: or ``agent.render.executable`` names another.
-CHROMIUM = os.environ.get("CRAWLHUB_CHROMIUM", "/usr/bin/chromium")
 INSTALL = ("install Debian's browser ('apt-get install chromium', or name another with"
            " $CRAWLHUB_CHROMIUM) and the Playwright package (pip install 'crawlhub[render]');"
            " Playwright's own browser download is not needed")
@@ -71,9 +74,6 @@ INSTALL = ("install Debian's browser ('apt-get install chromium', or name anothe
 #: Seconds a render whose page was closed under it waits for the driver to say whether
 #: the whole browser is gone.
 GONE_WAIT = 5.0
-
-WaitUntil = Literal["commit", "domcontentloaded", "load", "networkidle"]
-Blockable = Literal["image", "font", "media"]
 
 #: The file extensions blocked for each kind: the browser drops these requests itself.
 BLOCKED_EXTENSIONS: dict[str, tuple[str, ...]] = {
@@ -83,49 +83,6 @@ BLOCKED_EXTENSIONS: dict[str, tuple[str, ...]] = {
     "media": ("mp4", "webm", "ogg", "ogv", "mp3", "wav", "m4a", "m4v", "avi", "mov",
               "mkv", "flac", "aac"),
 }
-
-
-class RenderWait(BaseModel):
-    """How a rendered page is waited for: ``wait_until`` the navigation's event
-    (``commit``, ``domcontentloaded``, ``load``, ``networkidle``), then ``wait_for`` a CSS
-    selector to be in the DOM (``null``: no selector wait). A task's or a rule set's
-    ``render: {wait_for: "#app[data-ready]"}`` takes these keys."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    wait_until: WaitUntil = "load"
-    wait_for: str | None = None
-
-
-class RenderConfig(RenderWait):
-    """Config key ``agent.render`` (and ``crawlhub crawl --render``'s options).
-
-    ``concurrency`` pages rendered at once (each in its own context); ``timeout`` s for a
-    page's navigation and, from its start, for its selector wait; ``block`` the kinds of
-    requests the browser drops (``image``, ``font``, ``media``; ``[]`` loads everything);
-    a context is replaced after ``recycle_after`` pages and the browser after
-    ``restart_after``; a page whose browser crashed is rendered again at most
-    ``crash_retries`` times; ``executable`` the Chromium binary, ``args`` more flags.
-    ``wait_until`` / ``wait_for`` are the defaults of pages that name none.
-    """
-
-    concurrency: int = Field(default=4, ge=1)
-    timeout: float = Field(default=30.0, gt=0)
-    block: list[Blockable] = ["image", "font", "media"]
-    recycle_after: int = Field(default=100, ge=1)
-    restart_after: int = Field(default=2000, ge=1)
-    crash_retries: int = Field(default=2, ge=0)
-    executable: str = CHROMIUM
-    args: list[str] = []
-
-    @classmethod
-    def from_config(cls, data: Mapping[str, Any] | None, *, file: str | None = None,
-                    key: str = "render") -> RenderConfig:
-        """Validate a ``render`` mapping; a bad entry is a ``ConfigError`` naming its key."""
-        try:
-            return cls.model_validate(dict(data or {}))
-        except ValidationError as exc:
-            raise config_error(exc, file=file, prefix=key) from None
 
 
 #: What a task's, a rule set's or the agent's ``render`` may hold: true / false, or how

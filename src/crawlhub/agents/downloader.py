@@ -31,7 +31,6 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from crawlhub.agents.codes import (
     BANNED,
@@ -42,11 +41,12 @@ from crawlhub.agents.codes import (
     TIMEOUT,
     TOO_LARGE,
     TOO_MANY_REDIRECTS,
-    config_error,
 )
-from crawlhub.agents.proxies import ProxyConfig, ProxyPool
+from crawlhub.agents.config import DEFAULT_USER_AGENT as DEFAULT_USER_AGENT  # (old name)
+from crawlhub.agents.config import BanRules, DownloaderConfig
+from crawlhub.agents.proxies import ProxyPool
 from crawlhub.core.redact import redact_url
-from crawlhub.core.userregex import compile_user_regex, compile_user_test
+from crawlhub.core.userregex import compile_user_test
 from crawlhub.fetch.http import (
     REDIRECT_STATUSES,
     Request,
@@ -67,81 +67,6 @@ if TYPE_CHECKING:
     from yarl import URL
 
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
-#: Name your bot and a page about it in ``agent.downloader.headers.User-Agent``
-#: (e.g. ``mybot/1.0 (+https://example.com/bot)``): sites read robots.txt rules for it.
-DEFAULT_USER_AGENT = "crawlhub/0.1"
-
-
-class BanRules(BaseModel):
-    """Config key ``downloader.ban``: a response whose status is in ``statuses`` or whose
-    body matches ``body_regex`` is banned. Its proxy is retired for ``cooldown`` s (the
-    pool's own cooldown when unset), the job's cookies are cleared and the request is tried
-    again on another proxy, at most ``retries`` more times."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    statuses: list[int] = []
-    body_regex: str | None = None
-    retries: int = Field(default=3, ge=0)
-    cooldown: float | None = Field(default=None, gt=0)
-
-    @field_validator("statuses")
-    @classmethod
-    def _statuses(cls, value: list[int]) -> list[int]:
-        for status in value:
-            if not 100 <= status <= 599:
-                raise ValueError(f"{status} is not an HTTP status (100..599)")
-        return value
-
-    @field_validator("body_regex")
-    @classmethod
-    def _regex(cls, value: str | None) -> str | None:
-        if value is not None:
-            compile_user_regex(value.encode())  # ValueError: why RE2 refuses it
-        return value
-
-
-class DownloaderConfig(BaseModel):
-    """Config key ``downloader``.
-
-    ``timeout`` s per request hop (``connect_timeout`` for the connection alone);
-    ``max_redirects`` hops followed (more is the outcome ``too_many_redirects``);
-    ``max_size`` bytes of body at most (more is ``too_large``, the read stops there);
-    ``concurrency`` connections in the shared pool (``per_host`` per host, 0 = no limit);
-    ``session_idle`` s after which a job's unused session (its cookies) is released;
-    ``headers`` sent with every request; ``ban`` the ban rules; ``proxies`` the pool.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    timeout: float = Field(default=30.0, gt=0)
-    connect_timeout: float | None = Field(default=10.0, gt=0)
-    max_redirects: int = Field(default=10, ge=0)
-    max_size: int = Field(default=10 * 1024 * 1024, gt=0)
-    concurrency: int = Field(default=100, ge=1)
-    per_host: int = Field(default=0, ge=0)
-    session_idle: float = Field(default=300.0, gt=0)
-    headers: dict[str, str] = {"User-Agent": DEFAULT_USER_AGENT}
-    ban: BanRules = BanRules()
-    proxies: ProxyConfig = ProxyConfig()
-
-    @property
-    def user_agent(self) -> str:
-        """The User-Agent every request carries (robots.txt is read for it)."""
-        return str(self.headers.get("User-Agent") or DEFAULT_USER_AGENT)
-
-    @classmethod
-    def from_config(
-        cls, data: Mapping[str, Any] | None, *, file: str | None = None, key: str = "downloader"
-    ) -> DownloaderConfig:
-        """Validate a ``downloader`` mapping; a bad entry is a ``ConfigError`` naming its key
-        (e.g. ``downloader.ban.body_regex``)."""
-        try:
-            return cls.model_validate(dict(data or {}))
-        except ValidationError as exc:
-            raise config_error(exc, file=file, prefix=key) from None
-
-
 @dataclass(slots=True)
 class Fetched:
     """What one download ended in.

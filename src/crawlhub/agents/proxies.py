@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 from yarl import URL
 
 from crawlhub.agents.codes import config_error
 from crawlhub.core.redact import redact_url
+
+if TYPE_CHECKING:  # (imported when a provider is read: the config models need no aiohttp)
+    import aiohttp
 
 
 def _check_proxy(value: str) -> str:
@@ -224,6 +226,8 @@ class ProxyPool:
         try is after ``refresh_every`` too; ``last_refresh_error`` says why."""
         if self.provider_url is None:
             return
+        import aiohttp
+
         self._next_refresh = self._clock() + self.refresh_every
         try:
             async with session.get(

@@ -8,11 +8,15 @@ validation handler really sends (``detail`` + ``errors``), not FastAPI's default
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi.encoders import jsonable_encoder
+from fastapi.openapi.models import Schema
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic.json_schema import GenerateJsonSchema
 
 from crawlhub.api.guard import CROSS_SITE_PREFIXES, SAFE_METHODS
 
@@ -83,10 +87,16 @@ _ANSWERS: dict[int, dict[str, Any]] = {
           " over its max_lag): retry after Retry-After seconds", "headers": _RETRY_AFTER},
 }
 
+#: The models of :data:`_ANSWERS`, which :func:`install` adds to the document.
+_ERROR_MODELS = (ErrorBody, ValidationErrorBody, RetryLater)
+
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The ``responses=`` entry of a route that can answer ``statuses``."""
-    return {status: _ANSWERS[status] for status in statuses}
+    """The ``responses=`` entry of a route that can answer ``statuses``: each answer's
+    body by ``$ref`` (:func:`_response`), not by model - FastAPI would build a field
+    (a pydantic TypeAdapter) per route and status for the document alone, ~300 of them
+    at start-up; :func:`install` puts the error models in the document's components."""
+    return {status: _response(status) for status in statuses}
 
 
 #: Statuses of every route that reads a body (bad bytes, too slow) or touches a backend.
@@ -121,6 +131,15 @@ def install(app: FastAPI, *, token_paths: Callable[[str], bool] | None = None) -
             return app.openapi_schema
         doc = generate()
         schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+        # the error bodies the routes refer to by $ref (errors()), as FastAPI lists a
+        # response model (serialization schemas, components sorted by name: below)
+        used = json.dumps(doc.get("paths", {}))
+        wanted = _error_schemas()
+        while added := [name for name in wanted if name not in schemas
+                        and f'"#/components/schemas/{name}"' in used]:
+            for name in added:  # (and then those they refer to: Problem)
+                schemas[name] = wanted[name]
+                used += json.dumps(wanted[name])
         for path, item in doc.get("paths", {}).items():
             # the request guard's answers (crawlhub.api.guard), before any route
             for method, operation in item.items():
@@ -147,6 +166,7 @@ def install(app: FastAPI, *, token_paths: Callable[[str], bool] | None = None) -
                 answer = operation.get("responses", {}).get("422")
                 if answer is not None and "HTTPValidationError" in str(answer):
                     operation["responses"]["422"] = _response(422)
+        doc["components"]["schemas"] = dict(sorted(schemas.items()))
         app.openapi_schema = doc
         return doc
 
@@ -159,6 +179,23 @@ def _response(status: int) -> dict[str, Any]:
     out = {k: v for k, v in answer.items() if k != "model"}
     out["content"] = {"application/json": {"schema": {
         "$ref": f"#/components/schemas/{answer['model'].__name__}"}}}
+    return out
+
+
+def _error_schemas() -> dict[str, Any]:
+    """The components of the error bodies, generated as FastAPI generates those of
+    response models: each model (and each it refers to) on its own, serialization mode,
+    descriptions cut at a form feed."""
+    models: list[type[BaseModel]] = [*_ERROR_MODELS, Problem]
+    generator = GenerateJsonSchema(ref_template="#/components/schemas/{model}")
+    _, definitions = generator.generate_definitions(
+        inputs=[(model, "serialization", TypeAdapter(model).core_schema) for model in models])
+    out: dict[str, Any] = {}
+    for name, schema in definitions.items():
+        if "description" in schema:
+            schema["description"] = schema["description"].split("\f")[0]
+        # (through the document's own model, as FastAPI passes its whole document)
+        out[name] = jsonable_encoder(Schema(**schema), by_alias=True, exclude_none=True)
     return out
 
 

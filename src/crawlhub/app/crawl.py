@@ -276,7 +276,8 @@ class Crawl:
         opts = self.opts
         opts.data_dir.mkdir(parents=True, exist_ok=True)
         lock = _lock(opts.data_dir)
-        services = self.services = await Services.open(crawl_config(opts))
+        # (no control plane: a crawl runs no jobs, builds or alerts - start-up)
+        services = self.services = await Services.open(crawl_config(opts), control=False)
         try:
             self.sink = self._sink(services)
             await self.sink.open()

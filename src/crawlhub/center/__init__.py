@@ -7,11 +7,16 @@ message kinds, :class:`Reply`), :mod:`.center` (:class:`DownloadCenter`), :mod:`
 job's side).
 """
 
-from crawlhub.center.bus import Bus, BusError, MemoryBus, open_bus
-from crawlhub.center.center import DownloadCenter, center_jobs
-from crawlhub.center.client import CenterClient
-from crawlhub.center.messages import STRATEGIES, CenterError, Reply
-from crawlhub.center.worker import CenterWorker
+from typing import TYPE_CHECKING
+
+from crawlhub.core.lazy import lazy_face
+
+if TYPE_CHECKING:  # the names below, imported on first use (start-up: crawlhub.core.lazy)
+    from crawlhub.center.bus import Bus, BusError, MemoryBus, open_bus
+    from crawlhub.center.center import DownloadCenter, center_jobs
+    from crawlhub.center.client import CenterClient
+    from crawlhub.center.messages import STRATEGIES, CenterError, Reply
+    from crawlhub.center.worker import CenterWorker
 
 __all__ = [
     "STRATEGIES",
@@ -26,3 +31,17 @@ __all__ = [
     "center_jobs",
     "open_bus",
 ]
+
+__getattr__, __dir__ = lazy_face(__name__, {
+    "Bus": "crawlhub.center.bus",
+    "BusError": "crawlhub.center.bus",
+    "MemoryBus": "crawlhub.center.bus",
+    "open_bus": "crawlhub.center.bus",
+    "DownloadCenter": "crawlhub.center.center",
+    "center_jobs": "crawlhub.center.center",
+    "CenterClient": "crawlhub.center.client",
+    "STRATEGIES": "crawlhub.center.messages",
+    "CenterError": "crawlhub.center.messages",
+    "Reply": "crawlhub.center.messages",
+    "CenterWorker": "crawlhub.center.worker",
+})

@@ -4,7 +4,6 @@ uses."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import importlib
 import json
@@ -135,6 +134,8 @@ def report(exc: CrawlhubError) -> int:
 
 def run(coro: Any) -> Any:
     """Run a command's async part; a crawlhub error is printed by :func:`fail`."""
+    import asyncio  # (here: a help listing runs nothing, and imports no event loop)
+
     try:
         return asyncio.run(coro)
     except CrawlhubError as exc:  # found while building services: a bad class, init, ...
@@ -396,6 +397,8 @@ async def _submit(items: list[dict[str, Any]], url: str, token: str | None, batc
                   inbound: str | None) -> tuple[dict[str, int], list[tuple[int, str, str]]]:
     """Post ``items`` in batches; counts per status and ``(index, status, reason)`` of
     every task not taken. Deferred tasks (a token rate) are sent again until taken."""
+    import asyncio
+
     from rich.progress import Progress
 
     from crawlhub.fetch.http import new_session
@@ -438,6 +441,8 @@ async def _post(session: Any, endpoint: str,
                 chunk: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
     """One batch posted: its per-task results and the Retry-After for deferred ones. A 503
     without per-task results (backpressure, an outage) is waited out and sent again."""
+    import asyncio
+
     while True:
         async with session.post(endpoint, json=chunk) as resp:
             body = await resp.json(content_type=None)

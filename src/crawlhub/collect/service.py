@@ -16,19 +16,23 @@ import os
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from crawlhub.collect.build import job_pipeline_config, new_run, scheduler_for
 from crawlhub.collect.config import CollectJobConfig
 from crawlhub.collect.lease import DEFAULT_LEASE_TTL, JobConflict, JobRunning, is_live
-from crawlhub.collect.runner import JobRun
 from crawlhub.collect.store import Lease, SqlMetadataStore, open_metadata_store
 from crawlhub.core.errors import NotFoundError
 from crawlhub.fetch.cancel import CancellationToken
 from crawlhub.fetch.joblog import format_line
-from crawlhub.fetch.scheduler import RequestScheduler
-from crawlhub.pipeline.result import RunResult
 from crawlhub.sdk import Counters
+
+if TYPE_CHECKING:
+    from crawlhub.collect.runner import JobRun
+    from crawlhub.fetch.scheduler import RequestScheduler
+    from crawlhub.pipeline.result import RunResult
+
+# The runner (the fetch client, the pipeline, the sinks) is imported when a job first
+# runs: serving the API imports this module for its types (start-up).
 
 _log = logging.getLogger("crawlhub.collect")
 
@@ -144,6 +148,8 @@ class CollectJobManager:
             raise JobRunning(active.run.lease.current)
         if active is not None:
             raise JobConflict(f"job {name!r} is already running (run {active.run.run_id})")
+        from crawlhub.collect.build import new_run
+
         store = await self.store()
         run = new_run(
             job,
@@ -280,6 +286,8 @@ class CollectJobManager:
     # ---- schedulers ---------------------------------------------------------------------
     def _scheduler(self, job: CollectJobConfig) -> RequestScheduler:
         """One scheduler per (mode, scope, concurrency, bucket) setup, shared by jobs."""
+        from crawlhub.collect.build import job_pipeline_config, scheduler_for
+
         pipeline = job_pipeline_config(
             job,
             getattr(self.config, "pipeline", None),

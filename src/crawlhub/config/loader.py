@@ -26,13 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from crawlhub.config.placeholders import substitute, substitute_tree
 from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.config.settings import DEFAULT_DATA_DIR, Settings, load_settings, where_to_set
-from crawlhub.config.yamlread import YAMLProblem, read_yaml
 from crawlhub.core.errors import ConfigError, ConfigErrors, SelectorError
 from crawlhub.core.redact import is_secret_key, redact_url
 from crawlhub.core.selectors import compile_selectors, with_location
@@ -212,6 +210,10 @@ class _Reader:
         except (OSError, UnicodeDecodeError) as exc:
             self.errors.append(ConfigError(f"cannot read the file: {exc}", file=shown))
             return None
+        import yaml  # (here: the built-in config reads no YAML, serve's start-up)
+
+        from crawlhub.config.yamlread import YAMLProblem, read_yaml
+
         try:
             data = read_yaml(text)
         except YAMLProblem as exc:

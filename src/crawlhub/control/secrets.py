@@ -13,19 +13,24 @@ a log line or an error by mistake, it shows ``'***'``.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cryptography.fernet import Fernet, InvalidToken, MultiFernet
-
 from crawlhub.core.errors import ConfigError, CrawlhubError
 from crawlhub.core.redact import MASK
 
 if TYPE_CHECKING:
+    from cryptography.fernet import MultiFernet
+
     from crawlhub.config.schema import CrawlhubConfig
+
+# cryptography is imported when a secret is first encrypted or decrypted, not when the
+# box is made: serving imports none of it until a secret is used (start-up). A key is
+# still checked when the box is made, as Fernet checks it.
 
 #: The environment variable (and settings name) holding the key(s).
 KEY_ENV = "CRAWLHUB_SECRET_KEY"
@@ -64,13 +69,19 @@ class Secret:
         return f"Secret({MASK!r})"
 
 
-def _fernet(key: str | bytes, where: str) -> Fernet:
+def _fernet_key(key: str | bytes, where: str) -> bytes:
+    """``key`` as Fernet takes it, refused as Fernet refuses it (its constructor's own
+    check: 32 bytes once url-safe base64-decoded)."""
+    raw = key.strip() if isinstance(key, bytes) else key.strip().encode()
     try:
-        return Fernet(key.strip() if isinstance(key, bytes) else key.strip().encode())
-    except (ValueError, TypeError):
+        valid = len(base64.urlsafe_b64decode(raw)) == 32
+    except (ValueError, TypeError):  # (binascii.Error is a ValueError)
+        valid = False
+    if not valid:
         raise ConfigError(f"{where}: not a Fernet key (32 url-safe base64-encoded bytes;"
                           " make one with: python -c 'from cryptography.fernet import Fernet;"
-                          " print(Fernet.generate_key().decode())')", key=KEY_ENV) from None
+                          " print(Fernet.generate_key().decode())')", key=KEY_ENV)
+    return raw
 
 
 class SecretBox:
@@ -79,11 +90,21 @@ class SecretBox:
     def __init__(self, keys: Sequence[str | bytes], *, where: str = KEY_ENV) -> None:
         if not keys:
             raise ConfigError(f"{where}: no key given", key=KEY_ENV)
-        self._box = MultiFernet([_fernet(k, where) for k in keys])
+        self._keys = [_fernet_key(k, where) for k in keys]
+        self._multi: MultiFernet | None = None
+
+    @property
+    def _box(self) -> MultiFernet:
+        if self._multi is None:
+            from cryptography.fernet import Fernet, MultiFernet
+
+            self._multi = MultiFernet([Fernet(key) for key in self._keys])
+        return self._multi
 
     @staticmethod
     def new_key() -> str:
-        return Fernet.generate_key().decode()
+        """A new key: 32 random bytes, url-safe base64 (``Fernet.generate_key()``'s)."""
+        return base64.urlsafe_b64encode(os.urandom(32)).decode()
 
     @classmethod
     def from_setting(cls, value: str | None, data_dir: Path | None) -> SecretBox:
@@ -109,6 +130,8 @@ class SecretBox:
         return self._box.encrypt(plain.encode()).decode("ascii")
 
     def decrypt(self, token: str, *, what: str = "a stored secret") -> Secret:
+        from cryptography.fernet import InvalidToken
+
         try:
             return Secret(self._box.decrypt(token.encode("ascii")).decode())
         except (InvalidToken, UnicodeError, ValueError):
@@ -119,6 +142,8 @@ class SecretBox:
 
     def rotate(self, token: str) -> str:
         """``token`` re-encrypted under the first key."""
+        from cryptography.fernet import InvalidToken
+
         try:
             return self._box.rotate(token.encode("ascii")).decode("ascii")
         except InvalidToken:

@@ -4,12 +4,17 @@ Public face over keys, segments, bloom, store (the protocol; sqlite / redis, ope
 open_store) and manager.
 """
 
-from crawlhub.frontier.manager import Frontier, build_frontier, open_frontiers
-from crawlhub.frontier.open import open_store
-from crawlhub.frontier.seed import Outcome, Seed
-from crawlhub.frontier.segments import SegmentResolver, TimeSegments, segment_resolver
-from crawlhub.frontier.store import Entry, SeedStore, SegmentCounts
-from crawlhub.frontier.urlkeys import KeyExplanation, KeyResolver
+from typing import TYPE_CHECKING
+
+from crawlhub.core.lazy import lazy_face
+
+if TYPE_CHECKING:  # the names below, imported on first use (start-up: crawlhub.core.lazy)
+    from crawlhub.frontier.manager import Frontier, build_frontier, open_frontiers
+    from crawlhub.frontier.open import open_store
+    from crawlhub.frontier.seed import Outcome, Seed
+    from crawlhub.frontier.segments import SegmentResolver, TimeSegments, segment_resolver
+    from crawlhub.frontier.store import Entry, SeedStore, SegmentCounts
+    from crawlhub.frontier.urlkeys import KeyExplanation, KeyResolver
 
 __all__ = [
     "Entry",
@@ -27,3 +32,20 @@ __all__ = [
     "open_store",
     "segment_resolver",
 ]
+
+__getattr__, __dir__ = lazy_face(__name__, {
+    "Frontier": "crawlhub.frontier.manager",
+    "build_frontier": "crawlhub.frontier.manager",
+    "open_frontiers": "crawlhub.frontier.manager",
+    "open_store": "crawlhub.frontier.open",
+    "Outcome": "crawlhub.frontier.seed",
+    "Seed": "crawlhub.frontier.seed",
+    "SegmentResolver": "crawlhub.frontier.segments",
+    "TimeSegments": "crawlhub.frontier.segments",
+    "segment_resolver": "crawlhub.frontier.segments",
+    "Entry": "crawlhub.frontier.store",
+    "SeedStore": "crawlhub.frontier.store",
+    "SegmentCounts": "crawlhub.frontier.store",
+    "KeyExplanation": "crawlhub.frontier.urlkeys",
+    "KeyResolver": "crawlhub.frontier.urlkeys",
+})

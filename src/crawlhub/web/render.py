@@ -8,6 +8,7 @@ only, so a name that slipped past escaping still could not run.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -17,7 +18,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
-from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from crawlhub import __version__
 from crawlhub.api.deps import ServicesDep
@@ -25,6 +25,8 @@ from crawlhub.backends.errors import is_unavailable
 from crawlhub.core.redact import redact_url
 
 if TYPE_CHECKING:
+    from jinja2 import Environment
+
     from crawlhub.services import Services
 
 #: The web page's own static files (CSS, JS, vendored htmx), under the API's ``/static``.
@@ -212,7 +214,13 @@ def query(request: Request, **changes: Any) -> str:
     return f"?{text}" if text else ""
 
 
-def _environment() -> Environment:
+@functools.cache
+def environment() -> Environment:
+    """The page's Jinja2 environment (autoescaped, strict), made for the first page
+    rendered: serving the API alone imports no Jinja2 (start-up). Templates compile on
+    their first use, as before."""
+    from jinja2 import Environment, PackageLoader, StrictUndefined
+
     env = Environment(loader=PackageLoader("crawlhub.web", "templates"), autoescape=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(ago=ago, duration=duration, iso=iso, clock=clock, number=number,
@@ -220,8 +228,6 @@ def _environment() -> Environment:
     env.globals.update(STATIC=STATIC, version=__version__, span=span)
     return env
 
-
-ENV = _environment()
 
 
 # ---------------------------------------------------------------------------- answers
@@ -234,8 +240,8 @@ def _context(request: Request, area: str, values: dict[str, Any]) -> dict[str, A
 def page(request: Request, template: str, *, area: str, title: str,
          status: int = 200, **values: Any) -> HTMLResponse:
     """A whole page: ``template`` extends ``base.html``; ``area`` lights its nav entry."""
-    html = ENV.get_template(template).render(_context(request, area, {"title": title,
-                                                                       **values}))
+    html = environment().get_template(template).render(
+        _context(request, area, {"title": title, **values}))
     return HTMLResponse(html, status_code=status, headers=HEADERS)
 
 
@@ -243,7 +249,7 @@ def fragment(request: Request, template: str, *, area: str = "", status: int = 2
              **values: Any) -> HTMLResponse:
     """A live fragment (what an htmx poll swaps in): ``template`` renders one element,
     the same one the page includes."""
-    html = ENV.get_template(template).render(_context(request, area, values))
+    html = environment().get_template(template).render(_context(request, area, values))
     return HTMLResponse(html, status_code=status, headers=HEADERS)
 
 
