@@ -11,10 +11,11 @@ fetches all N once, no link following, on one Redis:
 - **paced**: the same center with 2 agents, the job sending at a steady 1,000 requests/s:
   the latency the center adds per request at that rate (reply time at the job minus the
   agent's own download time: the hops job -> center -> agent -> job);
-- **floor** (with paced): the same hops at the same rate with nothing of crawlhub
-  (``bench/center_floor.py``: bare redis-py, one pipeline per batch each way, no JSON,
-  signatures or fetch) - in the same run, what the paced row could be at best on this
-  machine now; the paced row's note gives each process's CPU per request;
+- **floor** (with paced): the same hops and fetches at the same rate with nothing of
+  crawlhub (``bench/center_floor.py``: bare redis-py and aiohttp, one pipeline per batch
+  each way, no JSON, signatures or downloader) - in the same run, what the paced row
+  could be at best on this machine now; the paced row's note gives each process's CPU
+  per request;
 - **Scrapy**: a plain Scrapy spider fetching the N URLs, then the same spider with
   ``crawlhub.contrib.scrapy.center.CenterDownloadHandler`` (2 agents), no spider change.
 
@@ -247,13 +248,14 @@ def _cpu(pids: int | list[int]) -> float:
     return total
 
 
-def floor_run(pages: int, redis_url: str, rate: float) -> Run:
-    """The paced row's hops as bare redis-py (``bench/center_floor.py``)."""
+def floor_run(base: str, pages: int, redis_url: str, rate: float) -> Run:
+    """The paced row's hops and fetches as bare redis-py and aiohttp
+    (``bench/center_floor.py``)."""
     from center_floor import run
 
-    lat, seconds = run(redis_url, pages, rate)
-    return Run(f"floor: bare redis-py, same hops, paced {rate:,.0f}/s", pages, seconds, lat,
-               note="no crawlhub, no HTTP: the best the paced row can be")
+    lat, seconds = run(redis_url, pages, rate, base)
+    return Run(f"floor: bare redis-py + aiohttp, same hops, paced {rate:,.0f}/s", pages,
+               seconds, lat, note="no crawlhub: the best the paced row can be")
 
 
 def _spy(cluster: Cluster, rate: float, pages: int) -> list[subprocess.Popen[bytes]]:
@@ -426,7 +428,7 @@ def main() -> int:
                 runs.append(center_run(base, args.pages, 2, args.redis, work, rate=1000.0))
                 console.print(f"{runs[-1].name}: p50 {runs[-1].pct(0.5)} ms")
             if "floor" in only:
-                runs.append(floor_run(args.pages, args.redis, 1000.0))
+                runs.append(floor_run(base, args.pages, args.redis, 1000.0))
                 console.print(f"{runs[-1].name}: p50 {runs[-1].pct(0.5)} ms")
             if "scrapy" in only:
                 runs.append(scrapy_run(base, args.pages, work, None))

@@ -1,12 +1,15 @@
 """The floor of ``bench/center.py``'s paced row: the same hops with nothing of crawlhub.
 
-A job sends one message per request to a relay (Redis Streams, XADD), the relay passes it
-to one of two workers, the worker answers the job - the center's path (job -> center ->
-agent -> job) as bare redis-py in four processes, with one pipeline per batch each way
-(the relay and the job ack a batch in the trip of their next read, as the center does),
-no JSON, no signatures, no HTTP fetch. Its added latency at the same rate on the same
-machine, in the same run, is what the center's could be at best: the cost of four
-processes waking in turn on the cores they share, and of the Redis round trips between.
+A job sends one message per request (a URL) to a relay (Redis Streams, XADD), the relay
+passes it to one of two workers, the worker fetches the URL (one aiohttp session) and
+answers the job with the fetch's time - the center's path (job -> center -> agent ->
+site -> agent -> job) as bare redis-py and aiohttp in four processes, with one pipeline
+per batch each way (the relay and the job ack a batch in the trip of their next read, as
+the center does), no JSON, no signatures, no downloader. Its added latency (round trip
+minus fetch) at the same rate on the same machine, in the same run, is what the
+center's could be at best: the cost of the processes waking in turn on the cores they
+share, and of the Redis round trips between. Without ``--site`` the workers answer at
+once (no fetch).
 
 Run by ``bench/center.py`` (row "floor: ..."); alone: ``python bench/center_floor.py job
 [--pages 3000] [--rate 1000] [--redis URL]``.
@@ -58,24 +61,47 @@ async def relay(url: str, prefix: str) -> None:
                 done.append(mid)
 
 
-async def worker(url: str, prefix: str, n: int) -> None:
+async def worker(url: str, prefix: str, n: int, site: str) -> None:
+    import aiohttp
     import redis.asyncio as aioredis
 
     r = aioredis.Redis.from_url(url)
     key = f"{prefix}w{n}"
     await _group(r, key)
-    while True:
-        got = await r.xreadgroup(GROUP, "w", {key: ">"}, count=64, block=1000)
-        ids = []
-        pipe = r.pipeline(transaction=False)
-        for _, entries in got or ():
-            for mid, fields in entries:
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64))
+    replies: list[tuple[bytes, dict[str, Any]]] = []
+    flusher: list[asyncio.Task[None]] = []
+
+    async def flush() -> None:  # the replies of one loop turn, acks after (as Outbox)
+        while replies:
+            pipe = r.pipeline(transaction=False)
+            ids = [mid for mid, _ in replies]
+            for _, fields in replies:
                 pipe.xadd(prefix + "job", fields)
-                ids.append(mid)
-        if ids:
+            replies.clear()
             pipe.xack(key, GROUP, *ids)
             pipe.xdel(key, *ids)
             await pipe.execute()
+
+    async def serve(mid: bytes, fields: dict[bytes, bytes]) -> None:
+        elapsed = 0.0
+        if site:
+            t = time.perf_counter()
+            async with session.get(f"{site}/p/{int(fields[b'h']) % 1000}") as resp:
+                await resp.read()
+            elapsed = time.perf_counter() - t
+        replies.append((mid, {"h": fields[b"h"], "e": repr(elapsed)}))
+        if not flusher or flusher[0].done():
+            flusher[:] = [asyncio.create_task(flush())]
+
+    tasks: set[asyncio.Task[None]] = set()
+    while True:
+        got = await r.xreadgroup(GROUP, "w", {key: ">"}, count=64, block=1000)
+        for _, entries in got or ():
+            for mid, fields in entries:
+                task = asyncio.create_task(serve(mid, fields))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
 
 
 async def job(url: str, prefix: str, pages: int, rate: float) -> tuple[list[float], float]:
@@ -104,7 +130,7 @@ async def job(url: str, prefix: str, pages: int, rate: float) -> tuple[list[floa
                     done.append(mid)
                     fut = waiting.pop(fields[b"h"], None)
                     if fut is not None:
-                        fut.set_result(time.perf_counter())
+                        fut.set_result(time.perf_counter() - float(fields[b"e"]))
 
     queued: list[bytes] = []
     flusher: list[asyncio.Task[None]] = []
@@ -150,12 +176,13 @@ async def job(url: str, prefix: str, pages: int, rate: float) -> tuple[list[floa
     return lat, seconds
 
 
-def run(url: str, pages: int, rate: float) -> tuple[list[float], float]:
-    """Start the relay and two workers, run the paced job here; the round trips (s) and
-    the paced run's seconds."""
+def run(url: str, pages: int, rate: float, site: str = "") -> tuple[list[float], float]:
+    """Start the relay and two workers, run the paced job here; the round trips minus
+    the fetches (s) and the paced run's seconds."""
     prefix = f"bench-floor-{uuid.uuid4().hex[:8]}:"
     procs = [subprocess.Popen([sys.executable, __file__, role, "--redis", url,
-                               "--prefix", prefix], stderr=subprocess.DEVNULL)
+                               "--prefix", prefix, "--site", site],
+                              stderr=subprocess.DEVNULL)
              for role in ("relay", "w0", "w1")]
     try:
         time.sleep(1.0)
@@ -178,13 +205,14 @@ def main() -> int:
     parser.add_argument("--prefix", default="")
     parser.add_argument("--pages", type=int, default=3000)
     parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--site", default="", help="The site's base URL (pages /p/<n>).")
     args = parser.parse_args()
     if args.role == "relay":
         asyncio.run(relay(args.redis, args.prefix))
     elif args.role in ("w0", "w1"):
-        asyncio.run(worker(args.redis, args.prefix, int(args.role[1])))
+        asyncio.run(worker(args.redis, args.prefix, int(args.role[1]), args.site))
     else:
-        lat = sorted(run(args.redis, args.pages, args.rate)[0])
+        lat = sorted(run(args.redis, args.pages, args.rate, args.site)[0])
         pct = {q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000 for q in (0.5, 0.99)}
         print(f"floor, paced {args.rate:,.0f}/s: p50 {pct[0.5]:.2f} ms, p99 {pct[0.99]:.2f} ms")
     return 0
