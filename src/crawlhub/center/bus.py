@@ -601,17 +601,22 @@ class RedisBus:
     async def _send_then_read(self, channel: str, items: Sequence[Outgoing],
                               acks: Mapping[str, Sequence[str]], consumer: str,
                               streams: dict[Any, Any], count: int, wait: int | None) -> Any:
-        """One pipeline: the sends and acks (if any), then XREADGROUP (the blocking
-        command last: Redis answers the others at once and holds the read). A failed send
-        or ack raises :class:`BusError`; the read's answer is returned, or its error
-        (NOGROUP) as a value - the sends went."""
+        """One trip: the sends and acks, then XREADGROUP in one pipeline (the blocking
+        command last: Redis answers the others at once and holds the read), or the read
+        alone when there is nothing to send (a pipeline of one costs ~20 us more CPU). A
+        failed send or ack raises :class:`BusError`; in a pipeline the read's error
+        (NOGROUP) is returned as a value - the sends went."""
         from redis.exceptions import RedisError
 
-        pipe = self._redis.pipeline(transaction=False)
-        self._queue(pipe, items, acks)
-        pipe.xreadgroup(GROUP, consumer, streams, count=count, block=wait)
-        what = f"send {len(items)} messages and read {channel}" if items else f"read {channel}"
-        results = await self._call(what, pipe.execute(raise_on_error=False))
+        pipe = self._redis.pipeline(transaction=False) if items or acks else None
+        if pipe is not None:
+            self._queue(pipe, items, acks)
+        read = (pipe or self._redis).xreadgroup(GROUP, consumer, streams, count=count,
+                                                block=wait)
+        if pipe is None:
+            return await self._call(f"read {channel}", read)
+        results = await self._call(f"send {len(items)} messages and read {channel}",
+                                   pipe.execute(raise_on_error=False))
         for result in results[:-1]:
             if isinstance(result, RedisError):
                 raise BusError(f"the broker {self._where} failed to send {len(items)}"
