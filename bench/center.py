@@ -11,6 +11,11 @@ fetches all N once, no link following, on one Redis:
 - **paced**: the same center with 2 agents, the job sending at a steady 1,000 requests/s:
   the latency the center adds per request at that rate (reply time at the job minus the
   agent's own download time: the hops job -> center -> agent -> job);
+- **floor** (with paced): the same hops and fetches at the same rate with nothing of
+  crawlhub (``bench/center_floor.py``: bare redis-py and aiohttp, one pipeline per batch
+  each way, no JSON, signatures or downloader) - in the same run, what the paced row
+  could be at best on this machine now; the paced row's note gives each process's CPU
+  per request;
 - **Scrapy**: a plain Scrapy spider fetching the N URLs, then the same spider with
   ``crawlhub.contrib.scrapy.center.CenterDownloadHandler`` (2 agents), no spider change.
 
@@ -25,7 +30,7 @@ process (the job) with py-spy during the paced run (flame-graph text, one line p
 stack, and the top frames).
 
 Run:  python bench/center.py [--pages 10000] [--redis redis://127.0.0.1:6379/0]
-      [--only queue,center,paced,scrapy] [--agents 1,2,4] [--key] [--profile DIR]
+      [--only queue,center,paced,floor,scrapy] [--agents 1,2,4] [--key] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -198,6 +203,9 @@ def center_run(base: str, pages: int, agents: int, redis_url: str, work: Path,
                 await one(n)
             added.clear()
             spies = _spy(cluster, rate, pages) if rate and PROFILE else []
+            pids = {"center": cluster.procs[0].pid,
+                    "agents": [p.pid for p in cluster.procs[1:]], "job": os.getpid()}
+            cpu_before = {k: _cpu(v) for k, v in pids.items()}
             start = time.perf_counter()
             if rate:
                 tasks = []
@@ -210,6 +218,7 @@ def center_run(base: str, pages: int, agents: int, redis_url: str, work: Path,
             else:
                 await asyncio.gather(*[worker() for _ in range(CONCURRENCY * agents)])
             seconds = time.perf_counter() - start
+            cpu = {k: (_cpu(v) - cpu_before[k]) * 1000 / pages for k, v in pids.items()}
             for spy in spies:
                 spy.wait(30)
         finally:
@@ -217,12 +226,36 @@ def center_run(base: str, pages: int, agents: int, redis_url: str, work: Path,
             await client.bus.close()
         label = (f"center, {agents} agents, paced {rate:,.0f}/s" if rate else
                  f"center, {agents} agent{'s' if agents > 1 else ''}")
-        return Run(label, pages, seconds, added)
+        note = ("CPU ms/request: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
+                if rate and all(v >= 0 for v in cpu.values()) else "")
+        return Run(label, pages, seconds, added, note=note)
 
     try:
         return asyncio.run(go())
     finally:
         cluster.stop()
+
+
+def _cpu(pids: int | list[int]) -> float:
+    """CPU seconds (user + system) the processes used so far; -1 without /proc."""
+    total = 0.0
+    for pid in pids if isinstance(pids, list) else [pids]:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return -1.0
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def floor_run(base: str, pages: int, redis_url: str, rate: float) -> Run:
+    """The paced row's hops and fetches as bare redis-py and aiohttp
+    (``bench/center_floor.py``)."""
+    from center_floor import run
+
+    lat, seconds = run(redis_url, pages, rate, base)
+    return Run(f"floor: bare redis-py + aiohttp, same hops, paced {rate:,.0f}/s", pages,
+               seconds, lat, note="no crawlhub: the best the paced row can be")
 
 
 def _spy(cluster: Cluster, rate: float, pages: int) -> list[subprocess.Popen[bytes]]:
@@ -366,7 +399,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pages", type=int, default=10_000)
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
-    parser.add_argument("--only", default="queue,center,paced,scrapy")
+    parser.add_argument("--only", default="queue,center,paced,floor,scrapy")
     parser.add_argument("--agents", default="1,2,4")
     parser.add_argument("--key", action="store_true", help="Sign every message.")
     parser.add_argument("--profile", type=Path, default=None,
@@ -393,6 +426,9 @@ def main() -> int:
                     console.print(f"{runs[-1].name}: {runs[-1].rate:,.0f}/s")
             if "paced" in only:
                 runs.append(center_run(base, args.pages, 2, args.redis, work, rate=1000.0))
+                console.print(f"{runs[-1].name}: p50 {runs[-1].pct(0.5)} ms")
+            if "floor" in only:
+                runs.append(floor_run(base, args.pages, args.redis, 1000.0))
                 console.print(f"{runs[-1].name}: p50 {runs[-1].pct(0.5)} ms")
             if "scrapy" in only:
                 runs.append(scrapy_run(base, args.pages, work, None))

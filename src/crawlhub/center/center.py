@@ -163,21 +163,40 @@ class DownloadCenter:
                             what=what, first=RETRY_FIRST)
 
     async def _requests_loop(self, stop: asyncio.Event) -> None:
+        """Read, serve, and hand what a batch caused (and its ack) to the next read's
+        trip: one pipeline per batch - the sends, the acks after them, the blocking read
+        last - so the read is back at Redis without a round trip of its own between. A
+        failed trip drops what it carried: the batch stays pending, unacked, and is
+        claimed and served again (as after a failed send)."""
         pending = True
+        out: list[Outgoing] = []
+        done: list[str] = []
 
         async def step() -> None:
-            nonlocal pending
+            nonlocal pending, out, done
+            carried, acked = out, done
+            out, done = [], []
             envs = await self.bus.read(REQUESTS, self.center_id, count=self.batch,
-                                       block=1.0, pending=pending)
+                                       block=1.0, pending=pending, send=carried,
+                                       ack={REQUESTS: acked})
             pending = False
             if envs:
-                await self.handle(envs)
+                out = await self.serve(envs)
+                done = [e.id for e in envs]
 
         await self._forever(stop, "reading requests", step)
+        if out or done:  # stopped: the last batch's sends and acks (cancelled: left pending)
+            with contextlib.suppress(BusError):
+                await self.bus.send_many(out, ack={REQUESTS: done})
 
     async def handle(self, envs: Sequence[Envelope]) -> None:
         """Serve a batch of job messages, then ack them (after what they caused was sent:
         a center killed between the two leaves them to another center to serve again)."""
+        out = await self.serve(envs)
+        await self.bus.send_many(out, ack={REQUESTS: [e.id for e in envs]})
+
+    async def serve(self, envs: Sequence[Envelope]) -> list[Outgoing]:
+        """Serve a batch of job messages; what they cause, to send before they are acked."""
         now = self.clock()
         out: list[Outgoing] = []
         for env in envs:
@@ -185,7 +204,7 @@ class DownloadCenter:
                 await self._serve_one(env, out, now)
             except MALFORMED as exc:
                 await self._reject(REQUESTS, env, exc)
-        await self.bus.send_many(out, ack={REQUESTS: [e.id for e in envs]})
+        return out
 
     async def _serve_one(self, env: Envelope, out: list[Outgoing], now: float) -> None:
         h = env.header

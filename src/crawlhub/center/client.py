@@ -265,11 +265,16 @@ class CenterClient:
                 raise self._fatal
 
     async def _read_forever(self) -> None:
+        """Read replies; a batch is acked in the trip of the next read (no round trip of
+        its own while replies wait), the last one on the way out."""
         failures = 0
         pause = 0.1
+        done: list[str] = []
         while not self._closing:
             try:
-                envs = await self.bus.read(self.channel, self.job, count=1000, block=0.5)
+                envs = await self.bus.read(self.channel, self.job, count=1000, block=0.5,
+                                           ack={self.channel: done})
+                done = []
             except BusError as exc:
                 failures += 1
                 if failures > self.broker_retries:
@@ -287,9 +292,10 @@ class CenterClient:
                     with contextlib.suppress(BusError):
                         await self.bus.reject(self.channel, env, rejects.MALFORMED,
                                               f"{type(exc).__name__}: {exc}")
-            if envs:
-                with contextlib.suppress(BusError):
-                    await self.bus.ack(self.channel, [e.id for e in envs])
+            done = [e.id for e in envs]
+        if done:
+            with contextlib.suppress(BusError):
+                await self.bus.ack(self.channel, done)
 
     def _receive(self, h: dict[str, Any], body: bytes) -> None:
         kind = h.get("kind")

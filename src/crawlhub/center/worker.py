@@ -478,8 +478,11 @@ def _reply(h: dict[str, Any], agent: str, status: str, *, fetched: Fetched | Non
                            "attempt": h.get("attempt"), "status": status, "agent": agent,
                            "ts": time.time()}
     if fetched is not None:
+        # str keys, not the response's istr: orjson refuses str subclasses as keys, and
+        # every reply then fell back to the standard library's encoder (~10x slower)
         out.update(code=fetched.status, outcome=fetched.outcome, url=fetched.final_url,
-                   headers=dict(fetched.headers), elapsed=round(fetched.elapsed, 4),
+                   headers={str(k): v for k, v in fetched.headers.items()},
+                   elapsed=round(fetched.elapsed, 4),
                    error=fetched.error)
     elif error:
         out["error"] = error
