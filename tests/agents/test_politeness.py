@@ -272,7 +272,8 @@ async def test_closing_the_gate_cancels_waiting_acquires(backend: Backend, clock
     gate = open_gate(backend.url, prefix=backend.prefix, rules=RULES, clock=clock)
     await gate.acquire_many("a.test", 2)
     waiter = asyncio.create_task(gate.acquire("a.test"))
-    await asyncio.sleep(0.05)
+    # waiting for its turn (on a loaded machine 50 ms may not see it start)
+    await wait_for(lambda: "a.test" in gate._wanted, "the acquire waiting", timeout=30)
     await gate.close()
     with pytest.raises(asyncio.CancelledError):
         await waiter

@@ -332,6 +332,13 @@ class Agent:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            # a flush under way ends before run() does: its caller closes the sink next
+            # (cancelled, as by Ctrl-C, the flush would write into a closed sink)
+            while (flushing := self._flushing) is not None:
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await asyncio.shield(flushing)
+                if self._flushing is flushing and flushing.done():
+                    break
             if beat is not None:
                 beat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
