@@ -69,3 +69,57 @@ async def test_a_crawl_with_no_center_fails_before_fetching(tmp_path: Path) -> N
         assert site.hits.total() == 0
     with contextlib.suppress(FileNotFoundError):
         assert rows(tmp_path / "items.jsonl") == []
+
+
+async def test_a_rendered_crawl_through_the_center_is_rendered_by_its_agents(
+        tmp_path: Path) -> None:
+    """``crawl --render --center``: the center's agent renders each page in its own
+    Chromium (the waits travel with the request) and extracts from the DOM its scripts
+    built; a render request with bad waits is answered with the reason, not fetched."""
+    from crawlhub.agents.browser import RenderConfig
+    from crawlhub.center.client import CenterClient
+    from crawlhub.demo.site import js_price, js_title
+    from tests.agents.test_render import Demo, require_browser
+
+    require_browser()
+    url = f"memory://{uuid.uuid4().hex}"
+    stop = asyncio.Event()
+    worker = CenterWorker(open_bus(url), "r1", beat_every=0.1,
+                          render_config=RenderConfig(concurrency=2, timeout=20))
+    parts = [DownloadCenter(open_bus(url), check_every=0.1), worker]
+    tasks = [asyncio.create_task(p.run(stop)) for p in parts]
+    try:
+        center = parts[0]
+        assert isinstance(center, DownloadCenter)
+        await wait_for(lambda: len(center.live_agents()) >= 1, "a live agent")
+        async with Demo(js_pages=6) as demo:
+            out = tmp_path / "items.jsonl"
+            opts = CrawlOptions(urls=[f"{demo.url}/js/"], out=out, data_dir=tmp_path / "data",
+                                follow=True, robots=False, render=True,
+                                wait_for="#app[data-ready]",
+                                extract={"fields": {"price": {"css": ".price::text"}}},
+                                center=url, strategy="random", agents=1)
+            progress = await Crawl(opts).run()
+            by_url = {i["url"]: i for i in rows(out)}
+            assert progress.errors == 0 and len(by_url) == 7  # /js/ and its 6 products
+            for n in range(6):
+                item = by_url[f"{demo.url}/js/p/{n}"]
+                assert (item["title"], item["price"]) == (js_title(n), js_price(n))
+            assert worker.pages == 7
+
+            # a job asking for a wait the browser has no such event for: refused, said why
+            client = CenterClient(open_bus(url), job=f"bad-{uuid.uuid4().hex[:6]}",
+                                  strategy="random", agents=1, timeout=10)
+            await client.open()
+            try:
+                reply = await client.fetch(f"{demo.url}/js/p/1",
+                                           render={"wait_until": "whenever"})
+            finally:
+                await client.close()
+            assert not reply.ok and "bad render request" in reply.error
+            assert "wait_until" in reply.error
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for p in parts:
+            await p.bus.close()

@@ -290,7 +290,9 @@ class Crawl:
         stop = asyncio.Event()
         try:
             downloader = await self._open_downloader(stop)
-            if opts.render:  # launched now: a missing browser is the crawl's error at once
+            # launched now: a missing browser is the crawl's error at once (with --center
+            # the center's agents render, in their own browsers)
+            if opts.render and opts.center is None:
                 browser = await self._open_browser(downloader)
         except BaseException:
             if browser is not None:
@@ -360,6 +362,7 @@ class Crawl:
                               robots=gate if opts.robots else None,
                               skip=None if recrawling else self._written,
                               control=control, browser=browser, render=opts.render,
+                              render_config=self._render_config() if opts.render else None,
                               revalidate=revalidate, max_pages=budget)
                 self.agent = agent
 
@@ -502,16 +505,21 @@ class Crawl:
 
         return CenterDownloader(client, config, on_fatal=fatal, close_bus=True)
 
+    def _render_config(self) -> Any:
+        """``--render``'s settings (concurrency, timeout, waits)."""
+        from crawlhub.agents.browser import RenderConfig
+
+        opts = self.opts
+        return RenderConfig.from_config(
+            {"concurrency": opts.render_concurrency, "timeout": opts.timeout,
+             "wait_until": opts.wait_until, "wait_for": opts.wait_for}, key="--render")
+
     async def _open_browser(self, downloader: Any) -> Any:
         """The browser downloader of ``--render``, its Chromium started (sharing the HTTP
         downloader's cookie jars)."""
-        from crawlhub.agents.browser import BrowserDownloader, RenderConfig
+        from crawlhub.agents.browser import BrowserDownloader
 
-        opts = self.opts
-        config = RenderConfig.from_config(
-            {"concurrency": opts.render_concurrency, "timeout": opts.timeout,
-             "wait_until": opts.wait_until, "wait_for": opts.wait_for}, key="--render")
-        browser = BrowserDownloader(config, cookies=downloader)
+        browser = BrowserDownloader(self._render_config(), cookies=downloader)
         try:
             await browser.start()
         except BaseException:

@@ -199,10 +199,13 @@ class CenterClient:
 
     # ------------------------------------------------------------------ downloads
     async def fetch(self, request: Request | str, *, agent: str | None = None,
-                    extract: Any = None, depth: int | None = None) -> Reply:
+                    extract: Any = None, depth: int | None = None,
+                    render: Mapping[str, Any] | None = None) -> Reply:
         """Download ``request`` through the center. ``agent`` binds a chained request to
         the agent whose page it was found on; ``extract`` names (or holds) the rule set
-        the agent extracts with; ``depth`` is passed to link extraction."""
+        the agent extracts with; ``depth`` is passed to link extraction; ``render`` (a
+        ``RenderWait`` mapping: ``wait_until``, ``wait_for``) has the agent render the
+        page in its headless Chromium instead of fetching it over HTTP."""
         if self._fatal is not None:
             raise self._fatal
         await self._wait_window()
@@ -218,6 +221,8 @@ class CenterClient:
             header["extract"] = extract
         if depth is not None:
             header["depth"] = depth
+        if render is not None:
+            header["render"] = dict(render)
         body = req.data.encode() if isinstance(req.data, str) else (req.data or b"")
         fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut

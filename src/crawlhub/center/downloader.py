@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from crawlhub.agents.codes import CONNECTION_ERROR, PARSE_ERROR
+from crawlhub.agents.config import RenderWait
 from crawlhub.agents.downloader import DownloaderConfig, Fetched
 from crawlhub.agents.extract import Extracted
 from crawlhub.center.client import CenterClient
@@ -49,14 +50,18 @@ class CenterDownloader:
         self.requests = 0
 
     async def fetch(self, request: Request | str, *, job: str = "",
-                    task: Mapping[str, Any] | None = None) -> Fetched:
+                    task: Mapping[str, Any] | None = None,
+                    render: RenderWait | None = None) -> Fetched:
+        """``request`` downloaded by one of the center's agents (``render``: rendered in
+        its headless Chromium with these waits)."""
         req = Request(request) if isinstance(request, str) else request
         task = task or {}
         self.requests += 1
         try:
             reply = await self.client.fetch(
                 req, agent=str(task.get(AGENT_KEY) or "") or None,
-                extract=task.get("extract"), depth=int(task.get("depth") or 0))
+                extract=task.get("extract"), depth=int(task.get("depth") or 0),
+                render=None if render is None else render.model_dump())
         except CenterError as exc:
             if self.fatal is None:
                 self.fatal = exc

@@ -12,6 +12,7 @@ restart, retrying forever while the broker is down) and serves:
 - ``download``: fetches through the agent's domain gate (per-domain politeness, shared by
   every job) with the job's downloader, extracts with the job's rules, replies to the
   job (body included unless the job asked for extraction only) and acks the command;
+  one with ``render`` is rendered in the job's headless Chromium (``render_config``);
   a command past its ``exp`` is dropped: its job retried or gave up;
 - ``release``: closes the job's downloader and forgets the allocation (file included);
 - ``allocations``: the center's list of this agent's current jobs after it registered:
@@ -35,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from crawlhub.agents.browser import BrowserDownloader, render_wait
+from crawlhub.agents.config import RenderConfig, RenderWait
 from crawlhub.agents.downloader import Downloader, DownloaderConfig, Fetched
 from crawlhub.agents.extract import ExtractionRules, ParseError, RuleSets
 from crawlhub.agents.proxies import ProxyPool
@@ -72,14 +75,16 @@ _HOP_HEADERS = frozenset(("host", "content-length", "transfer-encoding", "connec
 
 
 class _Job:
-    __slots__ = ("job", "options", "downloader", "rules", "body", "last_used", "active",
-                 "allocated")
+    __slots__ = ("job", "options", "downloader", "browser", "rules", "body", "last_used",
+                 "active", "allocated")
 
     def __init__(self, job: str, options: dict[str, Any], rules: RuleSets | None,
                  body: bool, allocated: float) -> None:
         self.job = job
         self.options = options
         self.downloader: Downloader | None = None
+        #: the job's rendering browser (made for its first ``render`` request)
+        self.browser: Any = None
         self.rules = rules
         self.body = body
         self.last_used = time.monotonic()
@@ -121,6 +126,7 @@ class CenterWorker:
                  concurrency: int = 64, state_dir: str | Path | None = None,
                  idle_release: float = IDLE_RELEASE, beat_every: float = BEAT_EVERY,
                  send_retries: int = SEND_RETRIES, labels: dict[str, str] | None = None,
+                 render_config: RenderConfig | None = None,
                  clock: Clock = system_clock) -> None:
         self.bus = bus
         self.agent_id = check_id(agent_id or f"{socket.gethostname()}-{os.getpid()}",
@@ -136,6 +142,8 @@ class CenterWorker:
         self.beat_every = beat_every
         self.send_retries = send_retries
         self.labels = labels or {}
+        #: how this agent renders a download asking for it (``agent.render``)
+        self.render_config = render_config or RenderConfig()
         self.clock = clock
         self.jobs: dict[str, _Job] = {}
         self.outbox = Outbox(bus, retries=send_retries)
@@ -203,8 +211,7 @@ class CenterWorker:
         entry = self.jobs.pop(job, None)
         if entry is None:
             return False
-        if entry.downloader is not None:
-            await entry.downloader.close()
+        await _close(entry)
         return True
 
     # ------------------------------------------------------------------ running
@@ -231,9 +238,7 @@ class CenterWorker:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.outbox.drain(), 5.0)
             for entry in self.jobs.values():
-                if entry.downloader is not None:
-                    await entry.downloader.close()
-                    entry.downloader = None
+                await _close(entry)
 
     async def register(self) -> None:
         from crawlhub import __version__
@@ -315,10 +320,9 @@ class CenterWorker:
         now = time.monotonic()
         closed = 0
         for entry in list(self.jobs.values()):
-            if (entry.downloader is not None and entry.active == 0
-                    and now - entry.last_used >= self.idle_release):
-                downloader, entry.downloader = entry.downloader, None
-                await downloader.close()
+            if ((entry.downloader is not None or entry.browser is not None)
+                    and entry.active == 0 and now - entry.last_used >= self.idle_release):
+                await _close(entry)
                 closed += 1
         self.released_idle += closed
         return closed
@@ -374,8 +378,8 @@ class CenterWorker:
             return
         try:
             old = self.jobs.get(job)
-            if old is not None and old.downloader is not None:
-                await old.downloader.close()
+            if old is not None:
+                await _close(old)
             self._install(job, dict(h.get("options") or {}), self.clock())
             self.save()
         except (ConfigError, ValueError) as exc:
@@ -423,6 +427,15 @@ class CenterWorker:
                    if str(k).lower() not in _HOP_HEADERS}
         request = Request(url, method=str(h.get("method") or "GET"),
                           headers=headers or None, data=body or None)
+        wait: RenderWait | None = None
+        if h.get("render") is not None:
+            try:
+                wait = render_wait(h["render"], RenderWait(
+                    wait_until=self.render_config.wait_until,
+                    wait_for=self.render_config.wait_for), key="render")
+            except ConfigError as exc:
+                self.errors += 1
+                return _reply(h, self.agent_id, FAILED, error=f"bad render request: {exc}"), b""
         entry.active += 1
         fetched: Fetched | None = None
         try:
@@ -434,7 +447,13 @@ class CenterWorker:
 
                 slot = await gate.acquire(domain_of(url))
             try:
-                fetched = await downloader.fetch(request, job=job)
+                if wait is not None:  # rendered in the job's browser (its cookies shared)
+                    if entry.browser is None:
+                        entry.browser = BrowserDownloader(self.render_config,
+                                                          cookies=downloader)
+                    fetched = await entry.browser.fetch(url, job=job, wait=wait)
+                else:
+                    fetched = await downloader.fetch(request, job=job)
             finally:
                 if slot is not None:
                     from crawlhub.agents.politeness.gate import retry_after_seconds
@@ -465,6 +484,18 @@ class CenterWorker:
             except (ParseError, ConfigError) as exc:
                 header.update(outcome="parse_error", error=str(exc))
         return header, (fetched.body if entry.body else b"")
+
+
+async def _close(entry: _Job) -> None:
+    """Close a job's browser and downloader (made again on its next download)."""
+    browser, entry.browser = entry.browser, None
+    downloader, entry.downloader = entry.downloader, None
+    try:
+        if browser is not None:
+            await browser.close()
+    finally:
+        if downloader is not None:
+            await downloader.close()
 
 
 async def _nap(stop: asyncio.Event, seconds: float) -> None:

@@ -244,7 +244,7 @@ async def _serve_center(cfg: Any, settings: Any, url: str, agent_id: str | None)
                           concurrency=settings.concurrency,
                           state_dir=cfg.data_dir,
                           idle_release=cfg.center.idle_release,
-                          beat_every=cfg.center.beat_every)
+                          beat_every=cfg.center.beat_every, render_config=settings.render)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

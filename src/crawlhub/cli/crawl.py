@@ -142,9 +142,6 @@ def crawl_command(
                             wait_for=wait_for, sitemaps=sitemaps,
                             sitemaps_only=sitemaps_only, max_pages=max_pages,
                             canonical=canonical)
-        if render and center is not None:
-            raise ConfigError("--render with --center: the center's agents download; render"
-                              " on one host without --center", key="render")
         if render:
             from crawlhub.agents.browser import RenderWait
 
