@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +48,7 @@ from crawlhub.core.errors import (
     FrontierError,
     QueueError,
 )
+from crawlhub.core.jsoncodec import TooDeepError
 from crawlhub.core.keys import DEFAULT_PREFIX, queue_keys, queue_registry
 from crawlhub.core.redact import redact_url
 from crawlhub.core.task import RESULT_KEY, Task
@@ -133,6 +134,8 @@ class _Todo:
     task: Task
     rule: OutboundRule
     intake: Intake
+    #: the task is known to hold no NaN or infinity (see ``submit``)
+    finite: bool = False
 
 
 def _same_redis(a: str, b: str) -> bool:
@@ -196,8 +199,18 @@ class IntakeStage(DispatchStage):
         With ``wait`` (inbound sources) all three are waited out."""
         results: list[SubmitResult] = [SubmitResult() for _ in tasks]
         plans: list[tuple[int, Task, OutboundRule]] = []
+        #: by index, the tasks holding a NaN or an infinity (refused where they are stored)
+        nonfinite: set[int] = set()
         for i, raw in enumerate(tasks):
-            task = Task(raw).ensure_identity(self.submitter)
+            task = Task(raw)
+            # One pass checks the depth (refused at once) and sees any NaN (refused alone
+            # when stored: the ledger entry is encoded strictly, without a second walk).
+            deep, finite = jsoncodec.json_shape(task)
+            if deep:
+                raise TooDeepError("the task")
+            if not finite:
+                nonfinite.add(i)
+            task.ensure_identity(self.submitter, checked=True)
             task.pop(RESULT_KEY, None)
             results[i].task_uuid = task.task_uuid
             problem = extract_problem(task.get("extract"))
@@ -214,7 +227,8 @@ class IntakeStage(DispatchStage):
         # Backpressure first: a task refused here must not have been admitted already.
         await self._check_lag(plans, wait=wait)
         while True:
-            failed = await self._intake(plans, results, frontier, wait=wait)
+            failed = await self._intake(plans, results, frontier, wait=wait,
+                                        nonfinite=nonfinite)
             if not failed:
                 return results
             if not wait or not all(is_unavailable(e) for e in failed.values()):
@@ -257,9 +271,12 @@ class IntakeStage(DispatchStage):
 
     async def _intake(self, plans: Sequence[tuple[int, Task, OutboundRule]],
                       results: list[SubmitResult], inbound_frontier: str | None, *,
-                      wait: bool) -> dict[int, BaseException]:
+                      wait: bool, nonfinite: Collection[int] = ()
+                      ) -> dict[int, BaseException]:
         """Gate, take tokens, record, admit, push, mark pushed. Fills ``results``;
-        returns the errors of the tasks whose push failed (by index)."""
+        returns the errors of the tasks whose push failed (by index). ``nonfinite``: the
+        indexes of the tasks that hold a NaN or an infinity (the others are known not
+        to: their entries are encoded without a second look)."""
         now = self.clock()
         gates = self._gates(plans, results, inbound_frontier, now)
         groups: dict[str, list[tuple[int, Task]]] = defaultdict(list)
@@ -283,7 +300,7 @@ class IntakeStage(DispatchStage):
                 gate = gates.get(i)
                 todo.append(_Todo(i, rule.stamp(task), rule, Intake(
                     task, name, deadline, gate_of(gate[0], gate[1].segment, gate[1].key)
-                    if gate else None)))
+                    if gate else None), i not in nonfinite))
         failed: dict[int, BaseException] = {}
         # Ungated tasks for queues on the ledger's own Redis: record and push, one script.
         fused = [t for t in todo if t.intake.gate is None and self._fused(t.rule.name)]
@@ -608,7 +625,7 @@ class IntakeStage(DispatchStage):
                 if mode == "new":
                     # The entry holds the whole task: checked strictly (no NaN) once, its
                     # params are encoded as they are (checked through the entry).
-                    t.intake.raw = t.intake.dumps(strict=True)
+                    t.intake.raw = t.intake.dumps(strict=True, finite=t.finite)
                     if not PRIORITY_MIN <= item[1] <= PRIORITY_MAX:
                         raise QueueError(f"priority must be an int in [{PRIORITY_MIN},"
                                          f" {PRIORITY_MAX}], got {item[1]}")

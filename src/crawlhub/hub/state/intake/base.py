@@ -4,6 +4,7 @@ queue group a one-script push writes to."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,13 +30,17 @@ class Intake:
     def uuid(self) -> str:
         return str(self.task["task_uuid"])
 
-    def dumps(self, *, strict: bool = False) -> str:
+    def dumps(self, *, strict: bool = False, finite: bool = False) -> str:
         """The ledger entry (the layout of hub/state.py, plus ``g``: the gate);
-        ``strict``: NaN and infinities raise ValueError instead of becoming null."""
+        ``strict``: NaN and infinities raise ValueError instead of becoming null;
+        ``finite``: the task is known to hold neither (``jsoncodec.json_shape``)."""
         data: dict[str, Any] = {"t": self.task, "o": self.outbound, "d": self.deadline}
         if self.gate:
             data["g"] = self.gate
-        return jsoncodec.dumps_strict(data) if strict else jsoncodec.dumps(data)
+        if not strict:
+            return jsoncodec.dumps(data)
+        return jsoncodec.dumps_strict(data, finite=finite and (
+            self.deadline is None or math.isfinite(self.deadline)))
 
     @classmethod
     def loads(cls, raw: str | bytes) -> Intake:
