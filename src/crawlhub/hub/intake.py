@@ -218,12 +218,13 @@ class IntakeStage(DispatchStage):
                 results[i].status, results[i].reason = "rejected", problem
                 self.metrics.rejected.inc()
                 continue
-            decision = self.router.route(task)
-            if decision.outbound is None:
-                results[i].status, results[i].reason = "rejected", decision.reason
+            rule = self.router.first(task)
+            if rule is None:
+                results[i].status = "rejected"
+                results[i].reason = self.router.route(task).reason
                 self.metrics.rejected.inc()
                 continue
-            plans.append((i, task, decision.outbound))
+            plans.append((i, task, rule))
         # Backpressure first: a task refused here must not have been admitted already.
         await self._check_lag(plans, wait=wait)
         while True:
