@@ -91,6 +91,15 @@ def dumps(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def dumpb(value: Any) -> bytes:
+    """:func:`dumps` as UTF-8 bytes, for a store that takes bytes (no decode and encode
+    again). Text that UTF-8 cannot carry (a lone surrogate) raises ``ValueError``."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
 def dumps_strict(value: Any, *, finite: bool = False) -> str:
     """Like :func:`dumps`, but NaN and infinities raise ``ValueError``. ``finite``: the
     caller has seen (:func:`json_shape`) that ``value`` holds neither, so the text is
@@ -99,10 +108,24 @@ def dumps_strict(value: Any, *, finite: bool = False) -> str:
         text = orjson.dumps(value)
     except orjson.JSONEncodeError:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _checked(text, value, finite).decode()
+
+
+def dumpb_strict(value: Any, *, finite: bool = False) -> bytes:
+    """:func:`dumps_strict` as UTF-8 bytes (a lone surrogate raises ``ValueError``)."""
+    try:
+        text = orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+                          allow_nan=False).encode()
+    return _checked(text, value, finite)
+
+
+def _checked(text: bytes, value: Any, finite: bool) -> bytes:
     # orjson writes NaN as null: only a text with a null can hide one.
     if not finite and b"null" in text and not json_shape(value, sys.maxsize)[1]:
         raise ValueError("NaN and Infinity are not JSON; send null or a number instead")
-    return text.decode()
+    return text
 
 
 def loads(data: str | bytes) -> Any:

@@ -187,6 +187,7 @@ class IntakeStage(DispatchStage):
     _leftover: list[tuple[str, _Todo]]
     _forget: list[Intake]
     _fused_cache: dict[str, bool]
+    _fused_groups: dict[str, tuple[QueueGroup, str]]
     _stop: asyncio.Event
 
     async def submit(self, tasks: Sequence[Mapping[str, Any]], *, wait: bool = False,
@@ -597,48 +598,62 @@ class IntakeStage(DispatchStage):
 
     def _fused_items(self, mode: str, todo: Sequence[_Todo], part: Iterable[int],
                      refused: dict[int, str]
-                     ) -> tuple[list[tuple[Intake, int, str, int]], list[QueueGroup], str,
-                                list[int]]:
+                     ) -> tuple[list[tuple[Intake, int, bytes | str, int]], list[QueueGroup],
+                                str, list[int]]:
         """Encode the tasks ``todo[part]`` for the one-script push: the items, the queue
-        groups they go to, the queue registry key and their positions in ``todo``."""
+        groups they go to, the queue registry key and their positions in ``todo``.
+        Cost per task: its params, one or two orjson dumps (entry, payload)."""
         index: dict[str, int] = {}
         groups: list[QueueGroup] = []
-        items: list[tuple[Intake, int, str, int]] = []
+        items: list[tuple[Intake, int, bytes | str, int]] = []
         positions: list[int] = []
         registry = ""
         for k in part:
             t = todo[k]
-            g = index.get(t.rule.name)
-            transport = self.transports[t.rule.name]
-            assert isinstance(transport, QueueOutbound)
-            queue = transport.queue
+            name = t.rule.name
+            g = index.get(name)
             if g is None:
-                prefix = getattr(transport.backend, "prefix", DEFAULT_PREFIX)
-                registry = queue_registry(prefix)
-                keys = queue_keys(prefix, queue.name)
-                g = index[t.rule.name] = len(groups)
-                groups.append(QueueGroup([keys[k] for k in ("ready", "payloads", "priorities",
-                                                            "stats", "seq")],
-                                         queue.name, t.rule.name,
-                                         int(getattr(queue, "limit", 0) or 0)))
-            item = (t.rule.params(t.task), _int(t.task.get("priority")))
+                group, registry = self._fused_group(name)
+                g = index[name] = len(groups)
+                groups.append(group)
+            priority = t.task.get("priority")
+            if type(priority) is not int:
+                priority = _int(priority)
             try:
                 if mode == "new":
                     # The entry holds the whole task: checked strictly (no NaN) once, its
                     # params are encoded as they are (checked through the entry).
-                    t.intake.raw = t.intake.dumps(strict=True, finite=t.finite)
-                    if not PRIORITY_MIN <= item[1] <= PRIORITY_MAX:
+                    t.intake.raw = t.intake.dumpb_strict(finite=t.finite)
+                    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
                         raise QueueError(f"priority must be an int in [{PRIORITY_MIN},"
-                                         f" {PRIORITY_MAX}], got {item[1]}")
-                    payload, priority = jsoncodec.dumps(item[0]), item[1]
+                                         f" {PRIORITY_MAX}], got {priority}")
+                    payload: bytes | str = jsoncodec.dumpb(t.rule.params(t.task))
                 else:
-                    payload, priority = encode_item(item, len(items), queue.name)
+                    payload, priority = encode_item((t.rule.params(t.task), priority),
+                                                    len(items), groups[g].queue)
             except (ValueError, TypeError, QueueError) as exc:
                 refused[k] = f"cannot be stored: {exc}"
                 continue
             items.append((t.intake, g, payload, priority))
             positions.append(k)
         return items, groups, registry, positions
+
+    def _fused_group(self, outbound: str) -> tuple[QueueGroup, str]:
+        """The queue group of a fused outbound and its queue registry key (built once:
+        the key names are fixed for the hub's life)."""
+        cached = self._fused_groups.get(outbound)
+        if cached is None:
+            transport = self.transports[outbound]
+            assert isinstance(transport, QueueOutbound)
+            queue = transport.queue
+            prefix = getattr(transport.backend, "prefix", DEFAULT_PREFIX)
+            keys = queue_keys(prefix, queue.name)
+            cached = self._fused_groups[outbound] = (
+                QueueGroup([keys[k] for k in ("ready", "payloads", "priorities", "stats",
+                                              "seq")],
+                           queue.name, outbound, int(getattr(queue, "limit", 0) or 0)),
+                queue_registry(prefix))
+        return cached
 
     def _fused(self, outbound: str) -> bool:
         """True when ``outbound`` is a queue on the Redis server (and db) of the ledger."""
