@@ -191,26 +191,34 @@ class IntakeStage(DispatchStage):
     _stop: asyncio.Event
 
     async def submit(self, tasks: Sequence[Mapping[str, Any]], *, wait: bool = False,
-                     frontier: str | None = None) -> list[SubmitResult]:
+                     frontier: str | None = None, checked: bool = False
+                     ) -> list[SubmitResult]:
         """Route new tasks (see "Intake" in the module docstring). Without ``wait``, an
         outbound over ``max_lag`` raises :class:`BackpressureError` before anything is
         written, tasks whose token scope is exhausted come back ``deferred``, and tasks
         whose push failed come back ``unavailable`` (when no task at all was pushed, the
         first such error is raised instead: :class:`BackendUnavailable` for an outage).
-        With ``wait`` (inbound sources) all three are waited out."""
+        With ``wait`` (inbound sources) all three are waited out.
+
+        A task nested more than MAX_DEPTH levels raises :class:`TooDeepError` before
+        anything is written; one holding a NaN or an infinity is refused alone where it
+        is stored. ``checked``: the caller has seen to both already (the HTTP API: its
+        parser refuses those numbers, :func:`crawlhub.api.deps.objects` the depth), so
+        the tasks are not walked again."""
         results: list[SubmitResult] = [SubmitResult() for _ in tasks]
         plans: list[tuple[int, Task, OutboundRule]] = []
         #: by index, the tasks holding a NaN or an infinity (refused where they are stored)
         nonfinite: set[int] = set()
         for i, raw in enumerate(tasks):
             task = Task(raw)
-            # One pass checks the depth (refused at once) and sees any NaN (refused alone
-            # when stored: the ledger entry is encoded strictly, without a second walk).
-            deep, finite = jsoncodec.json_shape(task)
-            if deep:
-                raise TooDeepError("the task")
-            if not finite:
-                nonfinite.add(i)
+            if not checked:
+                # One pass checks the depth (refused at once) and sees any NaN (refused
+                # alone when stored: the entry is encoded strictly, without a 2nd walk).
+                deep, finite = jsoncodec.json_shape(task)
+                if deep:
+                    raise TooDeepError("the task")
+                if not finite:
+                    nonfinite.add(i)
             task.ensure_identity(self.submitter, checked=True)
             task.pop(RESULT_KEY, None)
             results[i].task_uuid = task.task_uuid
