@@ -698,7 +698,7 @@ class IntakeStage(DispatchStage):
         for t in pushed:
             counts[t.rule.name] += 1
         for name, n in counts.items():
-            self.metrics.dispatched.labels(name).inc(n)
+            self.metrics.dispatched_to(name).inc(n)
             self._note_dispatch(name, n, now)
             cached = self._lag_cache.get(name)
             if cached:
