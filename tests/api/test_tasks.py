@@ -216,3 +216,60 @@ async def test_a_numeric_task_uuid_is_kept_as_text(make_api: MakeApi) -> None:
     assert r.status_code == 200 and r.json()["task_uuid"] == "12345"
     [message] = await api.payloads("default")
     assert message["task_uuid"] == "12345"
+
+
+async def test_integers_beyond_64_bits_keep_their_exact_value(make_api: MakeApi) -> None:
+    api = await make_api()
+    numbers = {"a": 2**64 + 1, "b": -(2**63) - 1, "c": 12345678901234567890123,
+               "d": 2**64 - 1, "e": 1e19, "in_text": "9" * 30}
+    body = json.dumps(numbers).encode()
+    # (the dry run answers the message as the API read it)
+    r = await api.client.post("/inbound/http/check_task/", content=body, headers=JSON)
+    assert r.status_code == 200, r.text
+    read = json.loads(r.content)["converted"]
+    assert {k: read[k] for k in numbers} == numbers
+    assert type(read["a"]) is int and type(read["e"]) is float
+    assert (await api.client.post("/task/", content=body, headers=JSON)).status_code == 200
+
+
+async def test_a_body_with_a_utf8_bom_is_read_as_before(make_api: MakeApi) -> None:
+    api = await make_api()
+    r = await api.client.post("/task/", content=b'\xef\xbb\xbf{"url": "x"}', headers=JSON)
+    assert r.status_code == 200, r.text
+    assert [m["url"] for m in await api.payloads("default")] == ["x"]
+
+
+def test_the_fast_parse_gives_what_the_strict_parse_gives_or_leaves_it_to_it() -> None:
+    import math
+    import random
+    import struct
+
+    from fastapi import HTTPException
+
+    from crawlhub.api.deps import _SLOW, _fast_loads, _loads
+
+    rng = random.Random(24)
+    bodies = [b'{"a": 1}', b"[1, 2.5, -0.0, 1e308, 0.1e-400]", b'{"a": 1, "a": 2}',
+              b'"\\u0000\\/\\ud83d\\ude00"', b"18446744073709551615", b"-9223372036854775808",
+              b"-9223372036854775809", b"1" * 19, b"[1,]", b"NaN", b"1e400", b'"\\ud800"',
+              b"\xef\xbb\xbf[]", b'"a\x01"', b"[01]", b"{'a': 1}", b" [ 1 ] ", b"[" * 1100]
+    for _ in range(3000):
+        bits = struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0]
+        if math.isfinite(bits):
+            bodies.append(repr(bits).encode())
+        bodies.append(str(rng.randint(-2**70, 2**70)).encode())
+        bodies.append(f"{rng.random() * 10 ** rng.randint(-30, 30):.{rng.randint(1, 20)}e}"
+                      .encode())
+    slow = 0
+    for body in bodies:
+        fast = _fast_loads(body)
+        if fast is _SLOW:
+            slow += 1
+            continue
+        try:
+            strict = _loads(body)
+        except HTTPException as exc:
+            raise AssertionError(f"{body[:40]!r}: fast {fast!r}, strict {exc.detail}") from None
+        assert json.dumps(fast) == json.dumps(strict), body[:40]
+        assert type(fast) is type(strict), body[:40]
+    assert 0 < slow < len(bodies) / 2

@@ -467,3 +467,40 @@ async def test_a_push_whose_mark_failed_is_marked_later_not_pushed_again(
     hub_b = await open_services(config)
     assert await hub_b.hub.recover_intake(time.time() + ALIVE_TTL + 1) == 0
     assert len(throwaway.list("far")) == 1
+
+
+# ------------------------------------------------------------------ what can be stored
+async def test_a_task_nested_past_the_limit_is_refused_before_anything_is_pushed(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    from crawlhub.core.jsoncodec import MAX_DEPTH, TooDeepError
+
+    def nested(depth: int) -> dict[str, Any]:
+        value: Any = "leaf"
+        for _ in range(depth - 1):
+            value = [value]
+        return {"deep": value}
+
+    svc = await open_services(make_config(outbound=[{"name": "o"}]))
+    with pytest.raises(TooDeepError, match=f"more than {MAX_DEPTH} levels"):
+        await svc.hub.submit([{"n": 1}, nested(MAX_DEPTH + 1)])
+    assert await drain(svc, "o") == []
+    [ok] = await svc.hub.submit([nested(MAX_DEPTH)])
+    assert ok.status == "routed"
+
+
+async def test_a_task_holding_nan_is_never_stored_as_null(
+        make_config: Callable[..., Any], open_services: Opener, backend: str) -> None:
+    import math
+
+    from crawlhub.core.errors import QueueError
+
+    svc = await open_services(make_config(outbound=[{"name": "o"}]))
+    tasks = [{"n": 1}, {"n": math.nan}, {"n": {"in": [math.inf]}}, {"n": None}]
+    if backend == "redis":  # the one-script push refuses each such task alone
+        results = await svc.hub.submit(tasks)
+        assert [r.status for r in results] == ["routed", "rejected", "rejected", "routed"]
+        assert "NaN and Infinity are not JSON" in (results[1].reason or "")
+    else:  # the queue refuses the push of their outbound's group
+        with pytest.raises(QueueError, match="NaN and Infinity are not JSON"):
+            await svc.hub.submit(tasks)
+    assert {repr(p["n"]) for p in await drain(svc, "o")} <= {"1", "None"}

@@ -61,6 +61,22 @@ def test_no_match_says_why() -> None:
     assert decision.candidates[0].reason == "no selector matched"
 
 
+def test_first_picks_what_route_picks_across_sets_disabled_rules_and_limits() -> None:
+    rules = (rule(name="off", disable=True),
+             rule(name="two", selector=["kind == 'a'", "n > 5"]),
+             rule(name="bad", selector=["int(n) == 2"]),  # fails on n='x': not a match
+             rule(name="all"))
+    tasks: list[dict[str, Any]] = [{"kind": "a"}, {"n": 9}, {"n": 2}, {"n": "x"}, {},
+                                   {"kind": "a", "routed_count": 3}]
+    for limits in (-1, 3):
+        r = router(*rules, limits=limits)
+        for task in tasks:
+            assert r.first(task) is r.route(task).outbound, (limits, task)
+    assert router(*rules).first({"n": 2}) is rules[2]
+    assert router(*rules, limits=3).first({"kind": "a", "routed_count": 3}) is None
+    assert router(rule(name="x", selector=["n == 1"])).first({"n": 2}) is None
+
+
 def test_seed_selector_routes_taskhub_task() -> None:
     task = {"task_src": 3, "data_type": "change", "task_parms": {"province": "GD"},
             "company_name": "c"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from crawlhub.api.deps import ApiError, ServicesDep, json_body, objects
+from crawlhub.api.deps import ApiError, FastJSONResponse, ServicesDep, json_body, objects
 from crawlhub.api.models import BatchAnswer, TaskAnswer
 from crawlhub.api.openapi import BACKEND, BODY, errors, json_request
 
@@ -37,7 +37,8 @@ async def submit_task(request: Request, svc: ServicesDep) -> JSONResponse:
     """
     body = await json_body(request)
     items, many = objects(body, limit=svc.config.server.max_tasks_per_request)
-    results = await svc.hub.submit(items)  # over max_lag: BackpressureError, the app's 503
+    # (json_body refuses NaN and infinities, objects() tasks nested too deeply: checked)
+    results = await svc.hub.submit(items, checked=True)  # over max_lag: BackpressureError
     answers = [r.as_dict() for r in results]
     retry = [r for r in results if r.status in RETRY_LATER]
     failed = [r for r in results if r.status == "failed"]
@@ -48,9 +49,10 @@ async def submit_task(request: Request, svc: ServicesDep) -> JSONResponse:
             raise ApiError(422, f"task not routed: {result.reason}",
                            task_uuid=result.task_uuid)
         if retry or failed:
-            return JSONResponse({"detail": f"task not routed: {result.reason}", **answer},
-                                status_code=503 if retry else 500, headers=headers)
-        return JSONResponse(answer)
+            return FastJSONResponse({"detail": f"task not routed: {result.reason}",
+                                     **answer}, status_code=503 if retry else 500,
+                                    headers=headers)
+        return FastJSONResponse(answer)
     accepted = sum(1 for r in results if r.status == "routed")
     payload = {"accepted": accepted, "tasks": answers}
     if retry or failed:
@@ -60,9 +62,9 @@ async def submit_task(request: Request, svc: ServicesDep) -> JSONResponse:
         pushed = any(r.status in ("routed", "already_routed") for r in results)
         code = 207 if pushed and not any(r.status == "deferred" for r in results) else (
             503 if retry else 500)
-        return JSONResponse({"detail": f"{len(not_routed)} tasks not routed: send them again"
-                             f" ({not_routed[0].reason})", **payload},
-                            status_code=code, headers=headers)
+        return FastJSONResponse({"detail": f"{len(not_routed)} tasks not routed: send them"
+                                 f" again ({not_routed[0].reason})", **payload},
+                                status_code=code, headers=headers)
     if accepted == 0 and all(r.status == "rejected" for r in results):
-        return JSONResponse({"detail": "no task was routed", **payload}, status_code=422)
-    return JSONResponse(payload)
+        return FastJSONResponse({"detail": "no task was routed", **payload}, status_code=422)
+    return FastJSONResponse(payload)

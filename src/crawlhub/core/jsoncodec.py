@@ -9,14 +9,12 @@ one nesting limit of the whole service: every intake path refuses deeper JSON.
 from __future__ import annotations
 
 import json
-import math
+import sys
 from typing import Any
 
 import orjson
 
 from crawlhub.core.errors import CrawlhubError
-
-_INFINITIES = (math.inf, -math.inf)
 
 #: How deep a task may nest: a flat object is depth 1, each object or array inside adds
 #: one. Every intake (HTTP bodies, inbounds, Hub.submit/check_task, frontier add) refuses
@@ -29,6 +27,8 @@ MAX_DEPTH = 100
 MAX_STORED_DEPTH = MAX_DEPTH + 8
 
 _CONTAINERS = (dict, list, tuple)
+#: Types whose values need no look inside (exact types: a subclass takes the long way).
+_PLAIN = frozenset({str, int, bool, type(None)})
 
 
 class TooDeepError(CrawlhubError, ValueError):
@@ -42,19 +42,39 @@ class TooDeepError(CrawlhubError, ValueError):
         )
 
 
+def json_shape(value: Any, limit: int = MAX_DEPTH) -> tuple[bool, bool]:
+    """``(too_deep, finite)`` of ``value`` in one pass: whether it nests more than
+    ``limit`` levels, and whether it holds no NaN or infinity (a float that
+    :func:`dumps` would write as ``null``). Containers are dicts, lists and tuples,
+    subclasses included (a :class:`~crawlhub.core.task.Task` is a dict). Iterative: any
+    depth is safe. Stops at the first level over ``limit`` (``finite`` then covers only
+    the levels walked). Cost: one type test per value, the hot path of every intake."""
+    if not isinstance(value, _CONTAINERS):
+        return False, not (type(value) is float and value - value != 0.0)
+    finite = True
+    level, items = 1, [value]
+    while items:
+        if level > limit:
+            return True, finite
+        nested = []
+        for item in items:
+            for child in item.values() if isinstance(item, dict) else item:
+                kind = type(child)
+                if kind in _PLAIN:
+                    continue
+                if kind is float:
+                    if child - child != 0.0:  # NaN - NaN and inf - inf are NaN
+                        finite = False
+                elif isinstance(child, _CONTAINERS):
+                    nested.append(child)
+        items = nested
+        level += 1
+    return False, finite
+
+
 def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
     """Whether ``value`` nests more than ``limit`` levels (iterative: any depth is safe)."""
-    if not isinstance(value, _CONTAINERS):
-        return False
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if level > limit:
-            return True
-        for child in item.values() if isinstance(item, dict) else item:
-            if isinstance(child, _CONTAINERS):
-                stack.append((child, level + 1))
-    return False
+    return json_shape(value, limit)[0]
 
 
 def check_depth(value: Any, what: str = "the task", limit: int = MAX_DEPTH) -> None:
@@ -71,31 +91,41 @@ def dumps(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def dumps_strict(value: Any) -> str:
-    """Like :func:`dumps`, but NaN and infinities raise ``ValueError``."""
+def dumpb(value: Any) -> bytes:
+    """:func:`dumps` as UTF-8 bytes, for a store that takes bytes (no decode and encode
+    again). Text that UTF-8 cannot carry (a lone surrogate) raises ``ValueError``."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def dumps_strict(value: Any, *, finite: bool = False) -> str:
+    """Like :func:`dumps`, but NaN and infinities raise ``ValueError``. ``finite``: the
+    caller has seen (:func:`json_shape`) that ``value`` holds neither, so the text is
+    not searched again."""
     try:
         text = orjson.dumps(value)
     except orjson.JSONEncodeError:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _checked(text, value, finite).decode()
+
+
+def dumpb_strict(value: Any, *, finite: bool = False) -> bytes:
+    """:func:`dumps_strict` as UTF-8 bytes (a lone surrogate raises ``ValueError``)."""
+    try:
+        text = orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+                          allow_nan=False).encode()
+    return _checked(text, value, finite)
+
+
+def _checked(text: bytes, value: Any, finite: bool) -> bytes:
     # orjson writes NaN as null: only a text with a null can hide one.
-    if b"null" in text and not _finite(value):
+    if not finite and b"null" in text and not json_shape(value, sys.maxsize)[1]:
         raise ValueError("NaN and Infinity are not JSON; send null or a number instead")
-    return text.decode()
-
-
-def _finite(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is float:
-            if item != item or item in _INFINITIES:
-                return False
-        elif kind is dict:
-            stack.extend(item.values())
-        elif kind is list or kind is tuple:
-            stack.extend(item)
-    return True
+    return text
 
 
 def loads(data: str | bytes) -> Any:

@@ -263,6 +263,12 @@ class SelectorSet:
     def texts(self) -> tuple[str, ...]:
         return tuple(selector.text for selector in self.selectors)
 
+    @property
+    def matchers(self) -> tuple[Callable[[Mapping[str, Any]], bool], ...]:
+        """The selectors' matching functions, in order (each is ``selector(task)``
+        without the attribute lookup): for callers that chain several sets."""
+        return self._matchers
+
     def match(self, task: Mapping[str, Any]) -> Selector | None:
         """The first selector that matches ``task``, or ``None``; never raises."""
         if not self.selectors:

@@ -50,14 +50,18 @@ class Task(dict[str, Any]):
     def from_mapping(cls, data: Mapping[str, Any]) -> Task:
         return cls(data)
 
-    def ensure_identity(self, submitter: str, *, now: float | None = None) -> Task:
+    def ensure_identity(self, submitter: str, *, now: float | None = None,
+                        checked: bool = False) -> Task:
         """Give a new task its uuid, submitter, submit time and zeroed counters.
 
         Raises :class:`~crawlhub.core.jsoncodec.TooDeepError` for a task nested more than
         :data:`~crawlhub.core.jsoncodec.MAX_DEPTH` levels: what the hub takes in it must be able
-        to hand out again (lease answers, dry runs), so it refuses it here.
+        to hand out again (lease answers, dry runs), so it refuses it here. ``checked``:
+        the caller has checked the depth already (``Hub.submit``, in its one pass over
+        each task: :func:`~crawlhub.core.jsoncodec.json_shape`).
         """
-        check_depth(self, "the task", MAX_DEPTH)
+        if not checked:
+            check_depth(self, "the task", MAX_DEPTH)
         given = self.get("task_uuid")
         if not given or not isinstance(given, str | int | float) or isinstance(given, bool):
             self["task_uuid"] = new_task_uuid()  # absent, or not usable as an id

@@ -81,6 +81,7 @@ class Hub(IntakeStage, ResultsStage):
         self.sources = dict(sources or {})
         self._lag_cache = {}
         self._fused_cache = {}
+        self._fused_groups = {}
         #: this process, as the owner of the tasks it records (see hub/state/intake/)
         self.instance = os.urandom(8).hex()
         #: what an outage kept this process from finishing (see _leftovers)

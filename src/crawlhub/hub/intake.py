@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +48,7 @@ from crawlhub.core.errors import (
     FrontierError,
     QueueError,
 )
+from crawlhub.core.jsoncodec import TooDeepError
 from crawlhub.core.keys import DEFAULT_PREFIX, queue_keys, queue_registry
 from crawlhub.core.redact import redact_url
 from crawlhub.core.task import RESULT_KEY, Task
@@ -133,6 +134,8 @@ class _Todo:
     task: Task
     rule: OutboundRule
     intake: Intake
+    #: the task is known to hold no NaN or infinity (see ``submit``)
+    finite: bool = False
 
 
 def _same_redis(a: str, b: str) -> bool:
@@ -184,20 +187,39 @@ class IntakeStage(DispatchStage):
     _leftover: list[tuple[str, _Todo]]
     _forget: list[Intake]
     _fused_cache: dict[str, bool]
+    _fused_groups: dict[str, tuple[QueueGroup, str]]
     _stop: asyncio.Event
 
     async def submit(self, tasks: Sequence[Mapping[str, Any]], *, wait: bool = False,
-                     frontier: str | None = None) -> list[SubmitResult]:
+                     frontier: str | None = None, checked: bool = False
+                     ) -> list[SubmitResult]:
         """Route new tasks (see "Intake" in the module docstring). Without ``wait``, an
         outbound over ``max_lag`` raises :class:`BackpressureError` before anything is
         written, tasks whose token scope is exhausted come back ``deferred``, and tasks
         whose push failed come back ``unavailable`` (when no task at all was pushed, the
         first such error is raised instead: :class:`BackendUnavailable` for an outage).
-        With ``wait`` (inbound sources) all three are waited out."""
+        With ``wait`` (inbound sources) all three are waited out.
+
+        A task nested more than MAX_DEPTH levels raises :class:`TooDeepError` before
+        anything is written; one holding a NaN or an infinity is refused alone where it
+        is stored. ``checked``: the caller has seen to both already (the HTTP API: its
+        parser refuses those numbers, :func:`crawlhub.api.deps.objects` the depth), so
+        the tasks are not walked again."""
         results: list[SubmitResult] = [SubmitResult() for _ in tasks]
         plans: list[tuple[int, Task, OutboundRule]] = []
+        #: by index, the tasks holding a NaN or an infinity (refused where they are stored)
+        nonfinite: set[int] = set()
         for i, raw in enumerate(tasks):
-            task = Task(raw).ensure_identity(self.submitter)
+            task = Task(raw)
+            if not checked:
+                # One pass checks the depth (refused at once) and sees any NaN (refused
+                # alone when stored: the entry is encoded strictly, without a 2nd walk).
+                deep, finite = jsoncodec.json_shape(task)
+                if deep:
+                    raise TooDeepError("the task")
+                if not finite:
+                    nonfinite.add(i)
+            task.ensure_identity(self.submitter, checked=True)
             task.pop(RESULT_KEY, None)
             results[i].task_uuid = task.task_uuid
             problem = extract_problem(task.get("extract"))
@@ -205,16 +227,18 @@ class IntakeStage(DispatchStage):
                 results[i].status, results[i].reason = "rejected", problem
                 self.metrics.rejected.inc()
                 continue
-            decision = self.router.route(task)
-            if decision.outbound is None:
-                results[i].status, results[i].reason = "rejected", decision.reason
+            rule = self.router.first(task)
+            if rule is None:
+                results[i].status = "rejected"
+                results[i].reason = self.router.route(task).reason
                 self.metrics.rejected.inc()
                 continue
-            plans.append((i, task, decision.outbound))
+            plans.append((i, task, rule))
         # Backpressure first: a task refused here must not have been admitted already.
         await self._check_lag(plans, wait=wait)
         while True:
-            failed = await self._intake(plans, results, frontier, wait=wait)
+            failed = await self._intake(plans, results, frontier, wait=wait,
+                                        nonfinite=nonfinite)
             if not failed:
                 return results
             if not wait or not all(is_unavailable(e) for e in failed.values()):
@@ -257,9 +281,12 @@ class IntakeStage(DispatchStage):
 
     async def _intake(self, plans: Sequence[tuple[int, Task, OutboundRule]],
                       results: list[SubmitResult], inbound_frontier: str | None, *,
-                      wait: bool) -> dict[int, BaseException]:
+                      wait: bool, nonfinite: Collection[int] = ()
+                      ) -> dict[int, BaseException]:
         """Gate, take tokens, record, admit, push, mark pushed. Fills ``results``;
-        returns the errors of the tasks whose push failed (by index)."""
+        returns the errors of the tasks whose push failed (by index). ``nonfinite``: the
+        indexes of the tasks that hold a NaN or an infinity (the others are known not
+        to: their entries are encoded without a second look)."""
         now = self.clock()
         gates = self._gates(plans, results, inbound_frontier, now)
         groups: dict[str, list[tuple[int, Task]]] = defaultdict(list)
@@ -283,7 +310,7 @@ class IntakeStage(DispatchStage):
                 gate = gates.get(i)
                 todo.append(_Todo(i, rule.stamp(task), rule, Intake(
                     task, name, deadline, gate_of(gate[0], gate[1].segment, gate[1].key)
-                    if gate else None)))
+                    if gate else None), i not in nonfinite))
         failed: dict[int, BaseException] = {}
         # Ungated tasks for queues on the ledger's own Redis: record and push, one script.
         fused = [t for t in todo if t.intake.gate is None and self._fused(t.rule.name)]
@@ -579,48 +606,62 @@ class IntakeStage(DispatchStage):
 
     def _fused_items(self, mode: str, todo: Sequence[_Todo], part: Iterable[int],
                      refused: dict[int, str]
-                     ) -> tuple[list[tuple[Intake, int, str, int]], list[QueueGroup], str,
-                                list[int]]:
+                     ) -> tuple[list[tuple[Intake, int, bytes | str, int]], list[QueueGroup],
+                                str, list[int]]:
         """Encode the tasks ``todo[part]`` for the one-script push: the items, the queue
-        groups they go to, the queue registry key and their positions in ``todo``."""
+        groups they go to, the queue registry key and their positions in ``todo``.
+        Cost per task: its params, one or two orjson dumps (entry, payload)."""
         index: dict[str, int] = {}
         groups: list[QueueGroup] = []
-        items: list[tuple[Intake, int, str, int]] = []
+        items: list[tuple[Intake, int, bytes | str, int]] = []
         positions: list[int] = []
         registry = ""
         for k in part:
             t = todo[k]
-            g = index.get(t.rule.name)
-            transport = self.transports[t.rule.name]
-            assert isinstance(transport, QueueOutbound)
-            queue = transport.queue
+            name = t.rule.name
+            g = index.get(name)
             if g is None:
-                prefix = getattr(transport.backend, "prefix", DEFAULT_PREFIX)
-                registry = queue_registry(prefix)
-                keys = queue_keys(prefix, queue.name)
-                g = index[t.rule.name] = len(groups)
-                groups.append(QueueGroup([keys[k] for k in ("ready", "payloads", "priorities",
-                                                            "stats", "seq")],
-                                         queue.name, t.rule.name,
-                                         int(getattr(queue, "limit", 0) or 0)))
-            item = (t.rule.params(t.task), _int(t.task.get("priority")))
+                group, registry = self._fused_group(name)
+                g = index[name] = len(groups)
+                groups.append(group)
+            priority = t.task.get("priority")
+            if type(priority) is not int:
+                priority = _int(priority)
             try:
                 if mode == "new":
                     # The entry holds the whole task: checked strictly (no NaN) once, its
                     # params are encoded as they are (checked through the entry).
-                    t.intake.raw = t.intake.dumps(strict=True)
-                    if not PRIORITY_MIN <= item[1] <= PRIORITY_MAX:
+                    t.intake.raw = t.intake.dumpb_strict(finite=t.finite)
+                    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
                         raise QueueError(f"priority must be an int in [{PRIORITY_MIN},"
-                                         f" {PRIORITY_MAX}], got {item[1]}")
-                    payload, priority = jsoncodec.dumps(item[0]), item[1]
+                                         f" {PRIORITY_MAX}], got {priority}")
+                    payload: bytes | str = jsoncodec.dumpb(t.rule.params(t.task))
                 else:
-                    payload, priority = encode_item(item, len(items), queue.name)
+                    payload, priority = encode_item((t.rule.params(t.task), priority),
+                                                    len(items), groups[g].queue)
             except (ValueError, TypeError, QueueError) as exc:
                 refused[k] = f"cannot be stored: {exc}"
                 continue
             items.append((t.intake, g, payload, priority))
             positions.append(k)
         return items, groups, registry, positions
+
+    def _fused_group(self, outbound: str) -> tuple[QueueGroup, str]:
+        """The queue group of a fused outbound and its queue registry key (built once:
+        the key names are fixed for the hub's life)."""
+        cached = self._fused_groups.get(outbound)
+        if cached is None:
+            transport = self.transports[outbound]
+            assert isinstance(transport, QueueOutbound)
+            queue = transport.queue
+            prefix = getattr(transport.backend, "prefix", DEFAULT_PREFIX)
+            keys = queue_keys(prefix, queue.name)
+            cached = self._fused_groups[outbound] = (
+                QueueGroup([keys[k] for k in ("ready", "payloads", "priorities", "stats",
+                                              "seq")],
+                           queue.name, outbound, int(getattr(queue, "limit", 0) or 0)),
+                queue_registry(prefix))
+        return cached
 
     def _fused(self, outbound: str) -> bool:
         """True when ``outbound`` is a queue on the Redis server (and db) of the ledger."""
@@ -657,7 +698,7 @@ class IntakeStage(DispatchStage):
         for t in pushed:
             counts[t.rule.name] += 1
         for name, n in counts.items():
-            self.metrics.dispatched.labels(name).inc(n)
+            self.metrics.dispatched_to(name).inc(n)
             self._note_dispatch(name, n, now)
             cached = self._lag_cache.get(name)
             if cached:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 
@@ -25,3 +27,12 @@ class HubMetrics:
                          ["outbound"], registry=r)
         self.http_requests = Counter("crawlhub_http_requests", "API requests",
                                      ["method", "route", "status"], registry=r)
+        self._dispatched_to: dict[str, Any] = {}
+
+    def dispatched_to(self, outbound: str) -> Any:
+        """The ``dispatched`` counter of ``outbound``: labels() looked up once per
+        outbound (it takes a lock and builds a key each call; intake counts per push)."""
+        child = self._dispatched_to.get(outbound)
+        if child is None:
+            child = self._dispatched_to[outbound] = self.dispatched.labels(outbound)
+        return child

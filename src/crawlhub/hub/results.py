@@ -209,7 +209,7 @@ class ResultsStage(DispatchStage):
         [error] = await self._send([(rule, transport, [Task(entry.task)])])
         if error is not None:
             raise error
-        self.metrics.dispatched.labels(rule.name).inc()
+        self.metrics.dispatched_to(rule.name).inc()
         self._note_dispatch(rule.name, 1, self.clock())
         await self.state.settle(entry, replace(entry, pending=None))
 

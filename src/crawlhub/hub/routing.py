@@ -8,11 +8,11 @@ Everything here is a pure function of the config and the task, so the HTTP dry r
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crawlhub.core.selectors import SelectorSet, compile_selectors
+from crawlhub.core.selectors import MATCH_ALL, SelectorSet, compile_selectors
 from crawlhub.core.task import BUILTIN_KEY_SET, BUILTIN_KEYS, RESULT_KEY, Task
 
 
@@ -137,6 +137,21 @@ class Router:
         self.by_name = {r.name: r for r in self.rules}
         self.limits = limits
         self.terminal = frozenset(status_key(c) for c in terminal_codes)
+        # Every selector of every enabled rule, in routing order, with its rule: the
+        # first that matches routes the task (an empty set matches all: MATCH_ALL).
+        self._chain: tuple[tuple[Callable[[Mapping[str, Any]], bool], OutboundRule], ...] = \
+            tuple((matcher, rule) for rule in self.rules if not rule.disabled
+                  for matcher in (rule.selectors.matchers or (MATCH_ALL,)))
+
+    def first(self, task: Mapping[str, Any]) -> OutboundRule | None:
+        """The outbound :meth:`route` picks for ``task`` (no skip), or None: the hot
+        path of intake, one call per selector tried (``route`` says why not)."""
+        if self.limits >= 0 and _int(task.get("routed_count")) >= self.limits:
+            return None
+        for matcher, rule in self._chain:
+            if matcher(task):
+                return rule
+        return None
 
     def route(self, task: Mapping[str, Any], *, skip: Collection[str] = (),
               explain: bool = False) -> RouteDecision:

@@ -4,6 +4,7 @@ queue group a one-script push writes to."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,20 +23,29 @@ class Intake:
     gate: str | None = None
     #: the gate was taken over (see the module docstring); set by intake_claim
     inherited: bool = False
-    #: the entry as encoded already (``dumps``), if it was
-    raw: str | None = None
+    #: the entry as encoded already (``dumpb_strict``), if it was
+    raw: bytes | None = None
 
     @property
     def uuid(self) -> str:
         return str(self.task["task_uuid"])
 
-    def dumps(self, *, strict: bool = False) -> str:
-        """The ledger entry (the layout of hub/state.py, plus ``g``: the gate);
-        ``strict``: NaN and infinities raise ValueError instead of becoming null."""
+    def dumps(self) -> str:
+        """The ledger entry (the layout of hub/state.py, plus ``g``: the gate)."""
+        return jsoncodec.dumps(self._entry())
+
+    def dumpb_strict(self, *, finite: bool = False) -> bytes:
+        """The ledger entry as UTF-8 bytes; NaN and infinities raise ValueError instead
+        of becoming null (``finite``: the task is known to hold neither, see
+        ``jsoncodec.json_shape``), as does text UTF-8 cannot carry."""
+        return jsoncodec.dumpb_strict(self._entry(), finite=finite and (
+            self.deadline is None or math.isfinite(self.deadline)))
+
+    def _entry(self) -> dict[str, Any]:
         data: dict[str, Any] = {"t": self.task, "o": self.outbound, "d": self.deadline}
         if self.gate:
             data["g"] = self.gate
-        return jsoncodec.dumps_strict(data) if strict else jsoncodec.dumps(data)
+        return data
 
     @classmethod
     def loads(cls, raw: str | bytes) -> Intake:

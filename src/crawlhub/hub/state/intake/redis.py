@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +26,10 @@ def _push_script() -> str:
     from crawlhub.queues.redis import PUSH_ROWS_LUA
 
     return lua(__package__, "split.lua") + PUSH_ROWS_LUA + lua(__package__, "push.lua")
+
+
+#: A record field's length in the push script's blob (push.lua: ``struct`` ``<I4``).
+_U32 = struct.Struct("<I").pack
 
 
 def _packed(parts: Sequence[str]) -> tuple[bytes, str]:
@@ -120,9 +125,11 @@ class RedisIntake:
             out.append(intake)
         return out
 
-    def _push_call(self, mode: str, items: Sequence[tuple[Intake, int, str, int]],
+    def _push_call(self, mode: str, items: Sequence[tuple[Intake, int, bytes | str, int]],
                    groups: Sequence[QueueGroup], registry: str, now: float
                    ) -> tuple[list[str], list[Any]]:
+        """The push script's keys and arguments: the tasks as one blob of records (see
+        push.lua), which Lua reads with one ``struct.unpack`` per task."""
         k = self._keys
         keys = [k["ledger"], k["deadlines"], k["retention"], k["unpushed"], k["gates"],
                 k["counters"], registry, k["owners"]]
@@ -130,22 +137,25 @@ class RedisIntake:
         for g in groups:
             keys += g.keys
             names += [g.queue, g.outbound, str(g.limit)]
-        intakes = [i for i, _, _, _ in items]
-        ids, id_lens = _packed([i.uuid for i in intakes])
-        entries, entry_lens = (_packed([i.raw or i.dumps() for i in intakes]) if mode == "new"
-                               else (b"", ",".join("0" for _ in intakes)))
-        payloads, payload_lens = _packed([p for _, _, p, _ in items])
-        gates, gate_lens = _packed([i.gate or "" for i in intakes])
-        args: list[Any] = [
-            mode, repr(now), "0", repr(now + self.retention), ids, id_lens,
-            entries, entry_lens,
-            ",".join("" if i.deadline is None else repr(i.deadline) for i in intakes),
-            ",".join(str(g + 1) for _, g, _, _ in items),
-            payloads, payload_lens, ",".join(str(p) for _, _, _, p in items),
-            gates, gate_lens, *names]
+        new = mode == "new"
+        parts: list[bytes] = []
+        add = parts.extend
+        for intake, group, payload, priority in items:
+            uuid = intake.uuid.encode()
+            entry = (intake.raw or intake.dumps().encode()) if new else b""
+            deadline = b"" if intake.deadline is None else repr(intake.deadline).encode()
+            data = payload if isinstance(payload, bytes) else payload.encode()
+            prio = b"%d" % priority
+            gate = intake.gate.encode() if intake.gate else b""
+            add((_U32(len(uuid)), uuid, _U32(len(entry)), entry, _U32(len(deadline)),
+                 deadline, _U32(group + 1), _U32(len(data)), data, _U32(len(prio)), prio,
+                 _U32(len(gate)), gate))
+        args: list[Any] = [mode, repr(now + self.retention), len(items), b"".join(parts),
+                           *names]
         return keys, args
 
-    async def intake_push(self, mode: str, items: Sequence[tuple[Intake, int, str, int]],
+    async def intake_push(self, mode: str,
+                          items: Sequence[tuple[Intake, int, bytes | str, int]],
                           groups: Sequence[QueueGroup], registry: str, now: float
                           ) -> list[bool]:
         """One script: ``mode='new'`` records each item whose uuid is new and pushes it;
@@ -154,7 +164,8 @@ class RedisIntake:
         priority). Returns per item whether it was pushed."""
         return await (await self.intake_push_sent(mode, items, groups, registry, now))
 
-    async def intake_push_sent(self, mode: str, items: Sequence[tuple[Intake, int, str, int]],
+    async def intake_push_sent(self, mode: str,
+                               items: Sequence[tuple[Intake, int, bytes | str, int]],
                                groups: Sequence[QueueGroup], registry: str, now: float
                                ) -> asyncio.Future[list[bool]]:
         """:meth:`intake_push`, returning once the script is on its way to Redis: the
