@@ -230,6 +230,10 @@ async def test_integers_beyond_64_bits_keep_their_exact_value(make_api: MakeApi)
     assert {k: read[k] for k in numbers} == numbers
     assert type(read["a"]) is int and type(read["e"]) is float
     assert (await api.client.post("/task/", content=body, headers=JSON)).status_code == 200
+    # and as a worker leases them back (orjson alone reads 2**64 + 1 as a float)
+    [message] = await api.payloads("default")
+    assert {k: message[k] for k in numbers} == numbers
+    assert type(message["a"]) is int and type(message["c"]) is int
 
 
 async def test_a_body_with_a_utf8_bom_is_read_as_before(make_api: MakeApi) -> None:

@@ -128,9 +128,25 @@ def _checked(text: bytes, value: Any, finite: bool) -> bytes:
     return text
 
 
+#: Every byte but the digits as a space, the digits as "0" (see :func:`long_digits`).
+_DIGITS = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
+_LONG_RUN = b"0" * 19
+
+
+def long_digits(data: str | bytes) -> bool:
+    """Whether ``data`` has a run of 19 digits anywhere: a cheap over-approximation of
+    "holds an integer orjson cannot read exactly". orjson reads an integer beyond 64 bits
+    as a float (3.x: 2**64 + 1 comes back as 1.8446744073709552e19), so such a text is
+    read by the standard library instead, which keeps it exact."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    return _LONG_RUN in raw.translate(_DIGITS)
+
+
 def loads(data: str | bytes) -> Any:
+    """``data`` parsed, integers of any size exact (see :func:`long_digits`)."""
+    if long_digits(data):
+        return json.loads(data)
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
-        # orjson refuses integers beyond 64 bits; the standard library reads them.
         return json.loads(data)

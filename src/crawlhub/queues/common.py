@@ -185,12 +185,17 @@ def encode_item(item: tuple[dict[str, Any], int], index: int, queue: str) -> tup
 def decode_payload(data: str | bytes) -> dict[str, Any]:
     """A stored payload as a dict, or :class:`UndeliverableError` saying why it cannot be
     handed out (a worker, an HTTP answer or a log line could not carry it)."""
-    try:
-        payload = orjson.loads(data)
-    except orjson.JSONDecodeError:
+    payload: Any = None
+    if not jsoncodec.long_digits(data):
         try:
-            # orjson refuses integers beyond 64 bits; the standard library reads them, and
-            # also lone surrogates, which no answer can encode: check those are absent.
+            payload = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            payload = None
+    if payload is None:
+        try:
+            # orjson reads integers beyond 64 bits as floats (and refuses lone
+            # surrogates): the standard library reads them exactly; no surrogate may be
+            # left, no answer could encode it.
             payload = json.loads(data)
             json.dumps(payload, ensure_ascii=False).encode()
         except (ValueError, RecursionError) as exc:
