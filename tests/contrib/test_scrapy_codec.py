@@ -86,13 +86,14 @@ def test_tagged_json_round_trips_any_meta(value: object) -> None:
     assert loads(dumps(value)) == value
 
 
-def test_dupefilter_keys_canonical_by_default_and_as_scrapy_with_fingerprint() -> None:
+def test_dupefilter_keys_as_scrapy_by_default_and_canonical_when_asked() -> None:
     from scrapy.utils.test import get_crawler
 
     from crawlhub.contrib.scrapy import DupeFilter
     from crawlhub.contrib.scrapy.settings import read_settings
 
-    crawler = get_crawler(S, {"CRAWLHUB_URL": "redis://127.0.0.1:6379/0"})
+    crawler = get_crawler(S, {"CRAWLHUB_URL": "redis://127.0.0.1:6379/0",
+                              "CRAWLHUB_KEY": "canonical"})
     df = DupeFilter.from_crawler(crawler)
     df.configure(read_settings(crawler.settings, "s"))
     a = scrapy.Request("http://127.0.0.1/p?b=2&a=1&utm_source=x")
@@ -100,8 +101,7 @@ def test_dupefilter_keys_canonical_by_default_and_as_scrapy_with_fingerprint() -
     post = scrapy.Request("http://127.0.0.1/p?a=1&b=2", method="POST", body=b"q=1")
     assert df.key(a) == df.key(b) != df.key(post)  # volatile params dropped; POST differs
 
-    crawler = get_crawler(S, {"CRAWLHUB_URL": "redis://127.0.0.1:6379/0",
-                              "CRAWLHUB_KEY": "fingerprint"})
+    crawler = get_crawler(S, {"CRAWLHUB_URL": "redis://127.0.0.1:6379/0"})
     crawler._apply_settings()
     df = DupeFilter.from_crawler(crawler)
     df.configure(read_settings(crawler.settings, "s"))

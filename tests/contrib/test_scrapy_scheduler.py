@@ -367,7 +367,7 @@ async def test_bad_settings_stop_the_spider_with_an_error_naming_the_setting(
         ({"CRAWLHUB_FRONTIER": '{"segment": "soon"}'}, "CRAWLHUB_FRONTIER"),
         ({"CRAWLHUB_LEASE": "0.1"}, "CRAWLHUB_LEASE"),
         ({"CRAWLHUB_CRAWL": "../etc"}, "CRAWLHUB_CRAWL"),
-        ({"DUPEFILTER_CLASS": "scrapy.dupefilters.RFPDupeFilter"}, "DUPEFILTER_CLASS"),
+        ({"SCHEDULER_PRIORITY_QUEUE": "my.Queue"}, "SCHEDULER_PRIORITY_QUEUE"),
         ({"ITEM_PIPELINES": json.dumps({"crawlhub.contrib.scrapy.ItemSink": 900}),
           "CRAWLHUB_ITEMS": "items.txt"}, "CRAWLHUB_ITEMS"),
         ({"ITEM_PIPELINES": json.dumps({"crawlhub.contrib.scrapy.ItemSink": 900}),

@@ -138,11 +138,13 @@ class RedisSeedStore:
 
     def __init__(
         self, url: str | Backend, name: str, *, prefix: str, expected_items: int, fp_rate: float,
-        archive: bool = True,
+        archive: bool = True, lifo: bool = False,
     ) -> None:
         self.name = check_frontier_name(name)
         self.url = str(url)
         self.prefix = prefix
+        #: True: of one priority the newest seed is claimed first (admit.lua's order)
+        self.lifo = lifo
         #: False: finished seeds lose their records (see FrontierConfig.archive)
         self.archive = archive
         self.expected_items = expected_items
@@ -285,6 +287,7 @@ class RedisSeedStore:
                 k["signal"],
                 blob,
                 settled if start == 0 else 0,
+                "1" if self.lifo else "0",
             ]
             flags = _text(await self._call("admit", self.scripts["admit"](keys, args)))
             owed: dict[str, list[bytes]] = {"1": [], "2": []}
@@ -365,7 +368,7 @@ class RedisSeedStore:
             ),
         )
         out = []
-        for i in range(0, len(raw), 4):
+        for i in range(0, len(raw), 5):
             out.append(
                 Seed.decode(
                     raw[i + 3],
@@ -373,6 +376,7 @@ class RedisSeedStore:
                     key=_text(raw[i + 1]),
                     attempts=int(raw[i + 2]),
                     lease_until=lease_until,
+                    rank=int(raw[i + 4]),
                 )
             )
         return out

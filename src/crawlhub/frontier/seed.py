@@ -26,9 +26,10 @@ PRIORITY_MAX = 2**31 - 1
 class Seed:
     """A request to make: the URL plus what the fetcher needs, and when it may run.
 
-    ``key``, ``segment``, ``attempts`` and ``lease_until`` are set by the frontier: the
-    dedup key, the time segment it was admitted in (together they name the seed in the
-    store), how often it was leased, and when its current lease ends.
+    ``key``, ``segment``, ``attempts``, ``lease_until`` and ``rank`` are set by the
+    frontier: the dedup key, the time segment it was admitted in (together they name the
+    seed in the store), how often it was leased, when its current lease ends, and its
+    place in the store's order.
     """
 
     url: str
@@ -43,6 +44,9 @@ class Seed:
     segment: int | None = None
     attempts: int = 0
     lease_until: float | None = None
+    #: Set by a claim: the seed's place among seeds of its priority in the store's order
+    #: (smaller first), so a caller merging claims keeps that order.
+    rank: int | None = None
 
     def __post_init__(self) -> None:
         url = self.url

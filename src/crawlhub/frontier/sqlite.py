@@ -48,6 +48,10 @@ _SIGN64 = 1 << 63
 # million keys costs a 4 KB page per row. So admissions insert into "recent", a small
 # index whose pages stay few and cached, and every RECENT_MAX rows its sorted contents
 # move to "keys" in one pass, each page of which is then written once for many rows.
+#: The claim order of a LIFO store (newest first of a priority), created only for one.
+_LIFO_INDEX = """
+CREATE INDEX IF NOT EXISTS "{t}:ready_lifo" ON "{t}" (priority DESC, seq DESC) WHERE state = 0;
+"""
 _SCHEMA = """
 PRAGMA cache_size = -65536;
 PRAGMA wal_autocheckpoint = 10000;
@@ -133,9 +137,12 @@ class SqliteSeedStore:
     """Seeds of frontier ``name`` in the SQLite file ``url``; filters snapshot beside it
     in ``<file>-bloom/<name>/``."""
 
-    def __init__(self, url: str | Backend, name: str, *, expected_items: int, fp_rate: float) -> None:
+    def __init__(self, url: str | Backend, name: str, *, expected_items: int, fp_rate: float,
+                 lifo: bool = False) -> None:
         self.name = check_frontier_name(name)
         self.url = str(url)
+        #: True: of one priority the newest seed is claimed first (its own index)
+        self.lifo = lifo
         self.expected_items = expected_items
         self.fp_rate = fp_rate
         self._t = f"frontier:{name}"
@@ -160,7 +167,10 @@ class SqliteSeedStore:
                 f'INSERT INTO "{t}" (segment, key_hash, key, state, priority, ready_at, seed) '
                 "SELECT * FROM (VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * m) + ") LIMIT ?"
             )
-        self.db = SqliteDB(url, schema=_SCHEMA.format(t=self._t))
+        schema = _SCHEMA.format(t=self._t)
+        if lifo:
+            schema += _LIFO_INDEX.format(t=self._t)
+        self.db = SqliteDB(url, schema=schema)
         self.snapshot_dir = Path(f"{self.db.path}-bloom") / name
         # Written only on the database thread; the filters are also read on the loop.
         self._blooms: dict[int, ScalableBloom] = {}
@@ -461,15 +471,18 @@ class SqliteSeedStore:
                 f'UPDATE "{self._t}" SET state = {LEASED}, lease_until = ?, '
                 "attempts = attempts + 1 WHERE seq IN ("
                 f'SELECT seq FROM "{self._t}" WHERE state = {PENDING} '
-                "ORDER BY priority DESC, seq LIMIT ?) "
+                f"ORDER BY priority DESC, seq {order} LIMIT ?) "
                 "RETURNING seq, priority, segment, key, attempts, seed",
                 (lease_until, n),
             ).fetchall()
-            rows.sort(key=lambda r: (-r[1], r[0]))
+            rows.sort(key=lambda r: (-r[1], sign * r[0]))
             return [
-                Seed.decode(r[5], key=r[3], segment=r[2], attempts=r[4], lease_until=lease_until)
+                Seed.decode(r[5], key=r[3], segment=r[2], attempts=r[4], lease_until=lease_until,
+                            rank=sign * r[0])
                 for r in rows
             ]
+
+        order, sign = ("DESC", -1) if self.lifo else ("", 1)
 
         return await self.db.transaction(run)
 

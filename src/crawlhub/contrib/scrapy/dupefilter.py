@@ -6,9 +6,18 @@ requests and logs the filtered ones. Under another scheduler (Scrapy's own) it i
 shared, persistent dupefilter on its own: ``request_seen`` asks the crawl's frontier,
 so spiders on one Redis never fetch a URL twice in a time segment.
 
-Keys: ``CRAWLHUB_KEY = "canonical"`` (default) resolves the frontier's key rules
-(canonical URL, volatile parameters dropped, method and body included); ``"fingerprint"``
-is Scrapy's request fingerprinter, for exactly Scrapy's notion of a duplicate.
+Alone it keeps Scrapy's dupefilter contract: with ``SCHEDULER_PERSIST`` off (the
+default without ``JOBDIR``) it forgets what it saw when it closes, as Scrapy's in-memory
+filter does; ``SCHEDULER_FLUSH_ON_START`` forgets before the first request.
+
+Keys: ``CRAWLHUB_KEY = "fingerprint"`` (default) is the crawler's request fingerprinter
+(``REQUEST_FINGERPRINTER_CLASS``), exactly Scrapy's notion of a duplicate; a custom
+fingerprinter wins whenever the project sets one. ``"canonical"`` resolves the
+frontier's key rules (canonical URL, volatile parameters dropped, method and body
+included).
+
+Duplicates are logged as Scrapy's dupefilter logs them, on the ``scrapy.dupefilters``
+logger (``DUPEFILTER_DEBUG``: every one, with its referer).
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ if TYPE_CHECKING:
     from crawlhub.frontier import Frontier
 
 log = logging.getLogger("crawlhub.contrib.scrapy")
+#: Scrapy's dupefilter logger: projects filter and route duplicate lines by its name.
+dupes_log = logging.getLogger("scrapy.dupefilters")
 
 
 class PresetKeys(KeyResolver):
@@ -50,7 +61,8 @@ def open_crawl_frontier(settings: CrawlSettings, *, archive: bool | None = None)
     fc = settings.frontier
     store = open_store(settings.frontier_url, settings.crawl, prefix=settings.prefix,
                        expected_items=fc.expected_items, fp_rate=fc.fp_rate,
-                       archive=fc.archive if archive is None else archive)
+                       archive=fc.archive if archive is None else archive,
+                       lifo=settings.order == "lifo")
     return Frontier(settings.crawl, store, fc, keys=PresetKeys(fc.key))
 
 
@@ -65,6 +77,7 @@ class DupeFilter:
         self._fingerprinter: Any = None
         # set when this filter stands alone (not under crawlhub's scheduler)
         self._own: tuple[LoopThread, Frontier] | None = None
+        self._settings: CrawlSettings | None = None
         self.attached = False
 
     @classmethod
@@ -74,19 +87,27 @@ class DupeFilter:
     def configure(self, settings: CrawlSettings) -> None:
         """Key by ``settings`` (the scheduler calls this before any request)."""
         self._resolver = KeyResolver(settings.frontier.key)
+        self._fingerprinter = None
         if settings.key == "fingerprint":
-            if self.crawler is None or getattr(self.crawler, "request_fingerprinter", None) is None:
+            if self.crawler is None:
                 from crawlhub.core.errors import ConfigError
 
                 raise ConfigError("Scrapy setting CRAWLHUB_KEY: 'fingerprint' needs a crawler"
-                                  " with a request fingerprinter (Scrapy >= 2.7)",
-                                  key="CRAWLHUB_KEY")
-            self._fingerprinter = self.crawler.request_fingerprinter
+                                  " (build the filter with from_crawler)", key="CRAWLHUB_KEY")
+            fingerprinter = getattr(self.crawler, "request_fingerprinter", None)
+            if fingerprinter is None:  # a crawler not started yet: build the project's
+                from scrapy.utils.misc import build_from_crawler, load_object
+
+                fingerprinter = build_from_crawler(
+                    load_object(self.crawler.settings["REQUEST_FINGERPRINTER_CLASS"]),
+                    self.crawler)
+            self._fingerprinter = fingerprinter
 
     def key(self, request: Request) -> str:
         """The dedup key of ``request``."""
         if self._fingerprinter is not None:
-            return str(self._fingerprinter.fingerprint(request).hex())
+            fp = self._fingerprinter.fingerprint(request)
+            return fp.hex() if isinstance(fp, bytes) else str(fp)
         if self._resolver is None:
             self._resolver = KeyResolver()
         body = request.body or None
@@ -100,12 +121,19 @@ class DupeFilter:
         from crawlhub.contrib.scrapy.loop import LoopThread
         from crawlhub.contrib.scrapy.settings import read_settings
 
-        spider = self.crawler.spider
+        spider = getattr(self.crawler, "spider", None)
         settings = read_settings(self.crawler.settings, spider.name if spider else "default")
         self.configure(settings)
+        self._settings = settings
         frontier = open_crawl_frontier(settings, archive=True)
         loop = LoopThread(f"crawlhub-dupefilter-{settings.crawl}")
-        loop.run(frontier.open())
+        try:
+            loop.run(frontier.open())
+            if settings.flush_on_start:
+                loop.run(frontier.store.purge())
+        except BaseException:
+            loop.stop()
+            raise
         self._own = (loop, frontier)
 
     def request_seen(self, request: Request) -> bool:
@@ -123,21 +151,30 @@ class DupeFilter:
         return not admitted
 
     def close(self, reason: str = "") -> None:
+        """Alone: without ``SCHEDULER_PERSIST`` what the filter saw is forgotten (whatever
+        the reason: Scrapy's own scheduler loses its queue on any close, so a seen URL kept
+        would never be fetched by the next run)."""
         if self._own is not None:
             loop, frontier = self._own
             self._own = None
             try:
+                if self._settings is not None and not self._settings.persist:
+                    loop.run(frontier.store.purge(), timeout=30)
                 loop.run(frontier.close(), timeout=30)
             finally:
                 loop.stop()
 
     def log(self, request: Request, spider: Spider) -> None:
         if self.debug:
-            log.debug("Filtered duplicate request: %s", request, extra={"spider": spider})
+            referer = request.headers.get("Referer")
+            dupes_log.debug("Filtered duplicate request: %(request)s (referer: %(referer)s)",
+                            {"request": request,
+                             "referer": referer.decode("utf-8", "replace") if referer else None},
+                            extra={"spider": spider})
         elif self.logdupes:
-            log.debug("Filtered duplicate request: %s - no more duplicates will be shown"
-                      " (see DUPEFILTER_DEBUG to show all duplicates)", request,
-                      extra={"spider": spider})
+            dupes_log.debug("Filtered duplicate request: %(request)s - no more duplicates will"
+                            " be shown (see DUPEFILTER_DEBUG to show all duplicates)",
+                            {"request": request}, extra={"spider": spider})
             self.logdupes = False
         stats = getattr(getattr(spider, "crawler", None), "stats", None)
         if stats is not None:

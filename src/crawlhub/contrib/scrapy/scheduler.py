@@ -9,14 +9,25 @@ go to the next spider. Any number of spider processes on one Redis (or on one ma
 data directory) share a crawl.
 
 How it runs beside the engine. Scrapy calls ``enqueue_request`` and ``next_request``
-synchronously on the reactor thread. Both only touch memory (a request this spider
-sent before in the segment is dropped at once by a local filter); a worker on a
-loop of its own (:class:`~crawlhub.contrib.scrapy.loop.LoopThread`) moves them to and
-from the frontier in batches: it admits what was enqueued, *then* finishes what the
-engine is done with (so a parent is finished only after its children are stored),
+synchronously on the reactor thread. ``enqueue_request`` only touches memory (a request
+this spider sent before in the segment is dropped at once by a local filter); a worker
+on a loop of its own (:class:`~crawlhub.contrib.scrapy.loop.LoopThread`) moves requests
+to and from the frontier in batches: it admits what was enqueued, *then* finishes what
+the engine is done with (so a parent is finished only after its children are stored),
 leases up to ``CRAWLHUB_PREFETCH`` requests ahead and feeds tasks from the crawl's start
 queue (the hub's outbound) into the frontier. When Redis is away the worker keeps
 everything in memory and retries; the engine keeps crawling what it holds.
+
+Scrapy's scheduler contract. The requests a spider holds are a priority heap (priority,
+then the store's order: ``CRAWLHUB_ORDER``, LIFO by default as in Scrapy), so a request
+arriving late with a higher priority, or a newer one under LIFO, is leased at once and
+served before those held ahead (the heap stays within twice the prefetch: the worst go
+back to the crawl). ``next_request`` serves from that memory first; when it holds
+nothing, or what was just enqueued outranks it, and the store may have work, it waits
+for one worker step (admit, then lease), so an enqueue is followed by its dequeue in one
+process. ``has_pending_requests`` is this spider's work (held, enqueued, or ready in the
+store); requests other spiders hold keep the spider open through ``spider_idle``.
+``len`` counts every pending request of the crawl.
 
 Spiders beat: beside the worker, a beat renews the leases of the requests this spider
 runs or holds ahead every fifth of ``CRAWLHUB_LEASE`` (5 s by default). A spider killed
@@ -37,7 +48,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import json
 import logging
+import threading
 import time
 import uuid
 from collections import deque
@@ -73,6 +87,9 @@ CACHE_SHARE = 0.01
 WAIT_LOG_EVERY = 10.0
 #: Seconds ``close`` keeps trying to store what is left before giving up on it.
 CLOSE_TIMEOUT = 30.0
+#: Seconds the engine's thread waits for one worker step (a dequeue right after an
+#: enqueue, ``len``) before answering from memory.
+SYNC_TIMEOUT = 5.0
 
 
 class _Item:
@@ -87,24 +104,61 @@ class _Item:
         self.ack = ack  # receipt of the start-queue task it came from
 
 
+class _StartURL:
+    """A start URL popped from scrapy-redis's key: a task without a receipt."""
+
+    __slots__ = ("payload", "receipt")
+
+    def __init__(self, payload: dict[str, Any]) -> None:
+        self.payload = payload
+        self.receipt: str | None = None
+
+
+def _reads_own_start_urls(spider: Any) -> bool:
+    """scrapy-redis's RedisSpider / RedisCrawlSpider pop their start URLs themselves."""
+    return any(c.__module__.startswith("scrapy_redis") for c in type(spider).__mro__)
+
+
+class _Built:
+    """A held seed whose request was built ahead (the per-slot choice needs it)."""
+
+    __slots__ = ("request", "seed", "slot")
+
+    def __init__(self, seed: Seed | None, request: Request, slot: str) -> None:
+        self.seed = seed  # None: a request kept in memory only
+        self.request = request
+        self.slot = slot
+
+
+def _seed_of(item: Any) -> Seed | None:
+    """The leased seed of a held item (None: a request kept in memory only)."""
+    if isinstance(item, _Built):
+        return item.seed
+    return item if isinstance(item, Seed) else None
+
+
 class Scheduler:
     """A Scrapy scheduler whose requests live in a crawlhub frontier."""
 
-    def __init__(self, crawler: Crawler, dupefilter: Any = None) -> None:
-        self.crawler = crawler
-        self.stats = crawler.stats
+    def __init__(self, dupefilter: Any = None, *, crawler: Crawler | None = None,
+                 **_scrapy_options: Any) -> None:
+        """Scrapy's signature: the dupefilter, and the crawler (optional until ``open``;
+        Scrapy's queue options are the frontier's business here and ignored)."""
+        self.crawler: Any = crawler
+        self.stats: Any = crawler.stats if crawler is not None else None
         if dupefilter is None:
+            if crawler is None:
+                raise TypeError("crawlhub's Scheduler needs a dupefilter or a crawler")
             from scrapy.utils.misc import build_from_crawler, load_object
 
             dupefilter = build_from_crawler(
                 load_object(crawler.settings.get("DUPEFILTER_CLASS")), crawler)
-        if not isinstance(dupefilter, DupeFilter):
-            raise TypeError(
-                f"crawlhub's Scheduler keys requests with crawlhub's DupeFilter, not "
-                f"{type(dupefilter).__qualname__}: set DUPEFILTER_CLASS = "
-                f"\"crawlhub.contrib.scrapy.DupeFilter\"")
         self.df = dupefilter
-        self.df.attached = True
+        # Another dupefilter (Scrapy's, BaseDupeFilter: no dedup) decides duplicates here,
+        # as under Scrapy's scheduler; the frontier then only keeps and leases requests.
+        self._own_df = isinstance(dupefilter, DupeFilter)
+        if self._own_df:
+            dupefilter.attached = True
         self.settings: CrawlSettings | None = None
         self.spider: Spider | None = None
         self.frontier: Frontier | None = None
@@ -118,8 +172,18 @@ class Scheduler:
         # start-queue batches handed to the reactor (worker counts) and built (reactor)
         self._feeds_sent = 0
         self._feeds_built = 0
-        # worker -> reactor thread
-        self._ready: deque[Seed | Request] = deque()
+        # worker -> reactor thread: what this spider holds, a heap of
+        # [-priority, rank, arrival, Seed | Request] (see _hold)
+        self._ready: list[list[Any]] = []
+        self._arrivals = 0
+        self._ranks: tuple[int, int] | None = None  # lowest and highest rank held so far
+        self._store_ready = False  # the store may have requests ready for this spider
+        self._admitting = 0  # enqueued requests the worker is storing
+        self._outbox_top: int | None = None  # highest priority waiting in the outbox
+        self._failing = False  # the worker's last store step failed
+        self._lock: asyncio.Lock | None = None  # one store step at a time
+        self._mem = threading.Lock()  # the heap, changed by the worker and the engine
+        self._claim_more = 0  # admitted requests that outrank the worst one held
         self._running: dict[Request, Seed] = {}
         self._failed: set[int] = set()  # ids of running requests whose callback failed
         self._busy = 0  # items the worker took and has not settled yet
@@ -136,16 +200,31 @@ class Scheduler:
         self._slot: Any = None
         self._sent: FixedBloom | None = None  # keys this spider sent (see _sent_before)
         self._sent_segment: int | None = None
+        self._start_urls_redis: Any = None  # REDIS_START_URLS_KEY's server
+        self._engine_loop: asyncio.AbstractEventLoop | None = None  # see _call_engine
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
-        return cls(crawler)
+        return cls(crawler=crawler)
 
     # ------------------------------------------------------------------ lifecycle
     def open(self, spider: Spider) -> None:
+        if self.crawler is None:
+            self.crawler = getattr(spider, "crawler", None)
+            if self.crawler is None:
+                raise TypeError("crawlhub's Scheduler reads its settings from the crawler:"
+                                " build it with Scheduler.from_crawler(crawler)")
+            self.stats = self.crawler.stats
         self.spider = spider
+        try:
+            self._engine_loop = asyncio.get_running_loop()
+        except RuntimeError:  # a Twisted reactor of another kind runs the engine
+            self._engine_loop = None
         self.settings = s = read_settings(self.crawler.settings, spider.name)
-        self.df.configure(s)
+        if self._own_df:
+            self.df.configure(s)
+        elif hasattr(self.df, "open"):
+            self.df.open()
         self.frontier = open_crawl_frontier(s)
         if s.start_queue:
             from crawlhub.queues import open_backend
@@ -169,8 +248,10 @@ class Scheduler:
         self.crawler.signals.connect(self._on_error, signal=signals.spider_error)
         self._worker = self.loop.submit(self._work())
         self.loop.call_soon(self._start_beat)
-        log.info("crawlhub scheduler: crawl %r on %s (key %s, lease %ss, prefetch %d%s)",
-                 s.crawl, s.backend, s.key, s.lease, s.prefetch,
+        log.info("crawlhub scheduler: crawl %r on %s (key %s, %s, %s, lease %ss, prefetch"
+                 " %d%s)", s.crawl, s.backend,
+                 s.key if self._own_df else type(self.df).__qualname__, s.order,
+                 "per-slot fair" if s.fair else "by priority", s.lease, s.prefetch,
                  f", start queue {s.start_queue!r}" if s.start_queue else "",
                  extra={"spider": spider})
 
@@ -178,11 +259,22 @@ class Scheduler:
         assert self.frontier is not None and self.settings is not None
         self._event = asyncio.Event()
         self._stop_beat = asyncio.Event()
+        self._lock = asyncio.Lock()
         await self.frontier.open()
         if self.settings.flush_on_start:
             await self.frontier.store.purge()
             log.info("crawlhub scheduler: crawl %r flushed on start (SCHEDULER_FLUSH_ON_START)",
                      self.settings.crawl)
+        # what the crawl owes, known before the engine first asks (no phantom work)
+        now = self.frontier.clock()
+        due = await self.frontier.store.next_due(now)
+        self._left = due is not None
+        self._store_ready = due is not None and due <= now
+        if self._left:
+            pending = sum(int(c.get("pending", 0)) for c in await self.frontier.stats())
+            if pending:
+                log.info("Resuming crawl (%d requests scheduled)", pending,
+                         extra={"spider": self.spider})
 
     def _hook_engine(self) -> None:
         engine = self.crawler.engine
@@ -213,6 +305,8 @@ class Scheduler:
         finally:
             self.loop.stop()
             self.loop = None
+            if not self._own_df and hasattr(self.df, "close"):
+                self.df.close(reason)
 
     async def _close(self, reason: str) -> None:
         assert self.frontier is not None and self.settings is not None
@@ -230,7 +324,7 @@ class Scheduler:
                               len(self._done), exc)
                     break
                 await asyncio.sleep(BACKOFF)
-        unstarted = [x for x in self._ready if isinstance(x, Seed)]
+        unstarted = [x for x in (_seed_of(e[3]) for e in self._ready) if x is not None]
         self._ready.clear()
         uncommitted = [seed for seed, _, _ in self._done]
         self._done.clear()
@@ -251,17 +345,32 @@ class Scheduler:
         await self.frontier.close()
         if self.queues is not None:
             await self.queues.close()
+        if self._start_urls_redis is not None:
+            with contextlib.suppress(Exception):
+                await self._start_urls_redis.aclose()
 
     # ------------------------------------------------------------------ engine side
     def has_pending_requests(self) -> bool:
-        return bool(self._ready or self._outbox or self._done or self._busy
-                    or self._feeds_sent != self._feeds_built or self._left)
+        """This spider has requests to crawl: held, enqueued, or ready in the store.
+        (Requests other spiders hold keep it open through ``spider_idle`` instead, so
+        ``next_request`` answers a request whenever this is True.)"""
+        local = bool(self._ready or self._outbox or self._admitting
+                     or self._feeds_sent != self._feeds_built)
+        if not local and self._store_ready and self._needs_step():
+            self._step_now()  # "ready in the store" is a belief: lease to be sure
+            local = bool(self._ready)
+        return local or (self._store_ready and self._failing)
 
     def enqueue_request(self, request: Request, *, ack: str | None = None) -> bool:
         """Queue ``request`` for admission (the frontier decides duplicates; one found
         later is counted as ``dupefilter/filtered`` and logged by the dupefilter)."""
         assert self.spider is not None
         if request.dont_filter:
+            key = f"!{uuid.uuid4().hex}"
+        elif not self._own_df:  # the project's dupefilter decides, as in Scrapy
+            if self.df.request_seen(request):
+                self.df.log(request, self.spider)
+                return False
             key = f"!{uuid.uuid4().hex}"
         else:
             key = self.df.key(request)
@@ -278,13 +387,18 @@ class Scheduler:
             keep = True
             seed = Seed(request.url, method=request.method, priority=request.priority)
             self.stats.inc_value("scheduler/unserializable")
+            self.stats.inc_value("scheduler/enqueued/memory")
             if not self._warned_unserializable:
                 self._warned_unserializable = True
-                log.warning("crawlhub scheduler: %s; such requests stay in this spider's"
-                            " memory (not shared, lost if it is killed; only the first is"
-                            " logged)", exc, extra={"spider": self.spider})
+                log.warning("Unable to serialize request: %s - reason: %s - such requests stay"
+                            " in this spider's memory (not shared, lost if it is killed); no"
+                            " more unserializable requests will be logged", request, exc,
+                            extra={"spider": self.spider})
         seed.key = key
         self._outbox.append(_Item(seed, request, keep, ack))
+        top = self._outbox_top
+        if top is None or seed.priority > top:
+            self._outbox_top = seed.priority
         self.stats.inc_value("scheduler/enqueued/crawlhub")
         self.stats.inc_value("scheduler/enqueued")
         if len(self._outbox) == 1:
@@ -309,21 +423,30 @@ class Scheduler:
         return False
 
     def next_request(self) -> Request | None:
+        """The best request this spider holds. Memory first; when memory holds nothing
+        (or less than what was just enqueued) while this spider has work, one worker
+        step (admit, lease) runs first, so a request enqueued is served at once."""
         assert self.spider is not None
+        if self._needs_step():
+            self._step_now()
+        fair = self.settings is not None and self.settings.fair
         while self._ready:
-            item = self._ready.popleft()
-            if isinstance(item, Seed):
-                try:
-                    data = dict(item.meta["r"])
-                    data["url"] = item.url
-                    request = request_from_data(data, self.spider)
-                except Exception as exc:
-                    log.error("crawlhub scheduler: stored request %s cannot be rebuilt (%s:"
-                              " %s); it is finished as failed", item.url,
-                              type(exc).__name__, exc, extra={"spider": self.spider})
-                    self._done.append((item, "failed", 0))
-                    self._wake()
+            with self._mem:
+                if not self._ready:
+                    break
+                entry = self._pop_fair() if fair else heapq.heappop(self._ready)
+            if entry is None:
+                break
+            item = entry[3]
+            if isinstance(item, _Built):
+                request = item.request
+                if item.seed is not None:
+                    self._running[request] = item.seed
+            elif isinstance(item, Seed):
+                built = self._build(item)
+                if built is None:
                     continue
+                request = built
                 self._running[request] = item
             else:
                 request = item
@@ -336,8 +459,95 @@ class Scheduler:
         self._wake()
         return None
 
+    def _needs_step(self) -> bool:
+        """Memory cannot answer as Scrapy's scheduler would: it is empty while the spider
+        has work, or the outbox holds a higher priority than the best held request."""
+        if self.loop is None or self._failing or self._closing:
+            return False
+        if not self._ready:
+            return bool(self._outbox or self._admitting or self._store_ready)
+        top = self._outbox_top
+        return top is not None and bool(self._outbox) and -top < self._ready[0][0]
+
+    def _step_now(self) -> None:
+        """(Reactor thread) run one worker step and wait for it (``SYNC_TIMEOUT`` at most:
+        a slow store leaves the answer to the worker)."""
+        assert self.loop is not None
+        try:
+            self.loop.run(self._cycle(), timeout=SYNC_TIMEOUT)
+        except Exception as exc:  # the worker logs and retries the store's failures
+            log.debug("crawlhub scheduler: a step for the engine failed: %r", exc)
+
+    def _build(self, seed: Seed) -> Request | None:
+        """(Reactor thread) the request of a leased seed; one that cannot be rebuilt is
+        finished as failed."""
+        assert self.spider is not None
+        try:
+            data = dict(seed.meta["r"])
+            data["url"] = seed.url
+            return request_from_data(data, self.spider)
+        except Exception as exc:
+            log.error("crawlhub scheduler: stored request %s cannot be rebuilt (%s: %s); it"
+                      " is finished as failed", seed.url, type(exc).__name__, exc,
+                      extra={"spider": self.spider})
+            self._done.append((seed, "failed", 0))
+            self._wake()
+            return None
+
+    def _pop_fair(self) -> list[Any] | None:
+        """DownloaderAwarePriorityQueue's choice among the held requests: the download
+        slot with the fewest active downloads (then the smallest name), and that slot's
+        best request."""
+        downloader = getattr(getattr(self.crawler, "engine", None), "downloader", None)
+        if downloader is None or not hasattr(downloader, "get_slot_key"):
+            return heapq.heappop(self._ready)
+        best: dict[str, list[Any]] = {}
+        keep = []
+        for entry in self._ready:
+            item = entry[3]
+            if not isinstance(item, _Built):  # built once, its slot found once
+                seed = item if isinstance(item, Seed) else None
+                request = self._build(item) if seed is not None else item
+                if request is None:
+                    continue
+                entry[3] = item = _Built(seed, request, downloader.get_slot_key(request))
+            keep.append(entry)
+            slot = item.slot
+            if slot not in best or entry[:3] < best[slot][:3]:
+                best[slot] = entry
+        self._ready[:] = keep
+        slots = getattr(downloader, "slots", {})
+
+        def load(slot: str) -> tuple[int, str]:
+            held = slots.get(slot)
+            return (len(held.active) if held is not None else 0, slot)
+
+        if not best:
+            return None
+        chosen = best[min(best, key=load)]
+        self._ready.remove(chosen)
+        heapq.heapify(self._ready)
+        return chosen
+
     def __len__(self) -> int:
-        return len(self._ready) + len(self._outbox)
+        """Every pending request of the crawl: those in the store (any spider's, not
+        leased) and those this spider holds or is storing."""
+        held = len(self._ready) + len(self._outbox)
+        if self.loop is None or self._failing:
+            return held
+        try:
+            return int(self.loop.run(self._count(), timeout=SYNC_TIMEOUT))
+        except Exception as exc:
+            log.debug("crawlhub scheduler: counting the crawl failed: %r", exc)
+            return held
+
+    async def _count(self) -> int:
+        assert self.frontier is not None and self._lock is not None
+        async with self._lock:
+            await self._settle()
+            counts = await self.frontier.stats()
+        return sum(int(c.get("pending", 0)) for c in counts) + len(self._ready) + len(
+            self._outbox)
 
     @property
     def _prefetch(self) -> int:
@@ -364,6 +574,12 @@ class Scheduler:
         s = self.settings
         if s is None or self._closing:
             return
+        if self._left or self._done or self._busy or self.has_pending_requests():
+            # the crawl still owes requests (other spiders hold some, some wait for their
+            # time) or this spider's finished ones are not stored yet: it may get more
+            self._idle_since = None
+            self._wake()
+            raise DontCloseSpider
         if s.max_idle < 0:
             raise DontCloseSpider
         if s.max_idle > 0:
@@ -387,16 +603,24 @@ class Scheduler:
 
     def _nudge(self) -> None:
         """Have the engine ask for requests now (from the worker's thread)."""
-        from twisted.internet import reactor
-
         slot = self._slot
         if slot is not None and not self._closing:
-            reactor.callFromThread(slot.nextcall.schedule)  # type: ignore[attr-defined]
+            self._call_engine(slot.nextcall.schedule)
 
     def _stat(self, name: str, n: int = 1) -> None:
+        self._call_engine(self.stats.inc_value, name, n)
+
+    def _call_engine(self, fn: Any, *args: Any) -> None:
+        """Run ``fn(*args)`` on the engine's thread: through the asyncio loop the engine
+        runs on (the asyncio reactor, or Scrapy without a reactor), else the reactor."""
+        loop = self._engine_loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # closed: the engine is gone
+                loop.call_soon_threadsafe(fn, *args)
+            return
         from twisted.internet import reactor
 
-        reactor.callFromThread(self.stats.inc_value, name, n)  # type: ignore[attr-defined]
+        reactor.callFromThread(fn, *args)  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ worker
     async def _stop_worker(self) -> None:
@@ -471,6 +695,7 @@ class Scheduler:
             self._event.clear()
             try:
                 progressed = await self._cycle()
+                self._failing = False
                 if failing:
                     log.warning("crawlhub scheduler: storage of crawl %r answers again",
                                 self.settings.crawl)
@@ -482,7 +707,7 @@ class Scheduler:
                     log.warning("crawlhub scheduler: storage of crawl %r failed (%s: %s);"
                                 " requests stay in memory, retrying every %ss",
                                 self.settings.crawl, type(exc).__name__, exc, BACKOFF)
-                failing = True
+                failing = self._failing = True
                 await self._pause(BACKOFF)
                 continue
             if progressed:
@@ -491,10 +716,12 @@ class Scheduler:
 
     async def _cycle(self) -> bool:
         """Store what was enqueued, finish what is done, lease ahead; True if anything
-        moved."""
-        progressed = await self._settle()
-        progressed = await self._fill() or progressed
-        return progressed
+        moved. One at a time: the worker's and the engine's (``_step_now``)."""
+        assert self._lock is not None
+        async with self._lock:
+            progressed = await self._settle()
+            progressed = await self._fill() or progressed
+            return progressed
 
     async def _settle(self) -> bool:
         """Admit the enqueued requests, then finish the done ones: a request's children
@@ -504,14 +731,18 @@ class Scheduler:
         if not n_done and not n_out:
             return False
         self._busy += n_done + n_out
+        self._admitting += n_out
         try:
             done = [self._done.popleft() for _ in range(n_done)]
             items = [self._outbox.popleft() for _ in range(n_out)]
+            if not self._outbox:
+                self._outbox_top = None
             try:
                 await self._admit(items)
             except BaseException:
                 self._outbox.extendleft(reversed(items))
                 self._done.extendleft(reversed(done))
+                self._outbox_top = max((x.seed.priority for x in self._outbox), default=None)
                 raise
             for i, (seed, outcome, _) in enumerate(done):
                 try:
@@ -527,6 +758,7 @@ class Scheduler:
             # another spider admitted the start URL, it closed this spider early.
             self._left = True
             self._busy -= n_done + n_out
+            self._admitting -= n_out
         return True
 
     def _settleable(self) -> int:
@@ -560,15 +792,23 @@ class Scheduler:
                 got = await self._admit_each(group, dispatched)
             flags.update(zip((id(x) for x in group), got, strict=True))
         dupes = []
+        kept_now = []
+        worst = self._worst_held()
         for x in items:
             if not flags[id(x)]:
                 dupes.append(x.request)
             elif x.keep:
-                self._ready.append(x.request)
+                kept_now.append(x.request)
+            else:
+                self._store_ready = True
+                if self._outranks(x.seed.priority, worst):
+                    self._claim_more += 1
+        if kept_now:
+            with self._mem:
+                for request in kept_now:
+                    self._hold(request, request.priority, self._kept_rank())
         if dupes:
-            from twisted.internet import reactor
-
-            reactor.callFromThread(self._log_dupes, dupes)  # type: ignore[attr-defined]
+            self._call_engine(self._log_dupes, dupes)
         acks = [x.ack for x in items if x.ack]
         if acks and self.queues is not None and self.settings and self.settings.start_queue:
             await self.queues.queue(self.settings.start_queue).ack(acks)
@@ -592,15 +832,24 @@ class Scheduler:
         return out
 
     async def _fill(self) -> bool:
-        """Lease up to the prefetch; feed the start queue when the crawl runs dry."""
+        """Lease up to the prefetch, and beyond it as many as were just admitted above the
+        worst held request (the heap keeps the best, the rest go back to the crawl); feed
+        the start queue when the crawl runs dry."""
         assert self.frontier is not None and self.settings is not None
         if self._closing:
             return False
         s = self.settings
-        want = s.prefetch - len(self._ready)
+        more, self._claim_more = self._claim_more, 0
+        want = max(s.prefetch - len(self._ready), min(more, 2 * s.prefetch))
         if want <= 0:
             return False
+        if more > want:
+            # more outrank what is held than one lease takes: what is held goes back,
+            # so it comes out again in the store's order, after those
+            await self._give_back(len(self._ready))
         seeds = await self.frontier.lease(want, s.lease)
+        if len(seeds) < want:
+            self._store_ready = False
         usable = []
         for seed in seeds:
             if seed.attempts > s.max_attempts:
@@ -612,7 +861,10 @@ class Scheduler:
             else:
                 usable.append(seed)
         if usable:
-            self._ready.extend(usable)
+            with self._mem:
+                for seed in usable:
+                    self._hold(seed, seed.priority, seed.rank or 0)
+            await self._trim()
             self._left = True
             self._nudge()
             return True
@@ -634,6 +886,62 @@ class Scheduler:
                 await self._log_wait(due - now)
         return False
 
+    def _hold(self, item: Seed | Request, priority: int, rank: int) -> None:
+        """(Under ``_mem``) put ``item`` in the heap: by priority, then rank (the store's
+        order, smaller first), then arrival."""
+        self._arrivals += 1
+        heapq.heappush(self._ready, [-priority, rank, self._arrivals, item])
+        low, high = self._ranks or (rank, rank)
+        self._ranks = (min(low, rank), max(high, rank))
+
+    def _kept_rank(self) -> int:
+        """The rank of a request kept in memory: after every held one (FIFO) or before
+        (LIFO), as the store would have placed it."""
+        low, high = self._ranks or (0, 0)
+        lifo = self.settings is not None and self.settings.order == "lifo"
+        return low - 1 if lifo else high + 1
+
+    def _worst_held(self) -> int | None:
+        """The lowest priority held (None: nothing held)."""
+        with self._mem:
+            return min((-e[0] for e in self._ready), default=None)
+
+    def _outranks(self, priority: int, worst: int | None) -> bool:
+        """A request just admitted at ``priority`` goes before the worst one held, of
+        priority ``worst`` (under LIFO a newer one of the same priority does too)."""
+        if worst is None:
+            return False
+        lifo = self.settings is not None and self.settings.order == "lifo"
+        return priority > worst or (lifo and priority == worst)
+
+    async def _trim(self) -> None:
+        """Keep the heap within twice the prefetch: the worst leased requests go back to
+        the crawl (their attempt uncounted)."""
+        if len(self._ready) > 2 * self._prefetch:
+            await self._give_back(len(self._ready) - self._prefetch)
+
+    async def _give_back(self, n: int) -> None:
+        """Return the ``n`` worst held requests to the crawl (those kept in memory only
+        stay)."""
+        assert self.frontier is not None
+        if n <= 0:
+            return
+        with self._mem:
+            ordered = sorted(self._ready, key=lambda e: e[:3])
+            cut = len(ordered) - n
+            keep, back = ordered[:cut], []
+            for entry in ordered[cut:]:
+                seed = _seed_of(entry[3])
+                if seed is None:  # memory only: it cannot go back
+                    keep.append(entry)
+                else:
+                    back.append(seed)
+            heapq.heapify(keep)
+            self._ready[:] = keep
+        if back:
+            await self.frontier.release(back)
+            self._store_ready = True
+
     async def _log_wait(self, seconds: float) -> None:
         """Nothing to crawl here while the crawl still owes requests: say what the spider
         waits for (once, then every ``WAIT_LOG_EVERY`` s while it waits)."""
@@ -652,18 +960,49 @@ class Scheduler:
                  self.settings.lease, extra={"spider": self.spider})
 
     async def _feed(self, want: int) -> bool:
-        """Lease tasks from the start queue and hand them to the reactor to build."""
-        if self.queues is None or not self.settings or not self.settings.start_queue:
-            return False
-        queue = self.queues.queue(self.settings.start_queue)
-        messages = await queue.lease(min(want, 100), self.settings.lease)
+        """Lease tasks from the start queue (or pop scrapy-redis start URLs) and hand them
+        to the reactor to build."""
+        messages: list[Any] = []
+        if self.queues is not None and self.settings and self.settings.start_queue:
+            queue = self.queues.queue(self.settings.start_queue)
+            messages = await queue.lease(min(want, 100), self.settings.lease)
+        if not messages:
+            messages = await self._pop_start_urls(min(want, 100))
         if not messages:
             return False
         self._feeds_sent += 1
-        from twisted.internet import reactor
-
-        reactor.callFromThread(self._build_tasks, messages)  # type: ignore[attr-defined]
+        self._call_engine(self._build_tasks, messages)
         return True
+
+    async def _pop_start_urls(self, n: int) -> list[Any]:
+        """scrapy-redis's start URLs (``REDIS_START_URLS_KEY``): popped from the Redis list
+        (or set, ``REDIS_START_URLS_AS_SET``), a URL or a JSON task each. Popped, as
+        scrapy-redis pops them: one popped by a spider killed before storing it is lost
+        (the start queue, ``CRAWLHUB_START_QUEUE``, leases instead). Not for a
+        ``RedisSpider``, which reads the key itself."""
+        s = self.settings
+        if s is None or not s.start_urls_key or _reads_own_start_urls(self.spider):
+            return []
+        if self._start_urls_redis is None:
+            from crawlhub.backends.redis import redis_client
+
+            self._start_urls_redis = redis_client(s.frontier_url, name="REDIS_START_URLS_KEY")
+        client = self._start_urls_redis
+        if s.start_urls_as_set:
+            raw = await client.spop(s.start_urls_key, n)
+        else:
+            raw = await client.lpop(s.start_urls_key, n)
+        out = []
+        for value in raw or []:
+            text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+            task: Any = {"url": text}
+            if text.lstrip().startswith("{"):
+                try:
+                    task = json.loads(text)
+                except ValueError:
+                    task = {"url": None}  # refused below, with the reason logged
+            out.append(_StartURL(task))
+        return out
 
     def _build_tasks(self, messages: list[Any]) -> None:
         """(Reactor thread) turn start-queue tasks into requests and enqueue them; a task
@@ -685,18 +1024,20 @@ class Scheduler:
                 self.enqueue_request(requests[-1], ack=m.receipt)
         finally:
             self._feeds_built += 1
-        if bad and self.loop is not None and self.queues is not None and self.settings:
-            queue = self.queues.queue(self.settings.start_queue or "")
-            for receipt, reason in bad:
-                log.error("crawlhub scheduler: start task %s refused: %s", receipt, reason)
+        for receipt, reason in bad:
+            log.error("crawlhub scheduler: start task %s refused: %s", receipt, reason)
+            if (receipt and self.loop is not None and self.queues is not None and self.settings
+                    and self.settings.start_queue):
+                queue = self.queues.queue(self.settings.start_queue)
                 self.loop.submit(queue.nack([receipt], dead=True, reason=reason))
         self._wake()
 
     def _held(self) -> list[Seed]:
         """The seeds this spider holds leases of: running, leased ahead, and finished but
         waiting for their items' commit."""
-        return (list(self._running.values())
-                + [x for x in list(self._ready) if isinstance(x, Seed)]
+        with self._mem:
+            held = [_seed_of(e[3]) for e in self._ready]
+        return (list(self._running.values()) + [x for x in held if x is not None]
                 + [x[0] for x in list(self._done)])
 
     async def _renew(self) -> None:

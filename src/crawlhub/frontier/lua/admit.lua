@@ -1,14 +1,18 @@
 -- KEYS: meta seeds stats ready due seq segments
--- ARGV: segment plan now_ms exact channel entries duplicates
+-- ARGV: segment plan now_ms exact channel entries duplicates lifo
 --   entries: for each seed the header _ENTRY (h1 h2 ready_ms dispatched, then the
 --   lengths of the priority's text, the key and the payload), then those three
 --   duplicates: repeats of a key inside the batch, already settled by the client
 -- Returns one character per entry: '1' admitted, '0' a duplicate; '2' a duplicate the
 -- filter missed (stored, its bits not set yet); '3' admitted though the filter had it
 -- (exact: a false positive). The bits of '1' and '2' are set_bits' job.
+-- lifo '1': the order number in the record and member counts down from LIFO_TOP, so of
+-- one priority the newest seed pops first (ZPOPMIN takes the smallest member).
 local seeds, stats, ready, due = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local seqkey, segments = KEYS[6], KEYS[7]
 local now, exact, channel, blob = tonumber(ARGV[3]), ARGV[4] == '1', ARGV[5], ARGV[6]
+local lifo = ARGV[8] == '1'
+local LIFO_TOP = 999999999999999  -- below 2^53: exact in Lua's numbers
 
 -- new seeds are written in multi-member calls, CHUNK at a time
 local CHUNK = 1000
@@ -35,7 +39,7 @@ while pos <= #blob do
     out[e] = '0'
   else
     -- strings built by concatenation: a number turned into text costs a sprintf
-    local sq, prio = fmt('%016d', seq + 1), string.sub(blob, at, kat - 1)
+    local sq, prio = fmt('%016d', lifo and LIFO_TOP - seq - 1 or seq + 1), string.sub(blob, at, kat - 1)
     local record = sq .. '|' .. prio .. '|' .. string.sub(blob, kat + klen, pos - 1)
     -- the seed record decides: HSETNX admits a key exactly once
     if redis.call('HSETNX', seeds, key, record) == 0 then

@@ -7,7 +7,7 @@ if n <= 0 then return out end
 local popped = redis.call('ZPOPMIN', ready, n)
 for i = 1, #popped, 2 do
   local m = popped[i]
-  local _, _, seg, key = parse(m)
+  local sq, _, seg, key = parse(m)
   local v = redis.call('HGET', stem .. seg .. ':seeds', key)
   if v then  -- (a member without its seed record cannot be dispatched; it is dropped)
     redis.call('ZADD', leased, until_ms, m)
@@ -18,6 +18,7 @@ for i = 1, #popped, 2 do
     out[#out + 1] = key
     out[#out + 1] = attempts
     out[#out + 1] = string.match(v, '^%d+|%-?%d+|(.*)$')
+    out[#out + 1] = sq
   end
 end
 return out

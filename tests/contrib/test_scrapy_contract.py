@@ -1,0 +1,365 @@
+"""crawlhub's Scrapy scheduler keeps Scrapy's scheduler and dupefilter contract: order,
+length, pending work, close and persistence, on the embedded store and on Redis.
+
+The scheduler runs in this process against a real SQLite directory or a real Redis; the
+engine is a stand-in with the one slot method the scheduler hooks (as Scrapy's own
+scheduler tests stand one in)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import scrapy
+from scrapy.utils.test import get_crawler
+
+from crawlhub.contrib.scrapy import DupeFilter, Scheduler
+from crawlhub.contrib.scrapy.settings import read_settings
+from crawlhub.core.errors import ConfigError
+from tests.helpers import wait_for
+
+
+class Spider(scrapy.Spider):
+    name = "contract"
+
+    def parse(self, response: Any) -> Any:
+        return None
+
+
+class _Slot:
+    """The engine slot the scheduler hooks: it calls ``remove_request`` when done."""
+
+    class nextcall:  # noqa: N801 - Scrapy's attribute name
+        @staticmethod
+        def schedule() -> None:
+            return None
+
+    def remove_request(self, request: scrapy.Request) -> None:
+        return None
+
+
+class _Engine:
+    def __init__(self, downloader: Any = None) -> None:
+        self._slot = _Slot()
+        self.downloader = downloader
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str) -> dict[str, str]:
+    if request.param == "redis":
+        return {"CRAWLHUB_URL": str(request.getfixturevalue("redis_url")),
+                "CRAWLHUB_PREFIX": f"{unique_name}:"}
+    return {"CRAWLHUB_URL": str(tmp_path / "data")}
+
+
+def open_scheduler(settings: dict[str, Any], engine: Any = None) -> Scheduler:
+    crawler = get_crawler(Spider, {"SCHEDULER": "crawlhub.contrib.scrapy.Scheduler",
+                                   "DUPEFILTER_CLASS": "crawlhub.contrib.scrapy.DupeFilter",
+                                   "CONCURRENT_REQUESTS": 4, **settings})
+    crawler.engine = engine or _Engine()  # type: ignore[assignment]
+    scheduler = Scheduler.from_crawler(crawler)
+    spider = Spider.from_crawler(crawler)
+    crawler.spider = spider
+    scheduler.open(spider)
+    return scheduler
+
+
+def drain(scheduler: Scheduler) -> list[scrapy.Request]:
+    """Dequeue while the scheduler says it has work; each answer must be a request."""
+    out: list[scrapy.Request] = []
+    while scheduler.has_pending_requests():
+        request = scheduler.next_request()
+        assert request is not None, f"pending work but no request after {len(out)}"
+        out.append(request)
+    return out
+
+
+def urls(n: int, prefix: str = "http://127.0.0.1/p/") -> list[str]:
+    return [f"{prefix}{i}" for i in range(n)]
+
+
+def test_an_enqueued_request_is_dequeued_at_once_and_a_fresh_scheduler_owes_nothing(
+        storage: dict[str, str]) -> None:
+    scheduler = open_scheduler(storage)
+    try:
+        assert not scheduler.has_pending_requests()
+        assert len(scheduler) == 0
+        assert scheduler.next_request() is None
+        assert scheduler.enqueue_request(scrapy.Request("http://127.0.0.1/a"))
+        request = scheduler.next_request()
+        assert request is not None and request.url == "http://127.0.0.1/a"
+        assert not scheduler.has_pending_requests()
+    finally:
+        scheduler.close("finished")
+
+
+def test_len_counts_every_pending_request_of_the_crawl_not_the_prefetch(
+        storage: dict[str, str]) -> None:
+    scheduler = open_scheduler(storage)  # prefetch: CONCURRENT_REQUESTS = 4
+    try:
+        for url in urls(40):
+            scheduler.enqueue_request(scrapy.Request(url))
+        assert len(scheduler) == 40
+        assert scheduler.next_request() is not None
+        assert len(scheduler) == 39  # the one dequeued is running, not pending
+        assert len(drain(scheduler)) == 39
+        assert len(scheduler) == 0
+    finally:
+        scheduler.close("finished")
+
+
+def test_a_late_higher_priority_request_comes_out_next_ahead_of_the_prefetch(
+        storage: dict[str, str]) -> None:
+    scheduler = open_scheduler(storage)
+    try:
+        for url in urls(30):
+            scheduler.enqueue_request(scrapy.Request(url))
+        assert scheduler.next_request() is not None
+        scheduler.enqueue_request(scrapy.Request("http://127.0.0.1/urgent", priority=10))
+        request = scheduler.next_request()
+        assert request is not None and request.url == "http://127.0.0.1/urgent"
+        priorities = [5, -3, 0, 7, -1]
+        for i, p in enumerate(priorities):
+            scheduler.enqueue_request(scrapy.Request(f"http://127.0.0.1/q/{i}", priority=p))
+        got = [r.priority for r in drain(scheduler)]
+        assert got[:3] == [7, 5, 0] and got[-2:] == [-1, -3]  # never an inversion
+        assert got == sorted(got, reverse=True)
+    finally:
+        scheduler.close("finished")
+
+
+@pytest.mark.parametrize(("settings", "order"), [
+    ({}, "lifo"),  # Scrapy's default: LifoMemoryQueue
+    ({"CRAWLHUB_ORDER": "fifo"}, "fifo"),
+    ({"SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue"}, "fifo"),
+])
+def test_requests_of_one_priority_come_out_in_scrapys_order_or_the_one_asked_for(
+        storage: dict[str, str], settings: dict[str, str], order: str) -> None:
+    scheduler = open_scheduler({**storage, **settings})
+    try:
+        sent = urls(20)  # five times the prefetch: the store's order counts too
+        for url in sent:
+            scheduler.enqueue_request(scrapy.Request(url))
+        got = [r.url for r in drain(scheduler)]
+        assert got == (sent[::-1] if order == "lifo" else sent)
+    finally:
+        scheduler.close("finished")
+
+
+class _Downloader:
+    """Scrapy's downloader as DownloaderAwarePriorityQueue sees it: slots and actives."""
+
+    class _SlotState:
+        def __init__(self) -> None:
+            self.active: set[Any] = set()
+
+    def __init__(self) -> None:
+        self.slots: dict[str, _Downloader._SlotState] = {}
+
+    def get_slot_key(self, request: scrapy.Request) -> str:
+        return str(request.meta["download_slot"])
+
+
+def test_the_downloader_aware_queue_serves_the_least_busy_slot_and_others_are_refused(
+        storage: dict[str, str]) -> None:
+    downloader = _Downloader()
+    scheduler = open_scheduler(
+        {**storage, "CRAWLHUB_PREFETCH": 8,  # fair among the requests held: all six
+         "SCHEDULER_PRIORITY_QUEUE": "scrapy.pqueues.DownloaderAwarePriorityQueue"},
+        _Engine(downloader))
+    try:
+        for i, slot in enumerate("aabbcc"):
+            scheduler.enqueue_request(scrapy.Request(f"http://127.0.0.1/{i}",
+                                                     meta={"download_slot": slot}))
+        slots = []
+        while scheduler.has_pending_requests():
+            request = scheduler.next_request()
+            assert request is not None
+            slot = downloader.get_slot_key(request)
+            downloader.slots.setdefault(slot, _Downloader._SlotState()).active.add(request)
+            slots.append(slot)
+        assert sorted(slots[:3]) == ["a", "b", "c"] and sorted(slots[3:]) == ["a", "b", "c"]
+    finally:
+        scheduler.close("finished")
+    with pytest.raises(ConfigError, match="SCHEDULER_PRIORITY_QUEUE"):
+        open_scheduler({**storage, "SCHEDULER_PRIORITY_QUEUE": "my.pqueues.Custom"})
+
+
+def test_persisted_requests_resume_with_a_log_line_and_a_finished_crawl_is_dropped(
+        storage: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:
+    persist = {**storage, "SCHEDULER_PERSIST": True}
+    scheduler = open_scheduler(persist)
+    for url in urls(10):
+        scheduler.enqueue_request(scrapy.Request(url))
+    assert scheduler.next_request() is not None  # held ahead: returned on close
+    scheduler.close("shutdown")
+    with caplog.at_level(logging.INFO, "crawlhub.contrib.scrapy"):
+        scheduler = open_scheduler(persist)
+    try:
+        assert "Resuming crawl (9 requests scheduled)" in caplog.text
+        assert scheduler.has_pending_requests() and len(scheduler) == 9
+        scheduler.enqueue_request(scrapy.Request(urls(10)[3]))  # seen in the first run
+        got = [r.url for r in drain(scheduler)]
+        assert len(got) == 9 and set(got) < set(urls(10))  # the repeat was filtered
+    finally:
+        scheduler.close("finished")
+    storage = {**storage, "CRAWLHUB_CRAWL": "another"}
+    scheduler = open_scheduler(storage)  # SCHEDULER_PERSIST off: dropped at its end
+    try:
+        assert scheduler.enqueue_request(scrapy.Request(urls(10)[0]))
+        assert len(drain(scheduler)) == 1
+    finally:
+        scheduler.close("finished")
+    scheduler = open_scheduler(storage)
+    try:
+        assert not scheduler.has_pending_requests() and len(scheduler) == 0
+        assert len(drain(scheduler)) == 0
+        assert scheduler.enqueue_request(scrapy.Request(urls(10)[0]))
+        assert [r.url for r in drain(scheduler)] == [urls(10)[0]]  # forgotten: new again
+    finally:
+        scheduler.close("finished")
+
+
+def test_jobdir_is_the_embedded_store_and_keeps_the_job(tmp_path: Path) -> None:
+    jobdir = {"JOBDIR": str(tmp_path / "job")}
+    scheduler = open_scheduler(jobdir)
+    scheduler.enqueue_request(scrapy.Request("http://127.0.0.1/j"))
+    scheduler.close("finished")  # as Scrapy: a job directory keeps the job
+    assert (tmp_path / "job" / "frontier.db").is_file()
+    scheduler = open_scheduler(jobdir)
+    try:
+        assert [r.url for r in drain(scheduler)] == ["http://127.0.0.1/j"]
+    finally:
+        scheduler.close("finished")
+
+
+class CaseBlind:
+    """A custom fingerprinter: URLs differing in case are one request."""
+
+    def fingerprint(self, request: scrapy.Request) -> bytes:
+        return request.url.lower().encode()
+
+
+def test_a_custom_fingerprinter_decides_duplicates_even_when_canonical_keys_are_asked(
+        storage: dict[str, str]) -> None:
+    scheduler = open_scheduler({**storage, "CRAWLHUB_KEY": "canonical",
+                                "REQUEST_FINGERPRINTER_CLASS": CaseBlind})
+    try:
+        assert scheduler.enqueue_request(scrapy.Request("http://127.0.0.1/Index.html"))
+        assert not scheduler.enqueue_request(scrapy.Request("http://127.0.0.1/INDEX.html"))
+        assert len(drain(scheduler)) == 1
+    finally:
+        scheduler.close("finished")
+    canonical = read_settings(get_crawler(Spider, {**storage, "CRAWLHUB_KEY": "canonical"}
+                                          ).settings, "s")
+    assert canonical.key == "canonical"
+    assert read_settings(get_crawler(Spider, storage).settings, "s").key == "fingerprint"
+
+
+def standalone(settings: dict[str, Any]) -> DupeFilter:
+    crawler = get_crawler(Spider, {"DUPEFILTER_CLASS": "crawlhub.contrib.scrapy.DupeFilter",
+                                   **settings})
+    df = DupeFilter.from_crawler(crawler)
+    df.open()
+    return df
+
+
+@pytest.mark.parametrize("persisted", [True, False])
+def test_the_dupefilter_alone_forgets_between_runs_unless_persisted(
+        storage: dict[str, str], persisted: bool) -> None:
+    settings = {**storage, "SCHEDULER_PERSIST": persisted}
+    seen = scrapy.Request("http://127.0.0.1/seen")
+    df = standalone(settings)
+    assert not df.request_seen(seen) and df.request_seen(seen)
+    df.close("finished")
+    df = standalone(settings)
+    try:
+        assert df.request_seen(seen) is persisted
+    finally:
+        df.close("finished")
+    df = standalone({**settings, "SCHEDULER_FLUSH_ON_START": True})
+    try:
+        assert not df.request_seen(seen)  # flushed before the first request
+    finally:
+        df.close("finished")
+
+
+def test_dupefilter_debug_lines_come_from_scrapys_logger_with_the_referer(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    crawler = get_crawler(Spider, {"DUPEFILTER_DEBUG": True,
+                                   "CRAWLHUB_URL": str(tmp_path / "data")})
+    df = DupeFilter.from_crawler(crawler)
+    spider = Spider.from_crawler(crawler)
+    with caplog.at_level(logging.DEBUG, "scrapy.dupefilters"):
+        df.log(scrapy.Request("http://127.0.0.1/x"), spider)
+        df.log(scrapy.Request("http://127.0.0.1/x", headers={"Referer": "http://127.0.0.1/"}),
+               spider)
+    assert ("scrapy.dupefilters", logging.DEBUG,
+            "Filtered duplicate request: <GET http://127.0.0.1/x> (referer: None)"
+            ) in caplog.record_tuples
+    assert ("scrapy.dupefilters", logging.DEBUG,
+            "Filtered duplicate request: <GET http://127.0.0.1/x> (referer: http://127.0.0.1/)"
+            ) in caplog.record_tuples
+    assert crawler.stats is not None and crawler.stats.get_value("dupefilter/filtered") == 2
+
+
+def test_scrapy_redis_settings_and_sqlite_urls_are_read(tmp_path: Path) -> None:
+    def crawl(**settings: Any) -> Any:
+        return read_settings(get_crawler(Spider, settings).settings, "s")
+
+    directory = tmp_path / "data"
+    s = crawl(CRAWLHUB_URL=f"sqlite:///{directory}")
+    assert s.frontier_url == f"sqlite:///{directory}/frontier.db"
+    s = crawl(CRAWLHUB_URL=f"sqlite:///{tmp_path}/crawl.db")
+    assert s.frontier_url == f"sqlite:///{tmp_path}/crawl.db"
+    assert crawl(REDIS_URL="redis://127.0.0.1:6379/3").frontier_url == "redis://127.0.0.1:6379/3"
+    s = crawl(REDIS_HOST="127.0.0.1", REDIS_PORT=6380,
+              REDIS_PARAMS={"db": 2, "password": "p w"})
+    assert s.frontier_url == "redis://:p%20w@127.0.0.1:6380/2"
+    s = crawl(CRAWLHUB_URL="redis://127.0.0.1:6379/1", REDIS_URL="redis://127.0.0.1:6379/3")
+    assert s.frontier_url == "redis://127.0.0.1:6379/1"  # CRAWLHUB_URL first
+    s = crawl(REDIS_URL="redis://127.0.0.1:6379/0", SCHEDULER_IDLE_BEFORE_CLOSE=7,
+              SCHEDULER_QUEUE_CLASS="scrapy_redis.queue.PriorityQueue",
+              REDIS_START_URLS_KEY="%(name)s:start_urls", REDIS_START_URLS_AS_SET=True)
+    assert (s.max_idle, s.order, s.start_urls_key, s.start_urls_as_set) == (
+        7.0, "fifo", "s:start_urls", True)
+    assert crawl(REDIS_URL="redis://127.0.0.1:6379/0",
+                 SCHEDULER_QUEUE_CLASS="scrapy_redis.queue.LifoQueue").order == "lifo"
+    assert crawl(REDIS_URL="redis://127.0.0.1:6379/0",
+                 SCHEDULER_QUEUE_CLASS="scrapy_redis.queue.FifoQueue").order == "fifo"
+    with pytest.raises(ConfigError, match="REDIS_START_URLS_KEY"):
+        crawl(CRAWLHUB_URL=str(directory), REDIS_START_URLS_KEY="k")
+    with pytest.raises(ConfigError, match="CRAWLHUB_URL"):
+        crawl(CRAWLHUB_URL="sqlite://:memory:")
+
+
+async def test_start_urls_pushed_to_a_scrapy_redis_key_are_crawled(
+        redis_url: str, unique_name: str) -> None:
+    import redis.asyncio as aioredis
+
+    key = f"{unique_name}:start_urls"
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        await client.rpush(key, "http://127.0.0.1/s/0", '{"url": "http://127.0.0.1/s/1"}')
+        scheduler = open_scheduler({"CRAWLHUB_URL": redis_url,
+                                    "CRAWLHUB_PREFIX": f"{unique_name}:",
+                                    "REDIS_START_URLS_KEY": key})
+        try:
+            got: list[str] = []
+
+            def more() -> bool:
+                request = scheduler.next_request()
+                if request is not None:
+                    got.append(request.url)
+                return len(got) == 2
+
+            await wait_for(more, "both start URLs served")
+            assert sorted(got) == ["http://127.0.0.1/s/0", "http://127.0.0.1/s/1"]
+            assert await client.llen(key) == 0
+        finally:
+            scheduler.close("finished")
+    finally:
+        await client.delete(key)
+        await client.aclose()
