@@ -363,3 +363,47 @@ async def test_start_urls_pushed_to_a_scrapy_redis_key_are_crawled(
     finally:
         await client.delete(key)
         await client.aclose()
+
+
+async def test_hostile_entries_on_the_start_urls_key_are_logged_and_dropped(
+        redis_url: str, unique_name: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Whatever is pushed to scrapy-redis's start URLs key, the scheduler goes on: bytes
+    that are no text, broken JSON, a JSON list, a task that makes no request and an entry
+    of a megabyte are each refused with a log line naming the key; the good URLs around
+    them are served."""
+    import logging
+
+    import redis.asyncio as aioredis
+
+    key = f"{unique_name}:start_urls"
+    client = aioredis.Redis.from_url(redis_url)
+    caplog.set_level(logging.ERROR, logger="crawlhub.contrib.scrapy")
+    try:
+        await client.rpush(key, b"\xff\xfe\x00garbage", "{not json", "[1, 2]",
+                           "http://127.0.0.1/s/0", '{"url": 5}', "x" * (1 << 20),
+                           '{"url": "http://127.0.0.1/s/1"}')
+        scheduler = open_scheduler({"CRAWLHUB_URL": redis_url,
+                                    "CRAWLHUB_PREFIX": f"{unique_name}:",
+                                    "REDIS_START_URLS_KEY": key})
+        try:
+            got: list[str] = []
+
+            def more() -> bool:
+                request = scheduler.next_request()
+                if request is not None:
+                    got.append(request.url)
+                return len(got) >= 2 and not scheduler.has_pending_requests()
+
+            await wait_for(more, "the good start URLs served")
+            assert sorted(got) == ["http://127.0.0.1/s/0", "http://127.0.0.1/s/1"]
+            assert await client.llen(key) == 0
+        finally:
+            scheduler.close("finished")
+        refused = [r.getMessage() for r in caplog.records
+                   if "start URL from" in r.getMessage()]
+        assert len(refused) == 5, refused
+        assert all(key in line for line in refused)
+        assert any("1048576 characters" in line for line in refused)
+    finally:
+        await client.delete(key)
+        await client.aclose()

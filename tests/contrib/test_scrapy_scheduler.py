@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
 from collections import Counter
@@ -274,8 +275,12 @@ async def test_a_spider_rides_out_a_redis_outage_and_finishes_the_crawl(
                 await wait_for(lambda: len(spiders.rows(0)) >= 20, "the crawl under way",
                                timeout=60)
                 broker.stop()  # Redis goes away mid-crawl ...
-                await asyncio.sleep(2.5)
-                assert proc.returncode is None  # ... and the spider waits for it
+                # ... the spider finds out (it may first serve what it holds in memory) ...
+                await wait_for(lambda: re.search(r"storage of crawl '[^']*' failed",
+                                                 spiders.log(0)),
+                               "the scheduler's storage failure logged", timeout=60)
+                await asyncio.sleep(1.0)
+                assert proc.returncode is None  # ... and waits for it
                 broker.start()
                 code = await asyncio.wait_for(proc.wait(), 120)
                 assert code == 0, spiders.log(0)[-3000:]

@@ -100,6 +100,13 @@ INVENTORY: dict[str, dict[str, Any]] = {
         "streams": [],
         "signed": False,
     },
+    "contrib/scrapy/scheduler.py": {  # scrapy-redis's REDIS_START_URLS_KEY (a list; SPOP
+        # for a set): an entry that is no URL or JSON object, or is too long, is logged and
+        # dropped, the rest crawled (tests/contrib/test_scrapy_contract.py)
+        "reads": {"lpop": 1},
+        "streams": [],
+        "signed": False,
+    },
     "queues/lua/dead_letters.lua": {  # the dead letters, read back for the API and CLI
         "reads": {"lrange": 1},
         "streams": [],

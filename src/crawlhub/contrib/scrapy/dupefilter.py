@@ -89,11 +89,11 @@ class DupeFilter:
         self._resolver = KeyResolver(settings.frontier.key)
         self._fingerprinter = None
         if settings.key == "fingerprint":
-            if self.crawler is None:
-                from crawlhub.core.errors import ConfigError
+            if self.crawler is None:  # alone, no project: Scrapy's default fingerprint
+                from scrapy.utils.request import RequestFingerprinter
 
-                raise ConfigError("Scrapy setting CRAWLHUB_KEY: 'fingerprint' needs a crawler"
-                                  " (build the filter with from_crawler)", key="CRAWLHUB_KEY")
+                self._fingerprinter = RequestFingerprinter()
+                return
             fingerprinter = getattr(self.crawler, "request_fingerprinter", None)
             if fingerprinter is None:  # a crawler not started yet: build the project's
                 from scrapy.utils.misc import build_from_crawler, load_object

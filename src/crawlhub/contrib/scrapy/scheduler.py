@@ -74,6 +74,8 @@ if TYPE_CHECKING:
     from crawlhub.queues import QueueBackend
 
 log = logging.getLogger("crawlhub.contrib.scrapy")
+#: The longest entry taken from scrapy-redis's start URLs key (characters).
+MAX_START_ENTRY = 64 * 1024
 
 #: Seconds an idle worker waits before looking at the frontier and start queue again.
 POLL = 0.2
@@ -180,6 +182,9 @@ class Scheduler:
         self._store_ready = False  # the store may have requests ready for this spider
         self._admitting = 0  # enqueued requests the worker is storing
         self._outbox_top: int | None = None  # highest priority waiting in the outbox
+        #: highest priority of the requests the worker is storing now (taken from the
+        #: outbox, not yet leased back): next_request waits for them as for the outbox
+        self._admitting_top: int | None = None
         self._failing = False  # the worker's last store step failed
         self._lock: asyncio.Lock | None = None  # one store step at a time
         self._mem = threading.Lock()  # the heap, changed by the worker and the engine
@@ -466,8 +471,12 @@ class Scheduler:
             return False
         if not self._ready:
             return bool(self._outbox or self._admitting or self._store_ready)
+        best = -self._ready[0][0]
         top = self._outbox_top
-        return top is not None and bool(self._outbox) and -top < self._ready[0][0]
+        if top is not None and self._outbox and top > best:
+            return True
+        storing = self._admitting_top  # taken by the worker's step under way
+        return storing is not None and storing > best
 
     def _step_now(self) -> None:
         """(Reactor thread) run one worker step and wait for it (``SYNC_TIMEOUT`` at most:
@@ -719,8 +728,11 @@ class Scheduler:
         moved. One at a time: the worker's and the engine's (``_step_now``)."""
         assert self._lock is not None
         async with self._lock:
-            progressed = await self._settle()
-            progressed = await self._fill() or progressed
+            try:
+                progressed = await self._settle()
+                progressed = await self._fill() or progressed
+            finally:
+                self._admitting_top = None  # stored and leased back (or put back)
             return progressed
 
     async def _settle(self) -> bool:
@@ -735,6 +747,8 @@ class Scheduler:
         try:
             done = [self._done.popleft() for _ in range(n_done)]
             items = [self._outbox.popleft() for _ in range(n_out)]
+            if items:
+                self._admitting_top = max(x.seed.priority for x in items)
             if not self._outbox:
                 self._outbox_top = None
             try:
@@ -988,19 +1002,39 @@ class Scheduler:
 
             self._start_urls_redis = redis_client(s.frontier_url, name="REDIS_START_URLS_KEY")
         client = self._start_urls_redis
-        if s.start_urls_as_set:
-            raw = await client.spop(s.start_urls_key, n)
-        else:
-            raw = await client.lpop(s.start_urls_key, n)
+        out: list[Any] = []
+        while not out:  # until an entry is taken or the key is empty
+            if s.start_urls_as_set:
+                raw = await client.spop(s.start_urls_key, n)
+            else:
+                raw = await client.lpop(s.start_urls_key, n)
+            if not raw:
+                break
+            out = self._start_entries(raw)
+        return out
+
+    def _start_entries(self, raw: list[Any]) -> list[Any]:
+        """The tasks of entries popped from the start URLs key; the rest logged, dropped."""
+        s = self.settings
+        assert s is not None
         out = []
-        for value in raw or []:
+        for value in raw:
             text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+            if len(text) > MAX_START_ENTRY:  # no URL or task is that long: refused whole
+                log.error("crawlhub scheduler: a start URL from %s refused: an entry of %d"
+                          " characters (at most %d)", s.start_urls_key, len(text),
+                          MAX_START_ENTRY)
+                continue
             task: Any = {"url": text}
             if text.lstrip().startswith("{"):
                 try:
                     task = json.loads(text)
                 except ValueError:
-                    task = {"url": None}  # refused below, with the reason logged
+                    task = None
+                if not isinstance(task, dict):
+                    log.error("crawlhub scheduler: a start URL from %s refused: %r is"
+                              " neither a URL nor a JSON object", s.start_urls_key, text[:200])
+                    continue
             out.append(_StartURL(task))
         return out
 
@@ -1025,6 +1059,11 @@ class Scheduler:
         finally:
             self._feeds_built += 1
         for receipt, reason in bad:
+            if receipt is None:  # popped from REDIS_START_URLS_KEY: gone, said here
+                log.error("crawlhub scheduler: a start URL from %s refused: %s",
+                          self.settings.start_urls_key if self.settings else "?",
+                          reason[:300])
+                continue
             log.error("crawlhub scheduler: start task %s refused: %s", receipt, reason)
             if (receipt and self.loop is not None and self.queues is not None and self.settings
                     and self.settings.start_queue):
