@@ -6,7 +6,6 @@ Appending gzip members to one file keeps it a valid gzip stream (``zcat`` reads 
 from __future__ import annotations
 
 import asyncio
-import gzip
 import json
 import time
 from collections.abc import Sequence
@@ -37,6 +36,8 @@ class FailureLog:
     def _write(self, data: bytes) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.compress:
+            import gzip  # here: a server start need not load it (about 10 ms)
+
             with gzip.open(self.path, "ab") as fh:
                 fh.write(data)
         else:
@@ -47,6 +48,8 @@ class FailureLog:
         """Every record written so far (tests, ``crawlhub`` tooling)."""
         if not self.path.exists():
             return []
+        import gzip
+
         opener = gzip.open if self.compress else open
         with opener(self.path, "rt", encoding="utf-8") as fh:
             return [json.loads(line) for line in fh if line.strip()]
