@@ -358,6 +358,8 @@ def scrapy_run(base: str, pages: int, work: Path, redis_url: str | None) -> Run:
                  "-s", f"CRAWLHUB_CENTER_URL={redis_url}",
                  "-s", f"CRAWLHUB_CENTER_PREFIX={cluster.prefix}",
                  "-s", "CRAWLHUB_CENTER_AGENTS=2", "-s", "CRAWLHUB_CENTER_ALLOCATE_TIMEOUT=30"]
+        if KEY:  # the fleet's key (a throwaway one per run): unsigned requests are refused
+            argv += ["-s", f"CRAWLHUB_CENTER_KEY={KEY}"]
         time.sleep(2.0)  # the agents register
     try:
         start = time.perf_counter()
