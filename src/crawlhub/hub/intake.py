@@ -222,6 +222,12 @@ class IntakeStage(DispatchStage):
             task.ensure_identity(self.submitter, checked=True)
             task.pop(RESULT_KEY, None)
             results[i].task_uuid = task.task_uuid
+            if i in nonfinite:  # refused alone on every backend, never stored as null
+                results[i].status, results[i].reason = "rejected", (
+                    "cannot be stored: NaN and Infinity are not JSON; send null or a number"
+                    " instead")
+                self.metrics.rejected.inc()
+                continue
             problem = extract_problem(task.get("extract"))
             if problem is not None:
                 results[i].status, results[i].reason = "rejected", problem
