@@ -335,14 +335,17 @@ def test_scrapy_redis_settings_and_sqlite_urls_are_read(tmp_path: Path) -> None:
         crawl(CRAWLHUB_URL="sqlite://:memory:")
 
 
-async def test_start_urls_pushed_to_a_scrapy_redis_key_are_crawled(
-        redis_url: str, unique_name: str) -> None:
+async def served_start_urls(redis_url: str, unique_name: str, *entries: str | bytes,
+                            want: int) -> tuple[str, list[str], int]:
+    """``entries`` pushed to a scrapy-redis start URLs key, a scheduler reading it: the
+    key, the URLs it served (once ``want`` are and nothing is pending) and the entries
+    left on the key."""
     import redis.asyncio as aioredis
 
     key = f"{unique_name}:start_urls"
     client = aioredis.Redis.from_url(redis_url)
     try:
-        await client.rpush(key, "http://127.0.0.1/s/0", '{"url": "http://127.0.0.1/s/1"}')
+        await client.rpush(key, *entries)
         scheduler = open_scheduler({"CRAWLHUB_URL": redis_url,
                                     "CRAWLHUB_PREFIX": f"{unique_name}:",
                                     "REDIS_START_URLS_KEY": key})
@@ -353,16 +356,24 @@ async def test_start_urls_pushed_to_a_scrapy_redis_key_are_crawled(
                 request = scheduler.next_request()
                 if request is not None:
                     got.append(request.url)
-                return len(got) == 2
+                return len(got) >= want and not scheduler.has_pending_requests()
 
-            await wait_for(more, "both start URLs served")
-            assert sorted(got) == ["http://127.0.0.1/s/0", "http://127.0.0.1/s/1"]
-            assert await client.llen(key) == 0
+            await wait_for(more, f"{want} start URLs served")
         finally:
             scheduler.close("finished")
+        return key, got, await client.llen(key)
     finally:
         await client.delete(key)
         await client.aclose()
+
+
+async def test_start_urls_pushed_to_a_scrapy_redis_key_are_crawled(
+        redis_url: str, unique_name: str) -> None:
+    _, got, left = await served_start_urls(
+        redis_url, unique_name, "http://127.0.0.1/s/0", '{"url": "http://127.0.0.1/s/1"}',
+        want=2)
+    assert sorted(got) == ["http://127.0.0.1/s/0", "http://127.0.0.1/s/1"]
+    assert left == 0
 
 
 async def test_hostile_entries_on_the_start_urls_key_are_logged_and_dropped(
@@ -373,37 +384,14 @@ async def test_hostile_entries_on_the_start_urls_key_are_logged_and_dropped(
     them are served."""
     import logging
 
-    import redis.asyncio as aioredis
-
-    key = f"{unique_name}:start_urls"
-    client = aioredis.Redis.from_url(redis_url)
     caplog.set_level(logging.ERROR, logger="crawlhub.contrib.scrapy")
-    try:
-        await client.rpush(key, b"\xff\xfe\x00garbage", "{not json", "[1, 2]",
-                           "http://127.0.0.1/s/0", '{"url": 5}', "x" * (1 << 20),
-                           '{"url": "http://127.0.0.1/s/1"}')
-        scheduler = open_scheduler({"CRAWLHUB_URL": redis_url,
-                                    "CRAWLHUB_PREFIX": f"{unique_name}:",
-                                    "REDIS_START_URLS_KEY": key})
-        try:
-            got: list[str] = []
-
-            def more() -> bool:
-                request = scheduler.next_request()
-                if request is not None:
-                    got.append(request.url)
-                return len(got) >= 2 and not scheduler.has_pending_requests()
-
-            await wait_for(more, "the good start URLs served")
-            assert sorted(got) == ["http://127.0.0.1/s/0", "http://127.0.0.1/s/1"]
-            assert await client.llen(key) == 0
-        finally:
-            scheduler.close("finished")
-        refused = [r.getMessage() for r in caplog.records
-                   if "start URL from" in r.getMessage()]
-        assert len(refused) == 5, refused
-        assert all(key in line for line in refused)
-        assert any("1048576 characters" in line for line in refused)
-    finally:
-        await client.delete(key)
-        await client.aclose()
+    key, got, left = await served_start_urls(
+        redis_url, unique_name, b"\xff\xfe\x00garbage", "{not json", "[1, 2]",
+        "http://127.0.0.1/s/0", '{"url": 5}', "x" * (1 << 20),
+        '{"url": "http://127.0.0.1/s/1"}', want=2)
+    assert sorted(got) == ["http://127.0.0.1/s/0", "http://127.0.0.1/s/1"]
+    assert left == 0
+    refused = [r.getMessage() for r in caplog.records if "start URL from" in r.getMessage()]
+    assert len(refused) == 5, refused
+    assert all(key in line for line in refused)
+    assert any("1048576 characters" in line for line in refused)

@@ -518,12 +518,9 @@ class Agent:
         try:
             if self.remote:  # the download center's: it needs the task (chain, depth, rules)
                 remote: Any = self.downloader
-                if wait is not None:  # rendered by the center's agent, in its browser
-                    fetched = await remote.fetch(url, job=str(task.get("job") or ""),
-                                                 task=task, render=wait)
-                else:
-                    fetched = await remote.fetch(url, job=str(task.get("job") or ""),
-                                                 task=task)
+                # with ``wait``, rendered by the center's agent in its browser
+                fetched = await remote.fetch(url, job=str(task.get("job") or ""), task=task,
+                                             render=wait)
             elif wait is not None:
                 fetched = await self._browser().fetch(url, job=str(task.get("job") or ""),
                                                       wait=wait)

@@ -97,9 +97,6 @@ async def json_body(request: Request) -> Any:
 
 #: What :func:`_fast_loads` answers for a body it leaves to the standard library.
 _SLOW: Any = object()
-#: Every byte but the digits as a space, the digits as "0" (see _fast_loads).
-_DIGITS = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
-_LONG_RUN = b"0" * 19
 
 
 def _fast_loads(body: bytes) -> Any:
@@ -109,7 +106,7 @@ def _fast_loads(body: bytes) -> Any:
     characters, a BOM, trailing commas...), so any error goes to the slow path, which
     answers it as before; but it reads an integer beyond 64 bits as a float, so a body
     with a run of 19 digits anywhere (a cheap over-approximation) goes there too."""
-    if _LONG_RUN in body.translate(_DIGITS):
+    if jsoncodec.long_digits(body):
         return _SLOW
     try:
         return orjson.loads(body)

@@ -430,9 +430,8 @@ class CenterWorker:
         wait: RenderWait | None = None
         if h.get("render") is not None:
             try:
-                wait = render_wait(h["render"], RenderWait(
-                    wait_until=self.render_config.wait_until,
-                    wait_for=self.render_config.wait_for), key="render")
+                # (the agent's render settings hold its default waits)
+                wait = render_wait(h["render"], self.render_config, key="render")
             except ConfigError as exc:
                 self.errors += 1
                 return _reply(h, self.agent_id, FAILED, error=f"bad render request: {exc}"), b""

@@ -39,6 +39,22 @@ app = typer.Typer(help="Jobs of every kind: subprocess, crawl, collect.",
 T = TypeVar("T")
 
 NameArg = Annotated[str, typer.Argument(help="The job's name.")]
+# where a run runs (jobs add / set); checked by JobSpec as the API checks them
+RuntimeOpt = Annotated[str | None, typer.Option(
+    help="process or container (default: the server's control.runtime).")]
+ImageOpt = Annotated[str | None, typer.Option(
+    help="Container runtime: the image to run (default: the project's build image).")]
+CpusOpt = Annotated[float | None, typer.Option(help="Container runtime: CPUs, e.g. 1.5.")]
+MemoryOpt = Annotated[str | None, typer.Option(
+    help="Container runtime: memory, e.g. 256m or 2g (no swap).")]
+PidsOpt = Annotated[int | None, typer.Option(help="Container runtime: most processes at once.")]
+NetworkOpt = Annotated[str | None, typer.Option(
+    help="Container runtime: none (default), host or bridge.")]
+
+
+def _given(**fields: Any) -> dict[str, Any]:
+    """The options given (not None), as the job's fields."""
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 @asynccontextmanager
@@ -110,12 +126,8 @@ def add_command(name: NameArg,
                 max_instances: Annotated[int, typer.Option(min=1, help="Runs at once (1: no overlap).")] = 1,
                 pausable: Annotated[bool, typer.Option("--pausable/--not-pausable", help="Whether pause may hold its runs (not pausable: pause is refused).")] = True,
                 grace: Annotated[float | None, typer.Option(help="Seconds between SIGTERM and SIGKILL on cancel (default: control.grace; 180 for Scrapy).")] = None,
-                runtime: Annotated[str | None, typer.Option(help="process or container (default: the server's control.runtime).")] = None,
-                image: Annotated[str | None, typer.Option(help="Container runtime: the image to run (default: the project's build image).")] = None,
-                cpus: Annotated[float | None, typer.Option(help="Container runtime: CPUs, e.g. 1.5.")] = None,
-                memory: Annotated[str | None, typer.Option(help="Container runtime: memory, e.g. 256m or 2g (no swap).")] = None,
-                pids: Annotated[int | None, typer.Option(help="Container runtime: most processes at once.")] = None,
-                network: Annotated[str | None, typer.Option(help="Container runtime: none (default), host or bridge.")] = None,
+                runtime: RuntimeOpt = None, image: ImageOpt = None, cpus: CpusOpt = None,
+                memory: MemoryOpt = None, pids: PidsOpt = None, network: NetworkOpt = None,
                 config: ConfigOpt = None, data_dir: DataDirOpt = None,
                 sets: SetOpt = None) -> None:
     """Add a job.
@@ -125,9 +137,8 @@ def add_command(name: NameArg,
     --memory 256m -- python3 news.py``"""
     cfg = get_config(config, data_dir, sets)
     pairs = dict(item.split("=", 1) for item in env or [] if "=" in item)
-    box = {k: v for k, v in {"runtime": runtime, "image": image, "cpus": cpus,
-                             "memory": memory, "pids": pids, "network": network}.items()
-           if v is not None}
+    box = _given(runtime=runtime, image=image, cpus=cpus, memory=memory, pids=pids,
+                 network=network)
     try:
         spec = JobSpec.model_validate(
             {"name": name, "kind": kind, "command": command, "cron": cron,
@@ -193,22 +204,15 @@ def set_command(name: NameArg,
                 notes: Annotated[str | None, typer.Option(help="Free text shown with the job.")] = None,
                 pausable: Annotated[bool | None, typer.Option("--pausable/--not-pausable", help="Whether pause may hold its runs.")] = None,
                 grace: Annotated[float | None, typer.Option(help="Seconds between SIGTERM and SIGKILL on cancel.")] = None,
-                runtime: Annotated[str | None, typer.Option(help="process or container (default: the server's control.runtime).")] = None,
-                image: Annotated[str | None, typer.Option(help="Container runtime: the image to run (default: the project's build image).")] = None,
-                cpus: Annotated[float | None, typer.Option(help="Container runtime: CPUs, e.g. 1.5.")] = None,
-                memory: Annotated[str | None, typer.Option(help="Container runtime: memory, e.g. 256m or 2g (no swap).")] = None,
-                pids: Annotated[int | None, typer.Option(help="Container runtime: most processes at once.")] = None,
-                network: Annotated[str | None, typer.Option(help="Container runtime: none (default), host or bridge.")] = None,
+                runtime: RuntimeOpt = None, image: ImageOpt = None, cpus: CpusOpt = None,
+                memory: MemoryOpt = None, pids: PidsOpt = None, network: NetworkOpt = None,
                 config: ConfigOpt = None, data_dir: DataDirOpt = None,
                 sets: SetOpt = None) -> None:
     """Change some fields of a job."""
     cfg = get_config(config, data_dir, sets)
-    changes = {k: v for k, v in {"cron": cron, "enabled": enabled, "notes": notes,
-                                 "max_instances": max_instances, "timeout": timeout,
-                                 "pausable": pausable, "grace": grace, "runtime": runtime,
-                                 "image": image, "cpus": cpus, "memory": memory,
-                                 "pids": pids, "network": network}.items()
-               if v is not None}
+    changes = _given(cron=cron, enabled=enabled, notes=notes, max_instances=max_instances,
+                     timeout=timeout, pausable=pausable, grace=grace, runtime=runtime,
+                     image=image, cpus=cpus, memory=memory, pids=pids, network=network)
     try:
         patch = JobPatch.model_validate(changes)
     except ValueError as exc:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -207,22 +207,19 @@ class IntakeStage(DispatchStage):
         the tasks are not walked again."""
         results: list[SubmitResult] = [SubmitResult() for _ in tasks]
         plans: list[tuple[int, Task, OutboundRule]] = []
-        #: by index, the tasks holding a NaN or an infinity (refused where they are stored)
-        nonfinite: set[int] = set()
         for i, raw in enumerate(tasks):
             task = Task(raw)
+            finite = True
             if not checked:
                 # One pass checks the depth (refused at once) and sees any NaN (refused
-                # alone when stored: the entry is encoded strictly, without a 2nd walk).
+                # alone below): the entries of the tasks routed need no second walk.
                 deep, finite = jsoncodec.json_shape(task)
                 if deep:
                     raise TooDeepError("the task")
-                if not finite:
-                    nonfinite.add(i)
             task.ensure_identity(self.submitter, checked=True)
             task.pop(RESULT_KEY, None)
             results[i].task_uuid = task.task_uuid
-            if i in nonfinite:  # refused alone on every backend, never stored as null
+            if not finite:  # refused alone on every backend, never stored as null
                 results[i].status, results[i].reason = "rejected", (
                     "cannot be stored: NaN and Infinity are not JSON; send null or a number"
                     " instead")
@@ -243,8 +240,7 @@ class IntakeStage(DispatchStage):
         # Backpressure first: a task refused here must not have been admitted already.
         await self._check_lag(plans, wait=wait)
         while True:
-            failed = await self._intake(plans, results, frontier, wait=wait,
-                                        nonfinite=nonfinite)
+            failed = await self._intake(plans, results, frontier, wait=wait)
             if not failed:
                 return results
             if not wait or not all(is_unavailable(e) for e in failed.values()):
@@ -287,12 +283,11 @@ class IntakeStage(DispatchStage):
 
     async def _intake(self, plans: Sequence[tuple[int, Task, OutboundRule]],
                       results: list[SubmitResult], inbound_frontier: str | None, *,
-                      wait: bool, nonfinite: Collection[int] = ()
-                      ) -> dict[int, BaseException]:
+                      wait: bool) -> dict[int, BaseException]:
         """Gate, take tokens, record, admit, push, mark pushed. Fills ``results``;
-        returns the errors of the tasks whose push failed (by index). ``nonfinite``: the
-        indexes of the tasks that hold a NaN or an infinity (the others are known not
-        to: their entries are encoded without a second look)."""
+        returns the errors of the tasks whose push failed (by index). Every task here
+        holds no NaN or infinity (``submit`` refused those): their entries are encoded
+        without a second look."""
         now = self.clock()
         gates = self._gates(plans, results, inbound_frontier, now)
         groups: dict[str, list[tuple[int, Task]]] = defaultdict(list)
@@ -316,7 +311,7 @@ class IntakeStage(DispatchStage):
                 gate = gates.get(i)
                 todo.append(_Todo(i, rule.stamp(task), rule, Intake(
                     task, name, deadline, gate_of(gate[0], gate[1].segment, gate[1].key)
-                    if gate else None), i not in nonfinite))
+                    if gate else None), finite=True))
         failed: dict[int, BaseException] = {}
         # Ungated tasks for queues on the ledger's own Redis: record and push, one script.
         fused = [t for t in todo if t.intake.gate is None and self._fused(t.rule.name)]
