@@ -116,6 +116,9 @@ def test_serving_the_api_imports_no_template_engine_crypto_or_http_client_until_
     assert not {"jinja2", "cryptography.fernet", "aiohttp", "lxml", "playwright",
                 "crawlhub.collect.runner", "crawlhub.pipeline.run",
                 "crawlhub.agents.downloader"} & served
+    # nor, on the embedded default, a Redis or PostgreSQL client (its 503 answers for
+    # their outages are registered only for a config that names them)
+    assert not {"redis", "asyncpg"} & served
     assert "jinja2" in after_page  # the page itself still renders, with its templates
 
 

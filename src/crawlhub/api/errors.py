@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -50,15 +51,17 @@ CLIENT_ERRORS: dict[type[Exception], int] = {NotFoundError: 404, ConflictError: 
                                              ConvertError: 422, QueueNameError: 400}
 
 
-def install(app: FastAPI) -> None:
-    """Register the JSON error answers on ``app``."""
+def install(app: FastAPI, clients: Iterable[str] | None = None) -> None:
+    """Register the JSON error answers on ``app``; ``clients``: the backend client
+    libraries whose outages get a 503 without a traceback (``backends.errors.clients_of``
+    the config; ``None``: every one installed)."""
     app.add_exception_handler(ApiError, _api_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
     for client_error in CLIENT_ERRORS:
         app.add_exception_handler(client_error, _client_error)
     app.add_exception_handler(BackpressureError, _backpressure)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
-    for error_type in (BackendUnavailable, CrawlhubError, OSError, *unavailable_types()):
+    for error_type in (BackendUnavailable, CrawlhubError, OSError, *unavailable_types(clients)):
         app.add_exception_handler(error_type, backend_error)
     app.add_exception_handler(Exception, _crash)
 

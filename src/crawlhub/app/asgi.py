@@ -39,6 +39,7 @@ from crawlhub.api import (
 from crawlhub.api.body import BodyGuard
 from crawlhub.api.guard import Hosts, RequestGuard
 from crawlhub.api.throttle import Throttle, client_of
+from crawlhub.backends.errors import clients_of
 from crawlhub.services import Services
 from crawlhub.web import session
 
@@ -51,7 +52,8 @@ PUBLIC_PATHS = frozenset({"/healthz", docs.DOCS_URL, "/openapi.json", docs.REDOC
 #: forges' webhooks (signed by the forge instead: crawlhub.api.projects).
 PUBLIC_PREFIXES = (f"{docs.STATIC_URL}/", "/hooks/")
 #: The API's routers, in the order the app mounts them (the web page's come after).
-ROUTERS = (tasks, inbounds, outbounds, queues, agents, health, frontier, jobs, center, runs,
+#: health first: a liveness probe's first request compiles only its own routes.
+ROUTERS = (health, tasks, inbounds, outbounds, queues, agents, frontier, jobs, center, runs,
            projects, logs, alerts)
 
 
@@ -151,7 +153,7 @@ def create_app(config: Any | None = None, *, services: Services | None = None) -
     app.state.hosts = Hosts(cfg.server.bind, cfg.server.allowed_hosts)
     app.add_middleware(RequestGuard, hosts=app.state.hosts)
 
-    errors.install(app)
+    errors.install(app, clients_of(cfg))
     docs.install(app)
     # With a token, every route but the public ones can also answer 401.
     openapi.install(app, token_paths=(lambda path: path not in PUBLIC_PATHS) if token else None)

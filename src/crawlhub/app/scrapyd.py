@@ -62,7 +62,7 @@ def serve_with_scrapyd(server: uvicorn.Server, app: Any, cfg: Any, sock: socket.
     the main one stops; raises what ``server.run()`` raises."""
     follower = _Follower(uvicorn.Config(create_scrapyd_app(app, cfg), lifespan="off",
                                         log_level=cfg.logging.level.lower(),
-                                        access_log=False))
+                                        access_log=False, ws="none"))
 
     async def stop_with_main() -> None:
         while not server.should_exit:

@@ -8,9 +8,12 @@ refuses a login or a file cannot be opened. Callers wrap backend calls in
 
 from __future__ import annotations
 
+import importlib
 import sqlite3
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from crawlhub.core.errors import BackendUnavailable, CrawlhubError
 
@@ -21,42 +24,54 @@ _SQLITE_UNAVAILABLE = ("unable to open database file", "disk i/o error", "databa
                        "readonly database", "database or disk is full")
 
 
-def _unavailable_types() -> tuple[type[BaseException], ...]:
-    types: list[type[BaseException]] = [ConnectionError, TimeoutError]
+#: The client libraries whose errors can mean "out of reach": the module and the names
+#: of its error types. A library's types are looked at only once it is imported - an
+#: error of a library nobody imported cannot be raised - so the SQLite default never pays
+#: for importing redis and asyncpg (~0.1 s of ``crawlhub serve``'s start-up).
+_CLIENTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "redis": ("redis.exceptions", ("ConnectionError", "TimeoutError", "AuthenticationError",
+                                   "BusyLoadingError")),
+    "asyncpg": ("asyncpg.exceptions", ("PostgresConnectionError", "CannotConnectNowError",
+                                       "InvalidPasswordError",
+                                       "InvalidAuthorizationSpecificationError",
+                                       "InterfaceError")),
+}
+#: URL schemes of a config's strings -> the client library behind them.
+_SCHEMES = {"redis": "redis", "rediss": "redis", "valkey": "redis", "valkeys": "redis",
+            "unix": "redis", "postgres": "asyncpg", "postgresql": "asyncpg"}
+
+
+def _client_types(client: str) -> tuple[type[BaseException], ...]:
+    module_name, names = _CLIENTS[client]
     try:
-        import redis.exceptions as rex
-
-        types += [rex.ConnectionError, rex.TimeoutError, rex.AuthenticationError,
-                  rex.BusyLoadingError]
-    except ImportError:  # pragma: no cover - the redis extra is not installed
-        pass
-    try:
-        import asyncpg
-
-        types += [asyncpg.exceptions.PostgresConnectionError,
-                  asyncpg.exceptions.CannotConnectNowError,
-                  asyncpg.exceptions.InvalidPasswordError,
-                  asyncpg.exceptions.InvalidAuthorizationSpecificationError,
-                  asyncpg.exceptions.InterfaceError]
-    except ImportError:  # pragma: no cover - the postgres extra is not installed
-        pass
-    return tuple(types)
+        module = importlib.import_module(module_name)
+    except ImportError:  # pragma: no cover - the extra is not installed
+        return ()
+    return tuple(getattr(module, name) for name in names)
 
 
-_TYPES: tuple[type[BaseException], ...] | None = None
+_TYPES: dict[str, tuple[type[BaseException], ...]] = {}
+
+
+def _loaded_types() -> tuple[type[BaseException], ...]:
+    """The error types of the client libraries imported by now."""
+    types: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+    for client in _CLIENTS:
+        if client in sys.modules:
+            if client not in _TYPES:
+                _TYPES[client] = _client_types(client)
+            types += _TYPES[client]
+    return types
 
 
 def is_unavailable(exc: BaseException) -> bool:
     """True when ``exc`` says the backend is out of reach (retrying later may work)."""
-    global _TYPES
     if isinstance(exc, BackendUnavailable):
         return True
     if isinstance(exc, CrawlhubError):
         cause = exc.__cause__
         return cause is not None and cause is not exc and is_unavailable(cause)
-    if _TYPES is None:
-        _TYPES = _unavailable_types()
-    if isinstance(exc, _TYPES):
+    if isinstance(exc, _loaded_types()):
         return True
     if isinstance(exc, sqlite3.OperationalError):
         text = str(exc).lower()
@@ -64,13 +79,38 @@ def is_unavailable(exc: BaseException) -> bool:
     return False
 
 
-def unavailable_types() -> tuple[type[BaseException], ...]:
+def clients_of(config: Any) -> set[str]:
+    """The client libraries (``redis``, ``asyncpg``) the URLs anywhere in ``config`` (a
+    pydantic model or plain data) need."""
+    found: set[str] = set()
+    stack = [config.model_dump() if hasattr(config, "model_dump") else config]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            client = _SCHEMES.get(value.partition("://")[0].lower()) if "://" in value else None
+            if client:
+                found.add(client)
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple | set):
+            stack.extend(value)
+    return found
+
+
+def unavailable_types(clients: Iterable[str] | None = None) -> tuple[type[BaseException], ...]:
     """The raw client error types :func:`is_unavailable` may say yes to (besides
-    crawlhub's own errors caused by one), e.g. to register exception handlers for."""
-    global _TYPES
-    if _TYPES is None:
-        _TYPES = _unavailable_types()
-    return (*_TYPES, sqlite3.OperationalError)
+    crawlhub's own errors caused by one), e.g. to register exception handlers for: those
+    of ``clients`` (:func:`clients_of` a config) and of every client imported by now;
+    ``None``: of every client installed."""
+    wanted = set(_CLIENTS) if clients is None else set(clients) | {
+        c for c in _CLIENTS if c in sys.modules}
+    types: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+    for client in _CLIENTS:
+        if client in wanted:
+            if client not in _TYPES:
+                _TYPES[client] = _client_types(client)
+            types += _TYPES[client]
+    return (*types, sqlite3.OperationalError)
 
 
 def unavailable(exc: BaseException, backend: str = "") -> BackendUnavailable:
