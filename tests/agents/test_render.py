@@ -308,7 +308,7 @@ async def test_a_killed_browser_is_replaced_and_every_page_reaches_the_items_fil
 
 
 @module_loop
-async def test_contexts_are_recycled_and_a_browser_past_its_quota_is_replaced_and_closed(
+async def test_pages_are_recycled_and_a_browser_past_its_quota_is_replaced_and_closed(
         pages: Pages) -> None:
     require_browser()
     before = set(chromium_browsers())
@@ -319,7 +319,7 @@ async def test_contexts_are_recycled_and_a_browser_past_its_quota_is_replaced_an
         stats = b.stats()
         # (the pages in flight when a browser is retired finish on it)
         assert stats["browser/restarts"] >= 2 and stats["browser/launches"] >= 2
-        assert stats["browser/contexts_recycled"] >= 5
+        assert stats["browser/pages_recycled"] >= 5
         # the browsers replaced were closed: one runs now
         await wait_for(lambda: len(set(chromium_browsers()) - before) == 1,
                        "the replaced browsers to close")

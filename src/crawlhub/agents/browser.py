@@ -10,18 +10,24 @@ never pays for it.
 
 What a render costs and how it stays bounded:
 
-- a pool of *slots*, one browser context with one page each, at most ``concurrency``
-  (``--render-concurrency``) in use; a slot serves page after page (a new page per URL
-  costs a renderer process), and is closed after ``recycle_after`` pages, the browser
-  itself after ``restart_after`` (a new one takes the next pages, the old one closes
-  when its last page is done): memory stays flat over any number of pages;
+- one browser context per job, shared by the job's pages: the job's cookies live there,
+  and Chromium starts a WebUI renderer process of its own (~100 MB) for every context, so
+  a context per page would cost that ``concurrency`` times over;
+- a pool of *slots*, pages of those contexts, at most ``concurrency``
+  (``--render-concurrency``) rendering at once and at most as many open; a slot serves
+  navigation after navigation (a new page costs a renderer process) and is closed after
+  ``recycle_after`` of them, before its renderer has grown much; a free slot of another
+  job makes way when the pool is full, and a context is closed with its last page; the
+  browser itself is replaced after ``restart_after`` pages (a new one takes the next
+  pages, the old one closes when its last page is done): memory stays flat over any
+  number of pages;
 - images, fonts and media are blocked by the browser itself (CDP ``setBlockedURLs`` on
   their file extensions, as Crawlee does): no request of theirs reaches Python or the site;
 - the body is the rendered DOM (``page.content()``, UTF-8), so links and fields are taken
   from what the scripts built;
-- cookies are the job's: before a page the context gets the cookie jar of the job's HTTP
-  session (when it differs from what the context holds), after it the cookies the page
-  set go back to that jar - an HTTP login is seen by the browser and the other way round;
+- cookies are the job's: before a page the job's context gets what changed in the cookie
+  jar of the job's HTTP session since it last looked, after it the cookies the pages set
+  go back to that jar - an HTTP login is seen by the browser and the other way round;
 - a browser that crashes or is killed is replaced, and the pages it was rendering are
   rendered again on the new one (``crash_retries`` times), so no task is lost.
 
@@ -35,6 +41,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -121,12 +128,14 @@ class _Browser:
     handle: Any
     generation: int
     served: int = 0
-    #: slots open on it (in use or free)
+    #: slots (pages) open on it, in use or free
     active: int = 0
     #: no new slot opens on it (it served ``restart_after`` pages); closed once unused
     retired: bool = False
     #: set when the process is gone (killed, crashed, closed)
     gone: asyncio.Event = field(default_factory=asyncio.Event)
+    #: the open context of each job
+    contexts: dict[str, _Context] = field(default_factory=dict)
 
     @property
     def alive(self) -> bool:
@@ -134,16 +143,30 @@ class _Browser:
 
 
 @dataclass(eq=False)
-class _Slot:
-    """A context with one page, reused page after page."""
+class _Context:
+    """A job's browser context: its pages share the job's cookies."""
 
     browser: _Browser
-    context: Any
+    handle: Any
+    job: str
+    #: its pages open, in use or free; it is closed with the last
+    pages: int = 0
+    #: the job's cookies as the context held them when last looked at (by a page's end
+    #: or by a sync from the job's jar)
+    cookies: dict[tuple[str, str, str], str] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class _Slot:
+    """A page of a job's context, reused navigation after navigation."""
+
+    context: _Context
     page: Any
     uses: int = 0
-    #: the job whose cookies the context holds, and those cookies, as last seen
-    job: str | None = None
-    cookies: dict[tuple[str, str, str], str] = field(default_factory=dict)
+
+    @property
+    def browser(self) -> _Browser:
+        return self.context.browser
 
 
 class _BrowserGone(Exception):
@@ -179,6 +202,8 @@ class BrowserDownloader:
         self._blocked = patterns
         self._slots = asyncio.Semaphore(config.concurrency)
         self._free: list[_Slot] = []
+        #: slots open (in use or free) on live browsers
+        self._open = 0
         self._lock = asyncio.Lock()
         self._playwright: Any = None
         self._driver: Any = None
@@ -253,33 +278,49 @@ class BrowserDownloader:
             stale = [s for s in self._free if s.browser is browser]
             self._free = [s for s in self._free if s.browser is not browser]
             browser.active -= len(stale)
+            self._open -= len(stale)
             if not browser.alive or browser.active <= 0:
                 with contextlib.suppress(Exception):
                     await browser.handle.close()
         return fresh
 
-    async def _slot(self) -> _Slot:
-        while self._free:
-            slot = self._free.pop()
-            if slot.browser.alive and not slot.browser.retired:
+    async def _slot(self, job: str) -> _Slot:
+        """A free page of ``job``'s context, else a new one (in a new context when the job
+        has none); when the pool is full, a free page of another job is closed for it."""
+        for i in range(len(self._free) - 1, -1, -1):
+            slot = self._free[i]
+            if slot.context.job == job and slot.browser.alive and not slot.browser.retired:
+                del self._free[i]
                 return slot
+        for slot in [s for s in self._free if not s.browser.alive or s.browser.retired]:
+            self._free.remove(slot)
             await self._drop(slot)
+        if self._free and self._open >= self.config.concurrency:
+            await self._drop(self._free.pop(0))  # the one free the longest
         async with self._lock:
             browser = await self._current()
             browser.active += 1  # counted before the awaits: it must not close under us
+            self._open += 1
+            context = browser.contexts.get(job)
             try:
-                context = await browser.handle.new_context(
-                    user_agent=self._user_agent, extra_http_headers=self._headers or None,
-                    service_workers="block")
-                page = await context.new_page()
+                if context is None:
+                    handle = await browser.handle.new_context(
+                        user_agent=self._user_agent, extra_http_headers=self._headers or None,
+                        service_workers="block")
+                    context = browser.contexts[job] = _Context(browser, handle, job)
+                page = await context.handle.new_page()
+                context.pages += 1
                 if self._blocked:
-                    cdp = await context.new_cdp_session(page)
+                    cdp = await context.handle.new_cdp_session(page)
                     await cdp.send("Network.enable")
                     await cdp.send("Network.setBlockedURLs", {"urls": self._blocked})
             except BaseException:
                 browser.active -= 1
+                self._open -= 1
+                if context is not None and context.pages == 0:
+                    await self._close_context(context)
                 raise
-        return _Slot(browser, context, page)
+        return _Slot(context, page)
 
     async def _give_back(self, slot: _Slot) -> None:
         slot.uses += 1
@@ -294,30 +335,56 @@ class BrowserDownloader:
             return
         self._free.append(slot)
 
+    def _forget(self, slot: _Slot) -> None:
+        """Count the slot out of its browser, its context and the pool."""
+        slot.browser.active -= 1
+        slot.context.pages -= 1
+        self._open -= 1
+
     async def _drop(self, slot: _Slot) -> None:
-        """Close the slot's context, and its browser when that is retired and now unused
-        (a browser in use is never closed under a page)."""
-        browser = slot.browser
-        browser.active -= 1
+        """Close the slot's page, its context when that was the last page, and its
+        browser when that is retired and now unused (a browser in use is never closed
+        under a page)."""
+        self._forget(slot)
         self.recycled += 1
+        browser = slot.browser
         with contextlib.suppress(Exception):
-            await slot.context.close()
+            await slot.page.close()
+        if slot.context.pages <= 0:
+            await self._close_context(slot.context)
         if browser.retired and browser.active <= 0 and browser is not self._browser:
             with contextlib.suppress(Exception):
                 await browser.handle.close()
+
+    async def _close_context(self, context: _Context) -> None:
+        if context.browser.contexts.get(context.job) is context:
+            del context.browser.contexts[context.job]
+        if context.browser.alive:
+            with contextlib.suppress(Exception):
+                await context.handle.close()
 
     async def _lost(self, slot: _Slot, why: str) -> None:
         """A render's page died with its browser, or alone (its renderer crashed): forget
         the slot. A dead browser is replaced by the next ``_slot``; the driver may report
         a closed page just before it reports the browser gone, so that is waited for."""
+        self._forget(slot)
         browser = slot.browser
-        browser.active -= 1
         if "crash" not in why.lower():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(browser.gone.wait(), GONE_WAIT)
         if browser.alive:
             with contextlib.suppress(Exception):
-                await slot.context.close()
+                await slot.page.close()
+            if slot.context.pages <= 0:
+                await self._close_context(slot.context)
+
+    async def _abandon(self, slot: _Slot) -> None:
+        """A render cancelled midway: its page's state is unknown, so it is closed."""
+        self._forget(slot)
+        with contextlib.suppress(Exception):
+            await slot.page.close()
+        if slot.context.pages <= 0:
+            await self._close_context(slot.context)
 
     # --- fetching -------------------------------------------------------------------
 
@@ -331,7 +398,7 @@ class BrowserDownloader:
             last = ""
             for attempt in range(1, tries + 1):
                 try:
-                    slot = await self._slot()
+                    slot = await self._slot(job)
                 except BrowserUnavailable as exc:
                     return self._count(Fetched(url, url, 0, {}, b"", 0.0, None,
                                                CONNECTION_ERROR, attempts=attempt,
@@ -351,10 +418,8 @@ class BrowserDownloader:
                     if attempt < tries:
                         self.rerenders += 1
                     continue
-                except BaseException:  # cancelled mid-render: the page's state is unknown
-                    slot.browser.active -= 1
-                    with contextlib.suppress(Exception):
-                        await asyncio.shield(slot.context.close())
+                except BaseException:  # cancelled mid-render
+                    await asyncio.shield(self._abandon(slot))
                     raise
                 result.attempts = attempt
                 await self._give_back(slot)
@@ -424,44 +489,52 @@ class BrowserDownloader:
     # --- cookies --------------------------------------------------------------------
 
     async def _cookies_in(self, slot: _Slot, job: str) -> None:
-        """Give the context the job's cookies when they differ from what it holds."""
+        """Give the job's context what changed in the job's jar since it last looked:
+        cookies gone from the jar are cleared, new or changed ones set (cookies a page of
+        the context set meanwhile stay: its end puts them in the jar)."""
         if self._http is None:
             return
-        jar = self._http.cookie_jar(job)
         wanted: dict[tuple[str, str, str], str] = {}
-        for morsel in jar:
+        for morsel in self._http.cookie_jar(job):
             domain = str(morsel["domain"]).lstrip(".")
             if domain:
                 wanted[(domain, morsel["path"] or "/", morsel.key)] = morsel.value
-        if slot.job == job and wanted == slot.cookies:
+        context = slot.context
+        held = context.cookies
+        if wanted == held:
             return
-        await slot.context.clear_cookies()
-        if wanted:
-            await slot.context.add_cookies([
+        for key in [k for k in held if k not in wanted]:
+            domain, path, name = key
+            await context.handle.clear_cookies(
+                name=name, path=path, domain=re.compile(rf"^\.?{re.escape(domain)}$"))
+        changed = [(k, v) for k, v in wanted.items() if held.get(k) != v]
+        if changed:
+            await context.handle.add_cookies([
                 {"name": name, "value": value, "domain": domain, "path": path}
-                for (domain, path, name), value in wanted.items()])
-        slot.job, slot.cookies = job, wanted
+                for (domain, path, name), value in changed])
+        context.cookies = wanted
 
     async def _cookies_out(self, slot: _Slot, job: str) -> None:
-        """Put the cookies the page set (Set-Cookie or script) in the job's jar."""
+        """Put the cookies the job's pages set (Set-Cookie or script) in the job's jar."""
         if self._http is None:
             return
+        context = slot.context
         held: dict[tuple[str, str, str], str] = {}
-        for c in await slot.context.cookies():
+        for c in await context.handle.cookies():
             held[(c["domain"].lstrip("."), c.get("path") or "/", c["name"])] = c["value"]
-        if held == slot.cookies:
+        if held == context.cookies:
             return
         from yarl import URL
 
         jar = self._http.cookie_jar(job)
         for (domain, path, name), value in held.items():
-            if slot.cookies.get((domain, path, name)) == value:
+            if context.cookies.get((domain, path, name)) == value:
                 continue
             cookie: SimpleCookie = SimpleCookie()
             cookie[name] = value
             cookie[name]["path"] = path
             jar.update_cookies(cookie, URL.build(scheme="http", host=domain, path=path))
-        slot.cookies = held
+        context.cookies = held
 
     # --- the rest -------------------------------------------------------------------
 
@@ -473,24 +546,30 @@ class BrowserDownloader:
     def stats(self) -> dict[str, Any]:
         """Namespaced counters: ``browser/pages``, ``browser/outcome/<name>``,
         ``browser/launches``, ``browser/crashes``, ``browser/rerenders`` (pages rendered
-        again after a crash), ``browser/contexts_recycled``, ``browser/restarts`` (browsers
-        replaced after ``restart_after`` pages)."""
+        again after a crash), ``browser/pages_recycled`` (slots closed after
+        ``recycle_after`` navigations, or to make way), ``browser/contexts`` (open now, one
+        per job), ``browser/restarts`` (browsers replaced after ``restart_after`` pages)."""
+        contexts = len(self._browser.contexts) if self._browser is not None else 0
         out: dict[str, Any] = {
             "browser/pages": self.pages, "browser/launches": self.launches,
             "browser/crashes": self.crashes, "browser/rerenders": self.rerenders,
-            "browser/contexts_recycled": self.recycled, "browser/restarts": self.restarts,
+            "browser/pages_recycled": self.recycled, "browser/contexts": contexts,
+            "browser/restarts": self.restarts,
         }
         for name, n in self.outcomes.items():
             out[f"browser/outcome/{name}"] = n
         return out
 
     async def close(self) -> None:
-        """Close every context, the browser and the Playwright driver."""
+        """Close every page and context, the browser and the Playwright driver."""
         self._closed = True
         free, self._free = self._free, []
         for slot in free:
+            self._forget(slot)
             with contextlib.suppress(Exception):
-                await slot.context.close()
+                await slot.page.close()
+            if slot.context.pages <= 0:
+                await self._close_context(slot.context)
         if self._browser is not None:
             with contextlib.suppress(Exception):
                 await self._browser.handle.close()

@@ -131,11 +131,12 @@ class RenderWait(BaseModel):
 class RenderConfig(RenderWait):
     """Config key ``agent.render`` (and ``crawlhub crawl --render``'s options).
 
-    ``concurrency`` pages rendered at once (each in its own context); ``timeout`` s for a
-    page's navigation and, from its start, for its selector wait; ``block`` the kinds of
-    requests the browser drops (``image``, ``font``, ``media``; ``[]`` loads everything);
-    a context is replaced after ``recycle_after`` pages and the browser after
-    ``restart_after``; a page whose browser crashed is rendered again at most
+    ``concurrency`` pages rendered at once (in one browser context per job); ``timeout`` s
+    for a page's navigation and, from its start, for its selector wait; ``block`` the
+    kinds of requests the browser drops (``image``, ``font``, ``media``; ``[]`` loads
+    everything); a page (and its renderer process, which grows with every navigation) is
+    replaced after ``recycle_after`` navigations and the browser after ``restart_after``
+    pages; a page whose browser crashed is rendered again at most
     ``crash_retries`` times; ``executable`` the Chromium binary, ``args`` more flags.
     ``wait_until`` / ``wait_for`` are the defaults of pages that name none.
     """
@@ -143,7 +144,7 @@ class RenderConfig(RenderWait):
     concurrency: int = Field(default=4, ge=1)
     timeout: float = Field(default=30.0, gt=0)
     block: list[Blockable] = ["image", "font", "media"]
-    recycle_after: int = Field(default=100, ge=1)
+    recycle_after: int = Field(default=10, ge=1)
     restart_after: int = Field(default=2000, ge=1)
     crash_retries: int = Field(default=2, ge=0)
     executable: str = CHROMIUM
