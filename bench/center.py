@@ -226,14 +226,23 @@ def center_run(base: str, pages: int, agents: int, redis_url: str, work: Path,
             await client.bus.close()
         label = (f"center, {agents} agents, paced {rate:,.0f}/s" if rate else
                  f"center, {agents} agent{'s' if agents > 1 else ''}")
-        note = ("CPU ms/request: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
-                if rate and all(v >= 0 for v in cpu.values()) else "")
-        return Run(label, pages, seconds, added, note=note)
+        return Run(label, pages, seconds, added, note=_cpu_note(cpu, seconds, pages))
 
     try:
         return asyncio.run(go())
     finally:
         cluster.stop()
+
+
+def _cpu_note(cpu: dict[str, float], seconds: float, pages: int) -> str:
+    """Each process's CPU ms per request, their sum, and how busy they kept the machine's
+    cores (with the cores busy, requests/s follows the CPU a request costs)."""
+    if not all(v >= 0 for v in cpu.values()):
+        return ""
+    total = sum(cpu.values())
+    busy = total * pages / 1000 / seconds
+    return (f"CPU ms/request: total {total:.2f} = " + " + ".join(
+        f"{k} {v:.2f}" for k, v in cpu.items()) + f"; {busy:.2f} of {os.cpu_count()} cores")
 
 
 def _cpu(pids: int | list[int]) -> float:
@@ -317,11 +326,15 @@ def queue_run(base: str, pages: int, agents: int, redis_url: str, work: Path) ->
 
     cluster = Cluster(redis_url, work, agents, queue=True)
 
+    cpu: dict[str, float] = {}
+
     async def go() -> float:
         services = await Services.open(load_config(cluster.config))
         try:
             cluster.start()
             await asyncio.sleep(3.0)  # the agents start and wait for work
+            pids = {"agents": [p.pid for p in cluster.procs], "hub": os.getpid()}
+            cpu.update({k: _cpu(v) for k, v in pids.items()})
             start = time.perf_counter()
             await services.hub.submit([{"url": f"{base}/p/{n}"} for n in range(pages)],
                                       wait=True)
@@ -331,7 +344,9 @@ def queue_run(base: str, pages: int, agents: int, redis_url: str, work: Path) ->
                 await asyncio.sleep(0.1)
                 busy = await queue.length() or await services.state.pending()
                 quiet = 0 if busy else quiet + 1
-            return time.perf_counter() - start - 0.1
+            seconds = time.perf_counter() - start - 0.1
+            cpu.update({k: (_cpu(v) - cpu[k]) * 1000 / pages for k, v in pids.items()})
+            return seconds
         finally:
             await services.close()
 
@@ -340,7 +355,7 @@ def queue_run(base: str, pages: int, agents: int, redis_url: str, work: Path) ->
     finally:
         cluster.stop()
     return Run(f"queue, {agents} agent{'s' if agents > 1 else ''}", pages, seconds,
-               note="submit to last result settled")
+               note="submit to last result settled; " + _cpu_note(cpu, seconds, pages))
 
 
 def scrapy_run(base: str, pages: int, work: Path, redis_url: str | None) -> Run:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,9 +33,22 @@ BUILTIN_KEY_SET = frozenset(BUILTIN_KEYS)
 RESULT_KEY = "task_result"
 
 
+#: Ids cut from 4 KiB of the OS's randomness at a time: one system call per 256 ids
+#: instead of one each (~0.4 us an id here, ~1.1 us with a call each). A deque: taking
+#: one is atomic, so threads may share it; a forked child starts with none of its
+#: parent's.
+_ids: deque[str] = deque()
+os.register_at_fork(after_in_child=_ids.clear)
+
+
 def new_task_uuid() -> str:
-    """32 random hex digits, the form of ``uuid4().hex`` at a quarter of its cost."""
-    return os.urandom(16).hex()
+    """32 random hex digits, the form of ``uuid4().hex`` (128 bits of ``os.urandom``)."""
+    try:
+        return _ids.popleft()
+    except IndexError:
+        digits = os.urandom(4096).hex()
+        _ids.extend(digits[start:start + 32] for start in range(32, len(digits), 32))
+        return digits[:32]
 
 
 class Task(dict[str, Any]):
