@@ -326,6 +326,32 @@ async def test_pages_are_recycled_and_a_browser_past_its_quota_is_replaced_and_c
     await wait_for(lambda: not set(chromium_browsers()) - before, "the browser to close")
 
 
+@module_loop
+async def test_a_browser_that_stops_answering_is_replaced_and_the_page_rendered_on_another(
+        pages: Pages) -> None:
+    # A frozen Chromium (SIGSTOP) never opens the page asked for: the wait for it is
+    # bounded, the browser retired, and the page rendered on a new one - no render, and
+    # so no slot or lock, waits for it forever.
+    require_browser()
+    before = set(chromium_browsers())
+    config = RenderConfig(concurrency=1, recycle_after=1, timeout=3)
+    async with BrowserDownloader(config) as b:
+        assert (await b.fetch(f"{pages.url}/seen?1")).ok
+        [frozen] = set(chromium_browsers()) - before
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            result = await asyncio.wait_for(b.fetch(f"{pages.url}/seen?2"), 60)
+            assert result.ok, result.error
+            stats = b.stats()
+            assert stats["browser/launches"] == 2 and stats["browser/restarts"] == 1
+            assert frozen not in chromium_browsers() or len(
+                set(chromium_browsers()) - before) == 2
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(frozen, signal.SIGCONT)
+    await wait_for(lambda: not set(chromium_browsers()) - before, "the browsers to close")
+
+
 # ---------------------------------------------------------------------- the command
 def test_playwright_is_imported_only_when_a_page_is_rendered() -> None:
     code = ("import sys, crawlhub.cli, crawlhub.cli.crawl, crawlhub.app.crawl,"

@@ -81,6 +81,15 @@ INSTALL = ("install Debian's browser ('apt-get install chromium', or name anothe
 #: Seconds a render whose page was closed under it waits for the driver to say whether
 #: the whole browser is gone.
 GONE_WAIT = 5.0
+#: Seconds a close (page, context, browser) may take: a browser that does not answer is
+#: not waited for forever (its process goes with the driver at the end).
+CLOSE_WAIT = 10.0
+
+
+async def _close(handle: Any) -> None:
+    """Close a page, context or browser, giving up on an error or after CLOSE_WAIT s."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(handle.close(), CLOSE_WAIT)
 
 #: The file extensions blocked for each kind: the browser drops these requests itself.
 BLOCKED_EXTENSIONS: dict[str, tuple[str, ...]] = {
@@ -280,8 +289,7 @@ class BrowserDownloader:
             browser.active -= len(stale)
             self._open -= len(stale)
             if not browser.alive or browser.active <= 0:
-                with contextlib.suppress(Exception):
-                    await browser.handle.close()
+                await _close(browser.handle)
         return fresh
 
     async def _slot(self, job: str) -> _Slot:
@@ -301,25 +309,44 @@ class BrowserDownloader:
             browser = await self._current()
             browser.active += 1  # counted before the awaits: it must not close under us
             self._open += 1
-            context = browser.contexts.get(job)
             try:
-                if context is None:
-                    handle = await browser.handle.new_context(
-                        user_agent=self._user_agent, extra_http_headers=self._headers or None,
-                        service_workers="block")
-                    context = browser.contexts[job] = _Context(browser, handle, job)
-                page = await context.handle.new_page()
-                context.pages += 1
-                if self._blocked:
-                    cdp = await context.handle.new_cdp_session(page)
-                    await cdp.send("Network.enable")
-                    await cdp.send("Network.setBlockedURLs", {"urls": self._blocked})
-            except BaseException:
+                # (bounded: a browser that stops answering must not hold the lock, and
+                # with it every render, forever)
+                return await asyncio.wait_for(self._open_page(browser, job),
+                                              self.config.timeout)
+            except BaseException as exc:
                 browser.active -= 1
                 self._open -= 1
-                if context is not None and context.pages == 0:
-                    await self._close_context(context)
+                if isinstance(exc, TimeoutError) and browser is self._browser:
+                    log.warning("the browser (Chromium, generation %d) did not open a page"
+                                " within %g s; starting another", browser.generation,
+                                self.config.timeout)
+                    browser.retired = True  # the next slot starts a new one
+                    self.restarts += 1
                 raise
+
+    async def _open_page(self, browser: _Browser, job: str) -> _Slot:
+        """A new page in ``job``'s context on ``browser`` (the context opened if needed)."""
+        context = browser.contexts.get(job)
+        if context is None:
+            handle = await browser.handle.new_context(
+                user_agent=self._user_agent, extra_http_headers=self._headers or None,
+                service_workers="block")
+            context = browser.contexts[job] = _Context(browser, handle, job)
+        page = None
+        try:
+            page = await context.handle.new_page()
+            if self._blocked:
+                cdp = await context.handle.new_cdp_session(page)
+                await cdp.send("Network.enable")
+                await cdp.send("Network.setBlockedURLs", {"urls": self._blocked})
+        except BaseException:
+            if page is not None:
+                await asyncio.shield(_close(page))
+            if context.pages == 0:
+                await asyncio.shield(self._close_context(context))
+            raise
+        context.pages += 1
         return _Slot(context, page)
 
     async def _give_back(self, slot: _Slot) -> None:
@@ -348,20 +375,17 @@ class BrowserDownloader:
         self._forget(slot)
         self.recycled += 1
         browser = slot.browser
-        with contextlib.suppress(Exception):
-            await slot.page.close()
+        await _close(slot.page)
         if slot.context.pages <= 0:
             await self._close_context(slot.context)
         if browser.retired and browser.active <= 0 and browser is not self._browser:
-            with contextlib.suppress(Exception):
-                await browser.handle.close()
+            await _close(browser.handle)
 
     async def _close_context(self, context: _Context) -> None:
         if context.browser.contexts.get(context.job) is context:
             del context.browser.contexts[context.job]
         if context.browser.alive:
-            with contextlib.suppress(Exception):
-                await context.handle.close()
+            await _close(context.handle)
 
     async def _lost(self, slot: _Slot, why: str) -> None:
         """A render's page died with its browser, or alone (its renderer crashed): forget
@@ -373,16 +397,14 @@ class BrowserDownloader:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(browser.gone.wait(), GONE_WAIT)
         if browser.alive:
-            with contextlib.suppress(Exception):
-                await slot.page.close()
+            await _close(slot.page)
             if slot.context.pages <= 0:
                 await self._close_context(slot.context)
 
     async def _abandon(self, slot: _Slot) -> None:
         """A render cancelled midway: its page's state is unknown, so it is closed."""
         self._forget(slot)
-        with contextlib.suppress(Exception):
-            await slot.page.close()
+        await _close(slot.page)
         if slot.context.pages <= 0:
             await self._close_context(slot.context)
 
@@ -566,13 +588,11 @@ class BrowserDownloader:
         free, self._free = self._free, []
         for slot in free:
             self._forget(slot)
-            with contextlib.suppress(Exception):
-                await slot.page.close()
+            await _close(slot.page)
             if slot.context.pages <= 0:
                 await self._close_context(slot.context)
         if self._browser is not None:
-            with contextlib.suppress(Exception):
-                await self._browser.handle.close()
+            await _close(self._browser.handle)
             self._browser = None
         if self._playwright is not None:
             with contextlib.suppress(Exception):
