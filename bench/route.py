@@ -1,6 +1,11 @@
 """Routing throughput: crawlhub's hub (in process and over HTTP, on SQLite, Redis and a
 taskHUB-style Redis list) against Celery 5 publishing the same tasks with a router.
 
+In process, each row also gives where a task's time goes: the hub's CPU per task (this
+process) and, on Redis, the server's time in commands per task (INFO commandstats). The
+two overlap only in part (a batch's scripts run while the next chunk is encoded), so the
+faster of them bounds what this design can reach on this machine: the "bound" line.
+
 Run: /work/venv/bin/python bench/route.py [--n 20000] [--redis-url redis://...]
 """
 
@@ -25,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import redis
 import yaml
 from rich.console import Console
@@ -35,7 +41,7 @@ from crawlhub.services import Services
 
 BATCH = 100
 HTTP_CLIENTS = 4
-console = Console(width=160)
+console = Console(width=210)
 
 #: The seed's outbounds (taskHUB, seed 004) and a few like them, in routing order. The
 #: last one takes what the others leave. Each entry: (name, selector, extra options).
@@ -155,6 +161,10 @@ class Row:
     backend: str
     tasks: int
     seconds: float
+    note: str = ""
+    #: in process: the hub's CPU seconds, and the Redis server's seconds in commands
+    cpu: float = 0.0
+    busy: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -162,27 +172,46 @@ class Row:
 
 
 # ------------------------------------------------------------------ crawlhub in process
-async def _in_process(config: dict[str, Any], tasks: list[dict[str, Any]]) -> float:
+def redis_busy_us(url: str) -> float:
+    """Microseconds the Redis server has spent in commands since its stats were reset."""
+    client = redis.Redis.from_url(url)
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    return float(sum(v["usec"] for v in stats.values() if isinstance(v, dict)))
+
+
+async def _in_process(config: dict[str, Any], tasks: list[dict[str, Any]],
+                      redis_url: str | None) -> tuple[float, float, float]:
     svc = await Services.open(CrawlhubConfig.model_validate(config))
     try:
         await svc.hub.submit(tasks[:BATCH])  # warm-up: connections, tables, scripts
+        busy = redis_busy_us(redis_url) if redis_url else 0.0
+        cpu = time.process_time()
         start = time.perf_counter()
         routed = 0
         for i in range(BATCH, len(tasks), BATCH):
             results = await svc.hub.submit(tasks[i:i + BATCH])
             routed += sum(1 for r in results if r.status == "routed")
         elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu
+        busy = redis_busy_us(redis_url) - busy if redis_url else 0.0
         if routed != len(tasks) - BATCH:
             raise RuntimeError(f"only {routed} of {len(tasks) - BATCH} tasks were routed")
-        return elapsed
+        return elapsed, cpu, busy / 1e6
     finally:
         await svc.close()
 
 
 def in_process(what: str, backend: str, config: dict[str, Any],
-               tasks: list[dict[str, Any]]) -> Row:
-    elapsed = asyncio.run(_in_process(config, tasks))
-    return Row(what, backend, len(tasks) - BATCH, elapsed)
+               tasks: list[dict[str, Any]], redis_url: str | None = None) -> Row:
+    elapsed, cpu, busy = asyncio.run(_in_process(config, tasks, redis_url))
+    n = len(tasks) - BATCH
+    note = f"hub CPU {cpu * 1e6 / n:.1f} us/task"
+    if redis_url:
+        note += f", Redis busy {busy * 1e6 / n:.1f} us/task (all clients)"
+    return Row(what, backend, n, elapsed, note=note, cpu=cpu, busy=busy)
 
 
 # ------------------------------------------------------------------ crawlhub over HTTP
@@ -227,14 +256,19 @@ def serve(config: dict[str, Any], workdir: Path) -> Iterator[str]:
 
 
 async def _post_all(url: str, tasks: list[dict[str, Any]]) -> float:
+    # The clients share this machine's 2 cores with the server: they encode and decode
+    # with orjson (aiohttp's default, the standard library's json, spent ~2.5 us a task
+    # here, CPU the server then lacks; clients elsewhere pay it on their own machines).
     batches = [tasks[i:i + BATCH] for i in range(0, len(tasks), BATCH)]
     next_batch = iter(batches)
+    headers = {"Content-Type": "application/json"}
 
     async def client(session: aiohttp.ClientSession) -> int:
         routed = 0
         for batch in next_batch:  # the clients share one iterator
-            async with session.post(f"{url}/task/", json=batch) as resp:
-                body = await resp.json()
+            async with session.post(f"{url}/task/", data=orjson.dumps(batch),
+                                    headers=headers) as resp:
+                body = orjson.loads(await resp.read())
                 if resp.status != 200:
                     raise RuntimeError(f"POST /task/ answered {resp.status}: {body}")
                 routed += int(body["accepted"])
@@ -362,6 +396,7 @@ def table(rows: list[Row], peer: Row, n: int) -> Table:
     out.add_column("tasks/s", justify="right")
     out.add_column("vs Celery", justify="right")
     out.add_column("target", justify="right")
+    out.add_column("where a task's time goes")
     for row in [*rows, peer]:
         ratio = "1.0x (peer)" if row is peer else f"{row.rate / peer.rate:.1f}x"
         goal = (30.0 if row.what.startswith("Hub.submit") and row.backend == "redis" else
@@ -369,8 +404,21 @@ def table(rows: list[Row], peer: Row, n: int) -> Table:
         target = "" if goal is None else (
             f">= {goal:g}x: {'met' if row.rate / peer.rate >= goal else 'NOT met'}")
         out.add_row(row.what, row.backend, f"{row.tasks:,}", f"{row.seconds:.2f}",
-                    f"{row.rate:,.0f}", ratio, target)
+                    f"{row.rate:,.0f}", ratio, target, row.note)
     return out
+
+
+def bound(rows: list[Row], peer: Row) -> str:
+    """The in-process Redis row's bound: the hub's Python and the Redis server fully
+    overlapped, the rate is that of the slower of the two."""
+    row = next((r for r in rows if r.what.startswith("Hub.submit") and r.backend == "redis"
+                and r.busy), None)
+    if row is None:
+        return ""
+    worst = max(row.cpu, row.busy) / row.tasks
+    return (f"bound of the in-process Redis row (hub CPU and Redis fully overlapped):"
+            f" {1 / worst:,.0f} tasks/s = {1 / worst / peer.rate:.1f}x Celery; measured"
+            f" {row.rate:,.0f} = {row.rate / peer.rate:.1f}x")
 
 
 def selector_table(seconds: float) -> Table:
@@ -413,7 +461,7 @@ def main(argv: list[str] | None = None) -> None:
             step("in process -> Redis")
             rows.append(in_process(f"Hub.submit, batches of {BATCH}", "redis",
                                    hub_config(workdir / "redis", storage=redis_storage),
-                                   tasks))
+                                   tasks, redis_url))
             step("in process -> redis_list (LPUSH)")
             rows.append(in_process(f"Hub.submit, batches of {BATCH}", "redis_list (LPUSH)",
                                    hub_config(workdir / "list", storage=redis_storage,
@@ -439,6 +487,7 @@ def main(argv: list[str] | None = None) -> None:
     load = os.getloadavg()
     step(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores")
     console.print(table(rows, peer, n))
+    console.print(bound(rows, peer))
     console.print(selector_table(args.selector_seconds))
 
 
