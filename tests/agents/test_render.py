@@ -68,6 +68,7 @@ class Pages(_Server):
         self.app.router.add_get("/asset/{name}", self.asset)
         self.app.router.add_get("/late", self.late)
         self.app.router.add_get("/login", self.login)
+        self.app.router.add_get("/logout", self.logout)
         self.app.router.add_get("/whoami", self.whoami)
         self.app.router.add_get("/seen", self.seen)
 
@@ -90,6 +91,11 @@ class Pages(_Server):
     async def login(self, request: web.Request) -> web.Response:
         response = _html("login", "<p>logged in</p>")
         response.set_cookie("sid", "abc123")
+        return response
+
+    async def logout(self, request: web.Request) -> web.Response:
+        response = _html("logout", "<p>logged out</p>")
+        response.del_cookie("sid")
         return response
 
     async def whoami(self, request: web.Request) -> web.Response:
@@ -247,6 +253,10 @@ async def test_cookies_go_from_the_http_session_to_the_browser_and_back(
     # another job's pages see none of them
     other = await browser.fetch(f"{pages.url}/seen", job="other")
     assert b'<p id="got"></p>' in other.body
+    # a cookie the HTTP session dropped is gone from the job's pages too; the rest stay
+    assert (await http.fetch(f"{pages.url}/logout", job="shop")).ok
+    out = await browser.fetch(f"{pages.url}/seen", job="shop")
+    assert b'<p id="got">js=set-by-script;srv=set-by-header</p>' in out.body
 
 
 # ------------------------------------------------------------------- crash and memory
