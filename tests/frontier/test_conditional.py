@@ -442,3 +442,91 @@ async def test_the_demo_shop_answers_304_to_its_own_etag() -> None:
             assert other.status == 200  # another page's tag is no match
         async with http.get(f"{shop.url}/robots.txt", headers={"If-None-Match": etag}) as txt:
             assert txt.status == 200 and "ETag" not in txt.headers  # HTML pages only
+
+
+# ------------------------------------------------------------ crawlhub agent --revalidate
+async def test_a_fleet_agent_revalidates_the_urls_a_later_segment_hands_it(
+        site: ChangingSite, tmp_path: Path) -> None:
+    # `crawlhub agent --revalidate f`, a real process leasing from the hub's queue: the
+    # first segment's pages are fetched whole and their validators kept in frontier f's
+    # archive; the same URLs submitted in the next segment are admitted again and asked
+    # conditionally - a 304 writes no item, the one page changed is written again.
+    import os
+    import signal
+    import sys
+
+    import yaml
+
+    from crawlhub.config import load_config
+    from crawlhub.services import Services
+
+    config = tmp_path / "hub.yaml"
+    config.write_text(yaml.safe_dump({
+        "data_dir": str(tmp_path / "data"), "frontier": {"f": {"segment": "2s"}},
+        "inbound": [{"name": "http", "class": "http"}],
+        "outbound": [{"name": "pages", "frontier": "f", "init": {"key": "pages"}}]}))
+    out = tmp_path / "items.jsonl"
+    urls = [f"{site.url}/page/{n}" for n in range(40)]
+
+    async def submit() -> list[str]:
+        services = await Services.open(load_config(config))
+        try:
+            return [r.status for r in await services.hub.submit([{"url": u} for u in urls])]
+        finally:
+            await services.close()
+
+    async def agent_until(answers: int) -> None:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "crawlhub", "agent", "-c", str(config), "--revalidate", "f",
+            "--no-robots", "--sink", yaml.safe_dump({"type": "jsonl", "path": str(out),
+                                                   "key": ["url"]}),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            deadline = time.monotonic() + 90  # bounds a hung test only
+            while site.full + site.not_modified < answers:
+                assert proc.returncode is None, await proc.stderr.read()  # type: ignore[union-attr]
+                assert time.monotonic() < deadline, "the agent did not fetch every page"
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # the last page's item is flushed
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(proc.wait(), 30)
+
+    assert await submit() == ["routed"] * 40
+    await agent_until(40)
+    assert site.full == 40 and site.asked.total() == 0  # nothing kept yet: asked plainly
+    assert len(items_at(out)) == 40
+    # the next segment (2 s long): the same URLs are admitted again
+    segment_end = (time.time() // 2 + 1) * 2
+    await asyncio.sleep(max(0.0, segment_end - time.time()) + 0.1)
+    site.change(3)
+    assert await submit() == ["routed"] * 40
+    await agent_until(80)
+    assert site.asked["If-None-Match"] == 40 and site.asked["If-Modified-Since"] == 40
+    assert site.not_modified == 39 and site.full == 41
+    written = items_at(out)
+    assert len(written) == 41 and written[-1]["title"] == "Page 3 v1"
+
+
+def items_at(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() \
+        else []
+
+
+def test_revalidating_into_a_frontier_the_config_lacks_is_refused_naming_the_key(
+        tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import yaml
+
+    config = tmp_path / "hub.yaml"
+    config.write_text(yaml.safe_dump({
+        "data_dir": str(tmp_path / "data"), "inbound": [{"name": "http", "class": "http"}],
+        "outbound": [{"name": "pages", "init": {"key": "pages"}}]}))
+    done = subprocess.run([sys.executable, "-m", "crawlhub", "agent", "-c", str(config),
+                           "--revalidate", "nosuch"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    assert "agent.revalidate" in done.stderr and "'nosuch'" in done.stderr

@@ -196,3 +196,10 @@ class AgentSection(BaseModel):
     render: RenderConfig = Field(default_factory=RenderConfig)
     #: a sink mapping as ``jobs[].sink`` takes it (None: items are not written)
     sink: dict[str, Any] | None = None
+    #: conditional recrawl (``crawlhub agent --revalidate``): the frontier whose archive
+    #: keeps each URL's ETag, Last-Modified and body hash; a task leased in a later
+    #: segment is asked with If-None-Match / If-Modified-Since, and a 304 (or, unless
+    #: ``emit_unchanged``, a body that hashes as before) is not extracted: no item, no
+    #: links (None: every page is fetched whole)
+    revalidate: str | None = None
+    emit_unchanged: bool = False

@@ -79,6 +79,17 @@ def agent_command(
         "--id", help="With --center: this agent's id. Give the same one after a restart"
                      " and it reloads its allocations from the data dir. Default: host"
                      " and pid.")] = None,
+    revalidate: Annotated[str | None, typer.Option(
+        metavar="FRONTIER",
+        help="Conditional recrawl: keep each page's ETag, Last-Modified and body hash in"
+             " this frontier's archive, and ask a URL leased again (in a later segment)"
+             " with If-None-Match / If-Modified-Since; a 304 or an unchanged body is not"
+             " extracted (no item, no links). Default: the config's agent.revalidate.")
+    ] = None,
+    emit_unchanged: Annotated[bool | None, typer.Option(
+        "--emit-unchanged", show_default=False,
+        help="With --revalidate: a page whose body did not change is extracted again"
+             " (only a 304 is skipped).")] = None,
     config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt = None,
 ) -> None:
     """Lease and fetch URL tasks, or serve the download center."""
@@ -89,7 +100,8 @@ def agent_command(
         rules = _extract(extract)
         settings = agent_settings(cfg.agent, queues=queue, concurrency=concurrency,
                                   sink=read_sink(sink), timeout=timeout, lease=lease,
-                                  robots=robots, per_domain=per_domain, delay=delay)
+                                  robots=robots, per_domain=per_domain, delay=delay,
+                                  revalidate=revalidate, emit_unchanged=emit_unchanged)
         if center is not None:
             from crawlhub.cli.center import center_url
 
@@ -106,7 +118,8 @@ def agent_settings(section: Any, *, queues: list[str] | None = None,
                    concurrency: int | None = None, sink: dict[str, Any] | None = None,
                    timeout: float | None = None, lease: float | None = None,
                    robots: bool | None = None, per_domain: int | None = None,
-                   delay: float | None = None) -> Any:
+                   delay: float | None = None, revalidate: str | None = None,
+                   emit_unchanged: bool | None = None) -> Any:
     """The config's ``agent`` section with the command-line options given laid over it
     (an option left out keeps the config's value)."""
     politeness = section.politeness.model_copy(update={
@@ -117,9 +130,11 @@ def agent_settings(section: Any, *, queues: list[str] | None = None,
         downloader = downloader.model_copy(update={"timeout": timeout})
     update: dict[str, Any] = {"politeness": politeness, "downloader": downloader}
     for name, value in (("queues", queues), ("concurrency", concurrency), ("sink", sink),
-                        ("lease", lease)):
+                        ("lease", lease), ("revalidate", revalidate)):
         if value:
             update[name] = value
+    if emit_unchanged is not None:
+        update["emit_unchanged"] = emit_unchanged
     return section.model_copy(update=update)
 
 
@@ -156,6 +171,17 @@ async def _run(cfg: Any, settings: Any, rules: Any) -> None:
         await services.close()
         raise ConfigError("no queue to lease from: give --queue NAME or configure a queue"
                           " outbound", key="outbound")
+    revalidate = None
+    if settings.revalidate:
+        frontier = services.frontiers.get(settings.revalidate)
+        if frontier is None:
+            await services.close()
+            raise ConfigError(f"no frontier named {settings.revalidate!r} to keep the"
+                              " validators in; configure it under 'frontier'",
+                              key="agent.revalidate")
+        from crawlhub.frontier.conditional import Revalidation
+
+        revalidate = Revalidation(frontier, skip_unchanged=not settings.emit_unchanged)
     concurrency = settings.concurrency
     sink = build_sink(settings.sink, config=cfg.settings, name="items") \
         if settings.sink else None
@@ -193,7 +219,8 @@ async def _run(cfg: Any, settings: Any, rules: Any) -> None:
                   report=HubReport(hub, inbound), rules=rules, codes=settings.result_codes,
                   on_pages=on_pages, concurrency=concurrency, registry=services.agents,
                   lease_seconds=settings.lease, gate=gate if limits else None,
-                  robots=gate if polite.robots else None, render_config=settings.render)
+                  robots=gate if polite.robots else None, render_config=settings.render,
+                  revalidate=revalidate)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
