@@ -12,7 +12,9 @@ How it runs beside the engine. Scrapy calls ``enqueue_request`` and ``next_reque
 synchronously on the reactor thread. ``enqueue_request`` only touches memory (a request
 this spider sent before in the segment is dropped at once by a local filter); a worker
 on a loop of its own (:class:`~crawlhub.contrib.scrapy.loop.LoopThread`) moves requests
-to and from the frontier in batches: it admits what was enqueued, *then* finishes what
+to and from the frontier in batches, one step every ``FLUSH`` while requests flow (the
+engine wakes it only when memory runs low or nothing is served, never per request, as a
+wake-up hands it the GIL mid-engine): it admits what was enqueued, *then* finishes what
 the engine is done with (so a parent is finished only after its children are stored),
 leases up to ``CRAWLHUB_PREFETCH`` requests ahead and feeds tasks from the crawl's start
 queue (the hub's outbound) into the frontier. When Redis is away the worker keeps
