@@ -107,3 +107,29 @@ def test_dupefilter_keys_as_scrapy_by_default_and_canonical_when_asked() -> None
     df.configure(read_settings(crawler.settings, "s"))
     fp = crawler.request_fingerprinter.fingerprint(a).hex()
     assert df.key(a) == fp and df.key(a) != df.key(b)  # exactly Scrapy's notion
+
+
+def test_keys_remembered_under_the_default_fingerprinter_are_scrapys() -> None:
+    """A request like one keyed before (method, URL, body, verbatim_url) gets its key from
+    the memo; each key is still exactly the default fingerprinter's."""
+    import scrapy
+    from scrapy.utils.test import get_crawler
+
+    from crawlhub.contrib.scrapy import DupeFilter
+    from crawlhub.contrib.scrapy.settings import read_settings
+
+    crawler = get_crawler(S, {"CRAWLHUB_URL": "redis://127.0.0.1:6379/0"})
+    crawler._apply_settings()
+    df = DupeFilter.from_crawler(crawler)
+    df.configure(read_settings(crawler.settings, "s"))
+    requests = [
+        scrapy.Request("http://127.0.0.1/p?b=2&a=1"),
+        scrapy.Request("http://127.0.0.1/p?b=2&a=1", headers={"X": "1"}, meta={"m": 1}),
+        scrapy.Request("http://127.0.0.1/p?b=2&a=1", meta={"verbatim_url": True}),
+        scrapy.Request("http://127.0.0.1/p?b=2&a=1", method="POST", body=b"q=1"),
+        scrapy.Request("http://127.0.0.1/p?b=2&a=1", method="POST", body=b"q=2"),
+    ]
+    fingerprint = crawler.request_fingerprinter.fingerprint
+    for _ in range(2):  # keyed, then remembered
+        assert [df.key(r) for r in requests] == [fingerprint(r).hex() for r in requests]
+    assert len({df.key(r) for r in requests}) == 4  # headers and meta are not hashed

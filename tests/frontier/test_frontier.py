@@ -212,6 +212,19 @@ async def test_finishing_twice_changes_nothing(make_frontier: MakeFrontier) -> N
     assert (row["done"], row["failed"], row["pending"]) == (1, 0, 0)
 
 
+async def test_finish_many_settles_each_seed_in_one_call(make_frontier: MakeFrontier) -> None:
+    f = await make_frontier(cache_size=0)
+    await f.admit(seeds("http://a.com/1", "http://a.com/2", "http://a.com/3", "http://a.com/4"))
+    a, b, c, d = await f.lease(4, 60)
+    assert await f.finish(d, "ok")
+    flags = await f.finish_many([(a, "ok"), (b, "failed"), (c, "retry"), (d, "ok")])
+    assert flags == [True, True, True, False]  # d was finished already
+    row = await counts(f)
+    assert (row["done"], row["failed"], row["pending"], row["leased"]) == (2, 1, 1, 0)
+    assert [s.url for s in await f.lease(4, 60)] == [c.url]
+    assert await f.finish_many([]) == []
+
+
 async def test_an_expired_lease_returns_by_itself(make_frontier: MakeFrontier, clock: FakeClock) -> None:
     f = await make_frontier(cache_size=0)
     await f.admit(seeds("http://a.com/1"))

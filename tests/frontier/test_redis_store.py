@@ -103,3 +103,31 @@ async def test_a_key_whose_filter_bits_were_never_set_is_admitted_once(
     assert await b.admit([Seed("http://a.com/1")]) == [False]  # the seed record decides
     (row,) = await b.stats()
     assert (row["admitted"], row["duplicates"]) == (1, 1)
+
+
+async def test_a_key_found_by_another_process_before_its_bits_are_set_counts_once(
+    make_frontier: MakeFrontier, monkeypatch: pytest.MonkeyPatch, redis_url: str,
+    unique_name: str,
+) -> None:
+    a = await make_frontier(expected_items=1, fp_rate=0.01)
+    b = await make_frontier(expected_items=1, fp_rate=0.01)  # another process
+    assert isinstance(a.store, RedisSeedStore)
+    held: list[tuple[object, ...]] = []
+    owe = a.store._owe
+
+    async def late(*args: object) -> None:  # a's bits go out after b's
+        held.append(args)
+
+    monkeypatch.setattr(a.store, "_owe", late)
+    assert await a.admit([Seed("http://a.com/1")]) == [True]
+    assert await b.admit([Seed("http://a.com/1")]) == [False]  # found: b sets the bits
+    assert isinstance(b.store, RedisSeedStore)
+    await b.store.settle()
+    await owe(*held[0])  # type: ignore[arg-type]
+    await a.store.settle()
+    meta = frontier_segment_key(f"{unique_name}:", "f", a.current_segment(), "bloom")
+    client = aioredis.Redis.from_url(redis_url)
+    try:  # one key, counted once: the first layer (capacity 1) is not outgrown
+        assert await client.hmget(meta, ["layers", "count1"]) == [b"1", b"1"]
+    finally:
+        await client.aclose()

@@ -338,22 +338,36 @@ class Frontier:
     async def finish(self, seed: Seed, outcome: Outcome, *, delay: float = 0.0) -> bool:
         """``ok`` archives the seed as done, ``failed`` as failed, ``retry`` returns it to
         pending (after ``delay`` seconds). Returns False when it was already finished."""
-        if outcome not in OUTCOMES:
-            raise FrontierError(
-                f"finish outcome {outcome!r} on frontier {self.name!r}: use one of {OUTCOMES}"
-            )
-        if seed.segment is None or seed.key is None:
-            raise FrontierError(
-                f"seed {seed.url!r} has no segment/key: finish seeds that admit or lease "
-                f"returned from frontier {self.name!r}"
-            )
+        (changed,) = await self.finish_many([(seed, outcome)], delay=delay)
+        return changed
+
+    async def finish_many(
+        self, done: Sequence[tuple[Seed, Outcome]], *, delay: float = 0.0
+    ) -> list[bool]:
+        """``finish`` of every (seed, outcome) in one store call (one round trip on Redis
+        per 1000 seeds); False where a seed was already finished."""
+        for seed, outcome in done:
+            if outcome not in OUTCOMES:
+                raise FrontierError(
+                    f"finish outcome {outcome!r} on frontier {self.name!r}: use one of"
+                    f" {OUTCOMES}"
+                )
+            if seed.segment is None or seed.key is None:
+                raise FrontierError(
+                    f"seed {seed.url!r} has no segment/key: finish seeds that admit or lease "
+                    f"returned from frontier {self.name!r}"
+                )
+        if not done:
+            return []
         await self._ensure_open()
         now = self.clock()
         ready_at = now + max(0.0, delay)
-        with contextlib.suppress(ValueError):
-            self._cache.remove(seed)
-        changed = await self.store.finish(seed.segment, seed.key, outcome, now, ready_at)
-        if changed and outcome == "retry" and ready_at <= now:
+        if self._cache:  # a cached seed finished meanwhile is not served again
+            finished = {(seed.segment, seed.key) for seed, _ in done}
+            self._cache = deque(s for s in self._cache if (s.segment, s.key) not in finished)
+        changed = await self.store.finish(done, now, ready_at)
+        if ready_at <= now and any(
+                ok and outcome == "retry" for (_, outcome), ok in zip(done, changed, strict=True)):
             self._wakeup.set()
         return changed
 

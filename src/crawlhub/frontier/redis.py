@@ -414,18 +414,23 @@ class RedisSeedStore:
         )
 
     async def finish(
-        self, segment: int, key: str, outcome: Outcome, now: float, ready_at: float
-    ) -> bool:
+        self, done: Sequence[tuple[Seed, Outcome]], now: float, ready_at: float
+    ) -> list[bool]:
+        """One script call per ``_BATCH`` seeds (a spider finishes what the engine is done
+        with in one round trip)."""
         k = self.keys
-        done = await self._call(
-            "finish",
-            self.scripts["finish"](
-                [k["ready"], k["due"], k["leased"]],
-                [self.stem, k["signal"], segment, key, outcome, _ms(now), _ms(ready_at),
-                 "1" if self.archive else "0"],
-            ),
-        )
-        return int(done) == 1
+        out: list[bool] = []
+        ready_ms = _ms(ready_at)
+        for start in range(0, len(done), _BATCH):
+            args: list[Any] = [self.stem, k["signal"], _ms(now), "1" if self.archive else "0"]
+            chunk = done[start : start + _BATCH]
+            idents = self._idents([seed for seed, _ in chunk])
+            for i, (_, outcome) in enumerate(chunk):
+                args += [idents[2 * i], idents[2 * i + 1], outcome, ready_ms]
+            flags = await self._call(
+                "finish", self.scripts["finish"]([k["ready"], k["due"], k["leased"]], args))
+            out += [f == "1" for f in _text(flags)]
+        return out
 
     async def next_due(self, now: float) -> float | None:
         k = self.keys

@@ -520,28 +520,26 @@ class SqliteSeedStore:
         return await self.db.transaction(run)
 
     async def finish(
-        self, segment: int, key: str, outcome: Outcome, now: float, ready_at: float
-    ) -> bool:
-        if outcome == "retry":
-            state = PENDING if ready_at <= now else WAITING
-        else:
-            state = _FINAL[outcome]
+        self, done: Sequence[tuple[Seed, Outcome]], now: float, ready_at: float
+    ) -> list[bool]:
+        retry_state = PENDING if ready_at <= now else WAITING
 
-        def run(conn: sqlite3.Connection) -> bool:
-            cur = conn.execute(
-                f'UPDATE "{self._t}" SET state = :state, lease_until = NULL, ready_at = '
-                "CASE WHEN :retry THEN :ready_at ELSE ready_at END "
-                f"WHERE {self._row} AND state IN ({PENDING}, {WAITING}, {LEASED})",
-                {
-                    "state": state,
-                    "retry": outcome == "retry",
-                    "ready_at": ready_at,
-                    "segment": segment,
-                    "key_hash": key_hash(key),
-                    "key": key,
-                },
-            )
-            return cur.rowcount == 1
+        def run(conn: sqlite3.Connection) -> list[bool]:
+            return [
+                conn.execute(
+                    f'UPDATE "{self._t}" SET state = :state, lease_until = NULL, ready_at = '
+                    "CASE WHEN :retry THEN :ready_at ELSE ready_at END "
+                    f"WHERE {self._row} AND state IN ({PENDING}, {WAITING}, {LEASED})",
+                    {
+                        **self._ident(seed),
+                        "state": retry_state if outcome == "retry" else _FINAL[outcome],
+                        "retry": outcome == "retry",
+                        "ready_at": ready_at,
+                    },
+                ).rowcount
+                == 1
+                for seed, outcome in done
+            ]
 
         return await self.db.transaction(run)
 

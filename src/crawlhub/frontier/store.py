@@ -98,10 +98,11 @@ class SeedStore(Protocol):
         ...
 
     async def finish(
-        self, segment: int, key: str, outcome: Outcome, now: float, ready_at: float
-    ) -> bool:
-        """ok -> done, failed -> failed (both archived), retry -> pending from
-        ``ready_at``. Only a pending or leased seed changes; returns whether it did."""
+        self, done: Sequence[tuple[Seed, Outcome]], now: float, ready_at: float
+    ) -> list[bool]:
+        """Per (seed, outcome), in one transaction: ok -> done, failed -> failed (both
+        archived), retry -> pending from ``ready_at``. Only a pending or leased seed
+        changes; returns whether each did."""
         ...
 
     async def next_due(self, now: float) -> float | None:

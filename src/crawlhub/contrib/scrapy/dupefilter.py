@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("crawlhub.contrib.scrapy")
 #: Scrapy's dupefilter logger: projects filter and route duplicate lines by its name.
 dupes_log = logging.getLogger("scrapy.dupefilters")
+#: Keys remembered by request (method, URL, body) under Scrapy's default fingerprinter;
+#: the memo starts over when it holds this many (about 250 bytes each).
+KEYS_MEMO = 50_000
 
 
 class PresetKeys(KeyResolver):
@@ -75,6 +78,9 @@ class DupeFilter:
         self.logdupes = True
         self._resolver: KeyResolver | None = None
         self._fingerprinter: Any = None
+        # the keys of requests Scrapy's default fingerprinter saw, by what it hashes
+        # (None: another fingerprinter, which may look at anything)
+        self._memo: dict[tuple[str, str, bytes, bool], str] | None = None
         # set when this filter stands alone (not under crawlhub's scheduler)
         self._own: tuple[LoopThread, Frontier] | None = None
         self._settings: CrawlSettings | None = None
@@ -87,13 +93,15 @@ class DupeFilter:
     def configure(self, settings: CrawlSettings) -> None:
         """Key by ``settings`` (the scheduler calls this before any request)."""
         self._resolver = KeyResolver(settings.frontier.key)
-        self._fingerprinter = None
-        if settings.key == "fingerprint":
-            if self.crawler is None:  # alone, no project: Scrapy's default fingerprint
-                from scrapy.utils.request import RequestFingerprinter
+        self._fingerprinter = self._memo = None
+        if settings.key != "fingerprint":
+            return
+        from scrapy.utils.request import RequestFingerprinter, fingerprint
 
-                self._fingerprinter = RequestFingerprinter()
-                return
+        fingerprinter: Any
+        if self.crawler is None:  # alone, no project: Scrapy's default fingerprint
+            fingerprinter = RequestFingerprinter()
+        else:
             fingerprinter = getattr(self.crawler, "request_fingerprinter", None)
             if fingerprinter is None:  # a crawler not started yet: build the project's
                 from scrapy.utils.misc import build_from_crawler, load_object
@@ -101,10 +109,28 @@ class DupeFilter:
                 fingerprinter = build_from_crawler(
                     load_object(self.crawler.settings["REQUEST_FINGERPRINTER_CLASS"]),
                     self.crawler)
-            self._fingerprinter = fingerprinter
+        self._fingerprinter = fingerprinter
+        if (type(fingerprinter) is RequestFingerprinter
+                and getattr(fingerprinter, "_fingerprint", None) is fingerprint):
+            self._memo = {}
 
     def key(self, request: Request) -> str:
         """The dedup key of ``request``."""
+        memo = self._memo
+        if memo is not None:
+            # Scrapy's default fingerprint hashes the method, the URL (canonical unless
+            # meta verbatim_url) and the body, nothing else: a request like one keyed
+            # before has its key. A spider enqueues the links of its pages again and
+            # again; hashing a canonical URL costs more than the rest of an enqueue.
+            seen = (request.method, request.url, request.body,
+                    bool(request.meta.get("verbatim_url")))
+            key = memo.get(seen)
+            if key is None:
+                key = self._fingerprinter.fingerprint(request).hex()
+                if len(memo) >= KEYS_MEMO:
+                    memo.clear()
+                memo[seen] = key
+            return key
         if self._fingerprinter is not None:
             fp = self._fingerprinter.fingerprint(request)
             return fp.hex() if isinstance(fp, bytes) else str(fp)

@@ -12,7 +12,9 @@ How it runs beside the engine. Scrapy calls ``enqueue_request`` and ``next_reque
 synchronously on the reactor thread. ``enqueue_request`` only touches memory (a request
 this spider sent before in the segment is dropped at once by a local filter); a worker
 on a loop of its own (:class:`~crawlhub.contrib.scrapy.loop.LoopThread`) moves requests
-to and from the frontier in batches: it admits what was enqueued, *then* finishes what
+to and from the frontier in batches, one step every ``FLUSH`` while requests flow (the
+engine wakes it only when memory runs low or nothing is served, never per request, as a
+wake-up hands it the GIL mid-engine): it admits what was enqueued, *then* finishes what
 the engine is done with (so a parent is finished only after its children are stored),
 leases up to ``CRAWLHUB_PREFETCH`` requests ahead and feeds tasks from the crawl's start
 queue (the hub's outbound) into the frontier. When Redis is away the worker keeps
@@ -79,6 +81,9 @@ MAX_START_ENTRY = 64 * 1024
 
 #: Seconds an idle worker waits before looking at the frontier and start queue again.
 POLL = 0.2
+#: Seconds the worker naps between steps while requests flow: what the engine enqueued
+#: and finished meanwhile goes to the store as one batch, without a wake-up per request.
+FLUSH = 0.02
 #: Seconds between retries while the backend is unreachable.
 BACKOFF = 1.0
 #: Keys of the filter of keys a spider sent, at most (about 3 bytes each).
@@ -199,6 +204,8 @@ class Scheduler:
         self._beat_task: asyncio.Task[None] | None = None
         self._waits_logged = 0.0  # when the spider last said what it waits for
         self._event: asyncio.Event | None = None
+        self._woken = False  # a wake-up is on its way to the worker (see _wake)
+        self._dozing = False  # the worker waits out POLL: only a wake-up brings it back
         self._worker: Any = None
         self._idle_since: float | None = None
         self._warned_unserializable = False
@@ -407,7 +414,7 @@ class Scheduler:
         self.stats.inc_value("scheduler/enqueued/crawlhub")
         self.stats.inc_value("scheduler/enqueued")
         if len(self._outbox) == 1:
-            self._wake()
+            self._wake(urgent=False)
         return True
 
     def _sent_before(self, key: str) -> bool:
@@ -570,7 +577,7 @@ class Scheduler:
         self._failed.discard(id(request))
         mark = self._items.received if self._items is not None else 0
         self._done.append((seed, "failed" if failed else "ok", mark))
-        self._wake()
+        self._wake(urgent=False)
 
     def _on_error(self, failure: Any, response: Any, spider: Spider) -> None:
         request = getattr(response, "request", None)
@@ -605,9 +612,16 @@ class Scheduler:
             for request in requests:
                 self.df.log(request, spider)
 
-    def _wake(self) -> None:
+    def _wake(self, urgent: bool = True) -> None:
+        """Have the worker take a step. A wake-up crosses threads (a write to the worker
+        loop's pipe, which hands the GIL to the worker mid-engine), so at most one goes
+        per step, and one that is not ``urgent`` (a request finished or enqueued) only to
+        a dozing worker: a working or napping one looks again within ``FLUSH``."""
+        if self._woken or not (urgent or self._dozing):
+            return
         loop, event = self.loop, self._event
-        if loop is not None and event is not None and not event.is_set():
+        if loop is not None and event is not None:
+            self._woken = True
             loop.call_soon(event.set)
 
     def _nudge(self) -> None:
@@ -701,6 +715,7 @@ class Scheduler:
         assert self.settings is not None and self._event is not None
         failing = False
         while not self._stopping:
+            self._woken = False
             self._event.clear()
             try:
                 progressed = await self._cycle()
@@ -719,9 +734,17 @@ class Scheduler:
                 failing = self._failing = True
                 await self._pause(BACKOFF)
                 continue
-            if progressed:
+            if progressed or self._outbox or self._settleable():
+                await self._pause(FLUSH)  # the crawl moves: gather the next batch
                 continue
-            await self._pause(POLL)
+            self._dozing = True
+            try:
+                # looked at again once dozing: what came before the engine could see it
+                # would wait out POLL
+                if not (self._outbox or self._settleable()):
+                    await self._pause(POLL)
+            finally:
+                self._dozing = False
 
     async def _cycle(self) -> bool:
         """Store what was enqueued, finish what is done, lease ahead; True if anything
@@ -758,12 +781,11 @@ class Scheduler:
                 self._done.extendleft(reversed(done))
                 self._outbox_top = max((x.seed.priority for x in self._outbox), default=None)
                 raise
-            for i, (seed, outcome, _) in enumerate(done):
-                try:
-                    await self.frontier.finish(seed, outcome)
-                except BaseException:
-                    self._done.extendleft(reversed(done[i:]))
-                    raise
+            try:  # one round trip for every finished request
+                await self.frontier.finish_many([(seed, outcome) for seed, outcome, _ in done])
+            except BaseException:
+                self._done.extendleft(reversed(done))
+                raise
         finally:
             # What was just admitted or finished may have changed what the crawl owes
             # (a start request found duplicate leaves this spider with nothing local):

@@ -1,6 +1,8 @@
 -- KEYS: meta   ARGV: segment plan admitted found
 --   admitted, found: h1 h2 ('<I4I4') of each key admit stored ('1') or found stored
---   unknown to the filter ('2'); bits of the latter may be set already (then skipped)
+--   unknown to the filter ('2'); the bits of either may be set already (then skipped):
+--   another process that found a key this one admitted may set them first, and counting
+--   the key twice would grow the filter a layer before its capacity is reached
 local set_args = {}
 local function add(h1, h2)
   local layer = layers[#layers]
@@ -20,12 +22,11 @@ local function add(h1, h2)
   redis.call('BITFIELD', layer.key, unpack(args))
   layer.count = layer.count + 1
 end
-for pos = 1, #ARGV[3], 8 do
-  add(struct.unpack('<I4I4', ARGV[3], pos))
-end
-for pos = 1, #ARGV[4], 8 do
-  local h1, h2 = struct.unpack('<I4I4', ARGV[4], pos)
-  if not present(h1, h2) then add(h1, h2) end
+for _, arg in ipairs({ARGV[3], ARGV[4]}) do
+  for pos = 1, #arg, 8 do
+    local h1, h2 = struct.unpack('<I4I4', arg, pos)
+    if not present(h1, h2) then add(h1, h2) end
+  end
 end
 local counts = {}
 for i = 1, #layers do
