@@ -208,13 +208,9 @@ def center_run(base: str, pages: int, agents: int, redis_url: str, work: Path,
             cpu_before = {k: _cpu(v) for k, v in pids.items()}
             start = time.perf_counter()
             if rate:
-                tasks = []
-                for n in range(pages):
-                    delay = start + n / rate - time.perf_counter()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
-                    tasks.append(asyncio.create_task(one(n)))
-                await asyncio.gather(*tasks)
+                from center_floor import paced
+
+                await paced(pages, rate, one)
             else:
                 await asyncio.gather(*[worker() for _ in range(CONCURRENCY * agents)])
             seconds = time.perf_counter() - start

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 GROUP = "g"
@@ -159,13 +160,7 @@ async def job(url: str, prefix: str, pages: int, rate: float) -> tuple[list[floa
             await one(-1 - i)
         lat.clear()
         start = time.perf_counter()
-        tasks = []
-        for i in range(pages):
-            delay = start + i / rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(i)))
-        await asyncio.gather(*tasks)
+        await paced(pages, rate, one)
         seconds = time.perf_counter() - start
         await r.xadd(prefix + "req", {"h": "stop"})
     finally:
@@ -174,6 +169,20 @@ async def job(url: str, prefix: str, pages: int, rate: float) -> tuple[list[floa
             await task
         await r.aclose()
     return lat, seconds
+
+
+
+async def paced(n: int, rate: float, one: Callable[[int], Awaitable[None]]) -> None:
+    """``one(0)`` ... ``one(n - 1)`` started at a steady ``rate`` per second (each on
+    time, however long the others take), then all awaited."""
+    start = time.perf_counter()
+    tasks = []
+    for i in range(n):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(i)))
+    await asyncio.gather(*tasks)
 
 
 def run(url: str, pages: int, rate: float, site: str = "") -> tuple[list[float], float]:

@@ -23,6 +23,9 @@ def test_the_clients_a_config_needs_are_read_from_its_urls_anywhere_in_it() -> N
     assert clients_of({"sinks": [{"url": "PostgreSQL://u@h/db"}], "x": ("rediss://h",)}) \
         == {"asyncpg", "redis"}
     assert clients_of({"a": "not a url", "b": "http://127.0.0.1/"}) == set()
+    # every scheme the backends take (backends.backend.SCHEMES), driver suffixes too
+    assert clients_of(["postgresql+asyncpg://h/db", "valkeys://h", "unix:///r.sock"]) \
+        == {"asyncpg", "redis"}
 
 
 def test_a_loaded_clients_types_are_registered_even_when_no_config_names_it() -> None:

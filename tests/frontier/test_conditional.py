@@ -465,7 +465,7 @@ async def test_a_fleet_agent_revalidates_the_urls_a_later_segment_hands_it(
         "data_dir": str(tmp_path / "data"), "frontier": {"f": {"segment": "2s"}},
         "inbound": [{"name": "http", "class": "http"}],
         "outbound": [{"name": "pages", "frontier": "f", "init": {"key": "pages"}}]}))
-    out = tmp_path / "items.jsonl"
+    out = tmp_path / "items.jsonl"  # (read by items())
     urls = [f"{site.url}/page/{n}" for n in range(40)]
 
     async def submit() -> list[str]:
@@ -496,7 +496,7 @@ async def test_a_fleet_agent_revalidates_the_urls_a_later_segment_hands_it(
     assert await submit() == ["routed"] * 40
     await agent_until(40)
     assert site.full == 40 and site.asked.total() == 0  # nothing kept yet: asked plainly
-    assert len(items_at(out)) == 40
+    assert len(items(tmp_path)) == 40
     # the next segment (2 s long): the same URLs are admitted again
     segment_end = (time.time() // 2 + 1) * 2
     await asyncio.sleep(max(0.0, segment_end - time.time()) + 0.1)
@@ -505,13 +505,9 @@ async def test_a_fleet_agent_revalidates_the_urls_a_later_segment_hands_it(
     await agent_until(80)
     assert site.asked["If-None-Match"] == 40 and site.asked["If-Modified-Since"] == 40
     assert site.not_modified == 39 and site.full == 41
-    written = items_at(out)
+    written = items(tmp_path)
     assert len(written) == 41 and written[-1]["title"] == "Page 3 v1"
 
-
-def items_at(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() \
-        else []
 
 
 def test_revalidating_into_a_frontier_the_config_lacks_is_refused_naming_the_key(

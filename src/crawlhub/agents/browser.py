@@ -425,10 +425,10 @@ class BrowserDownloader:
                     return self._count(Fetched(url, url, 0, {}, b"", 0.0, None,
                                                CONNECTION_ERROR, attempts=attempt,
                                                error=str(exc)))
-                except Exception as exc:  # the browser died while a context opened
+                except Exception as exc:  # the browser died or hung while a page opened
                     last = _first_line(exc)
                     browser = self._browser
-                    if browser is not None:
+                    if browser is not None and not browser.retired:  # (a hung one is)
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(browser.gone.wait(), GONE_WAIT)
                     continue

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from crawlhub.backends.backend import SCHEMES
 from crawlhub.core.errors import BackendUnavailable, CrawlhubError
 
 RETRY_AFTER = 1.0
@@ -36,32 +37,33 @@ _CLIENTS: dict[str, tuple[str, tuple[str, ...]]] = {
                                        "InvalidAuthorizationSpecificationError",
                                        "InterfaceError")),
 }
-#: URL schemes of a config's strings -> the client library behind them.
-_SCHEMES = {"redis": "redis", "rediss": "redis", "valkey": "redis", "valkeys": "redis",
-            "unix": "redis", "postgres": "asyncpg", "postgresql": "asyncpg"}
-
-
-def _client_types(client: str) -> tuple[type[BaseException], ...]:
-    module_name, names = _CLIENTS[client]
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:  # pragma: no cover - the extra is not installed
-        return ()
-    return tuple(getattr(module, name) for name in names)
+#: A backend kind (``backends.backend.SCHEMES``) -> the client library behind it.
+_CLIENT_OF_KIND = {"redis": "redis", "postgres": "asyncpg"}
 
 
 _TYPES: dict[str, tuple[type[BaseException], ...]] = {}
 
 
-def _loaded_types() -> tuple[type[BaseException], ...]:
-    """The error types of the client libraries imported by now."""
+def _types(clients: Iterable[str]) -> tuple[type[BaseException], ...]:
+    """Python's own outage errors and those of ``clients`` (each library's looked up
+    once; none for a library that is not installed)."""
     types: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
-    for client in _CLIENTS:
-        if client in sys.modules:
-            if client not in _TYPES:
-                _TYPES[client] = _client_types(client)
-            types += _TYPES[client]
+    for client in clients:
+        if client not in _TYPES:
+            module_name, names = _CLIENTS[client]
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:  # pragma: no cover - the extra is not installed
+                _TYPES[client] = ()
+            else:
+                _TYPES[client] = tuple(getattr(module, name) for name in names)
+        types += _TYPES[client]
     return types
+
+
+def _loaded() -> list[str]:
+    """The client libraries imported by now."""
+    return [c for c in _CLIENTS if c in sys.modules]
 
 
 def is_unavailable(exc: BaseException) -> bool:
@@ -71,7 +73,7 @@ def is_unavailable(exc: BaseException) -> bool:
     if isinstance(exc, CrawlhubError):
         cause = exc.__cause__
         return cause is not None and cause is not exc and is_unavailable(cause)
-    if isinstance(exc, _loaded_types()):
+    if isinstance(exc, _types(_loaded())):
         return True
     if isinstance(exc, sqlite3.OperationalError):
         text = str(exc).lower()
@@ -87,9 +89,10 @@ def clients_of(config: Any) -> set[str]:
     while stack:
         value = stack.pop()
         if isinstance(value, str):
-            client = _SCHEMES.get(value.partition("://")[0].lower()) if "://" in value else None
-            if client:
-                found.add(client)
+            scheme, sep, _ = value.partition("://")
+            kind = SCHEMES.get(scheme.lower(), ("", ""))[0] if sep else ""
+            if kind in _CLIENT_OF_KIND:
+                found.add(_CLIENT_OF_KIND[kind])
         elif isinstance(value, dict):
             stack.extend(value.values())
         elif isinstance(value, list | tuple | set):
@@ -102,14 +105,8 @@ def unavailable_types(clients: Iterable[str] | None = None) -> tuple[type[BaseEx
     crawlhub's own errors caused by one), e.g. to register exception handlers for: those
     of ``clients`` (:func:`clients_of` a config) and of every client imported by now;
     ``None``: of every client installed."""
-    wanted = set(_CLIENTS) if clients is None else set(clients) | {
-        c for c in _CLIENTS if c in sys.modules}
-    types: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
-    for client in _CLIENTS:
-        if client in wanted:
-            if client not in _TYPES:
-                _TYPES[client] = _client_types(client)
-            types += _TYPES[client]
+    wanted = set(_CLIENTS) if clients is None else {*clients, *_loaded()}
+    types = _types(c for c in _CLIENTS if c in wanted)
     return (*types, sqlite3.OperationalError)
 
 

@@ -132,6 +132,20 @@ class CrawlSettings:
         return self.frontier_url.split("://", 1)[0]
 
 
+def _mapping(settings: BaseSettings, name: str, what: str) -> dict[str, Any]:
+    """A setting holding a mapping, given as one or as JSON text (``-s NAME='{...}'``);
+    {} when unset. Anything else is a ``ConfigError`` naming the setting."""
+    value = settings.get(name) or {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise _error(name, f"{value!r} is not a JSON object") from None
+    if not isinstance(value, dict):
+        raise _error(name, f"{value!r} is not a mapping of {what}")
+    return value
+
+
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in over.items():
@@ -218,14 +232,7 @@ def read_settings(settings: BaseSettings, spider_name: str) -> CrawlSettings:
                          " REDIS_URL and JOBDIR are read when it is missing)")
     if url:
         frontier_url, queues_url = _storage(str(url), url_setting)
-    given = settings.get("CRAWLHUB_FRONTIER") or {}
-    if isinstance(given, str):
-        try:
-            given = json.loads(given)
-        except ValueError:
-            raise _error("CRAWLHUB_FRONTIER", f"{given!r} is not a JSON object") from None
-    if not isinstance(given, dict):
-        raise _error("CRAWLHUB_FRONTIER", f"{given!r} is not a mapping of frontier settings")
+    given = _mapping(settings, "CRAWLHUB_FRONTIER", "frontier settings")
     raw = _merge(_merge(SCRAPY_FRONTIER_DEFAULTS, section), dict(given))
     if Backend.parse(frontier_url, what="frontier storage").kind != "redis":
         raw["archive"] = True  # the embedded table keeps its rows (its filter's log)
@@ -299,14 +306,7 @@ def _scrapy_redis_url(settings: BaseSettings) -> tuple[str | None, str]:
     """scrapy-redis's connection settings as a Redis URL: ``REDIS_URL``, else
     ``REDIS_HOST`` / ``REDIS_PORT`` (``REDIS_PARAMS`` adds ``db``, ``username`` and
     ``password``); (None, "") when none is set."""
-    params = settings.get("REDIS_PARAMS") or {}
-    if isinstance(params, str):
-        try:
-            params = json.loads(params)
-        except ValueError:
-            raise _error("REDIS_PARAMS", f"{params!r} is not a JSON object") from None
-    if not isinstance(params, dict):
-        raise _error("REDIS_PARAMS", f"{params!r} is not a mapping of connection settings")
+    params = _mapping(settings, "REDIS_PARAMS", "connection settings")
     url = settings.get("REDIS_URL") or params.get("url")
     if url:
         return str(url), "REDIS_URL"
