@@ -7,7 +7,7 @@ fetches all N once, no link following, on one Redis:
   reliable queue (the taskHUB path: lease, fetch, report, ack);
 - **center**: one ``crawlhub center`` and K ``crawlhub agent --center`` processes; a
   job in this process sends the N requests through the center (strategy random over the
-  K agents) with up to 64 x K in flight, and gets every response back;
+  K agents) with up to 2 x 64 x K in flight (WINDOW), and gets every response back;
 - **paced**: the same center with 2 agents, the job sending at a steady 1,000 requests/s:
   the latency the center adds per request at that rate (reply time at the job minus the
   agent's own download time: the hops job -> center -> agent -> job);
@@ -60,6 +60,13 @@ from crawl import start_site  # noqa: E402  (the synthetic site, started the sam
 
 CRAWLHUB = str(Path(sys.executable).parent / "crawlhub")
 CONCURRENCY = 64
+#: Requests the center row's job keeps in flight per agent slot. The queue row's agents
+#: find all N tasks queued and never wait for one; a job holding exactly the agents'
+#: slots (64 x K) leaves every request in transit (job -> center -> agent, and the
+#: reply back) a slot the agent cannot use: at ~28 ms a round trip, 64 in flight cap
+#: 1 agent at 64 / 0.028 = ~2,300 requests/s (Little's law) with its CPU 30% idle.
+#: Twice the slots keeps the agents' slots full, as the queue does.
+WINDOW = 2
 #: ``--key``: the shared signing key of every process of a run (None: unsigned)
 KEY: str | None = None
 #: ``--profile``: where py-spy writes the paced run's profiles (None: no profile)
@@ -179,7 +186,7 @@ async def _client(cluster: Cluster, agents: int) -> Any:
 
 def center_run(base: str, pages: int, agents: int, redis_url: str, work: Path,
                rate: float = 0.0) -> Run:
-    """All pages through the center: as fast as 64 x K in flight allow, or at ``rate``/s."""
+    """All pages through the center: as fast as WINDOW x 64 x K in flight allow, or at ``rate``/s."""
     cluster = Cluster(redis_url, work, agents)
     cluster.start()
 
@@ -212,7 +219,7 @@ def center_run(base: str, pages: int, agents: int, redis_url: str, work: Path,
 
                 await paced(pages, rate, one)
             else:
-                await asyncio.gather(*[worker() for _ in range(CONCURRENCY * agents)])
+                await asyncio.gather(*[worker() for _ in range(WINDOW * CONCURRENCY * agents)])
             seconds = time.perf_counter() - start
             cpu = {k: (_cpu(v) - cpu_before[k]) * 1000 / pages for k, v in pids.items()}
             for spy in spies:

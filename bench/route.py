@@ -2,9 +2,9 @@
 taskHUB-style Redis list) against Celery 5 publishing the same tasks with a router.
 
 In process, each row also gives where a task's time goes: the hub's CPU per task (this
-process) and, on Redis, the server's time in commands per task (INFO commandstats). The
-two overlap only in part (a batch's scripts run while the next chunk is encoded), so the
-faster of them bounds what this design can reach on this machine: the "bound" line.
+process) and, on Redis, the server's CPU per task (INFO cpu). The two overlap only in
+part (a batch's scripts run while the next chunk is encoded), so the slower of them
+bounds what this design can reach on this machine: the "bound" line.
 
 Run: /work/venv/bin/python bench/route.py [--n 20000] [--redis-url redis://...]
 """
@@ -173,13 +173,16 @@ class Row:
 
 # ------------------------------------------------------------------ crawlhub in process
 def redis_busy_us(url: str) -> float:
-    """Microseconds the Redis server has spent in commands since its stats were reset."""
+    """Microseconds of CPU the Redis server process has used so far (INFO cpu: user and
+    system, every thread). Not INFO commandstats: a script's time there includes the
+    commands it calls, which are counted again under their own names, so a sum over
+    the commands counted the fused push's inner HSET/ZADD work twice."""
     client = redis.Redis.from_url(url)
     try:
-        stats = client.info("commandstats")
+        cpu = client.info("cpu")
     finally:
         client.close()
-    return float(sum(v["usec"] for v in stats.values() if isinstance(v, dict)))
+    return float(cpu["used_cpu_user"] + cpu["used_cpu_sys"]) * 1e6
 
 
 async def _in_process(config: dict[str, Any], tasks: list[dict[str, Any]],
@@ -210,7 +213,7 @@ def in_process(what: str, backend: str, config: dict[str, Any],
     n = len(tasks) - BATCH
     note = f"hub CPU {cpu * 1e6 / n:.1f} us/task"
     if redis_url:
-        note += f", Redis busy {busy * 1e6 / n:.1f} us/task (all clients)"
+        note += f", Redis server CPU {busy * 1e6 / n:.1f} us/task (all clients)"
     return Row(what, backend, n, elapsed, note=note, cpu=cpu, busy=busy)
 
 

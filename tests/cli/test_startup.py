@@ -159,3 +159,30 @@ def test_a_crawl_imports_no_web_stack_and_opens_no_control_plane(site: str,
     assert sorted({"crawlhub.control.builds", "crawlhub.control.alerts", "crawlhub.control.jobs",
                    "crawlhub.control.projects", "cryptography.fernet"} & modules) == []
     assert not (data / "secret.key").exists() and not (data / "control.db").exists()
+
+
+_DEFERRED = """
+import json
+import crawlhub.app.asgi
+from fastapi.openapi import models
+from pydantic import BaseModel
+from pydantic._internal._config import config_defaults
+class Later(BaseModel):
+    n: int
+before = models.OpenAPI.__pydantic_complete__
+made = models.OpenAPI(openapi="3.1.0", info={"title": "t", "version": "1"}, paths={})
+print(json.dumps([before, config_defaults["defer_build"], Later.__pydantic_complete__,
+                  models.OpenAPI.__pydantic_complete__, made.model_dump(exclude_none=True)]))
+"""
+
+
+def test_serve_imports_fastapi_with_its_openapi_models_unbuilt_until_used() -> None:
+    """The app imports FastAPI with the OpenAPI document's models unbuilt (built where
+    first used: /openapi.json), and pydantic's default is back for every model after."""
+    done = subprocess.run([sys.executable, "-c", _DEFERRED], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    before, default, later, after, dumped = json.loads(done.stdout.strip().splitlines()[-1])
+    assert before is False and after is True
+    assert default is False and later is True
+    assert dumped == {"openapi": "3.1.0", "info": {"title": "t", "version": "1"}, "paths": {}}

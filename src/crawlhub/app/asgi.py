@@ -13,6 +13,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+# isort: off
+import crawlhub.api  # noqa: F401 - first: it imports FastAPI with its OpenAPI models unbuilt
+# isort: on
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
