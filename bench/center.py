@@ -71,6 +71,8 @@ WINDOW = 2
 KEY: str | None = None
 #: ``--profile``: where py-spy writes the paced run's profiles (None: no profile)
 PROFILE: Path | None = None
+#: the site's process id (each row's CPU note includes it: it shares the cores)
+SITE_PID = 0
 
 SPIDER = '''
 import json, os, scrapy
@@ -210,8 +212,9 @@ def center_run(base: str, pages: int, agents: int, redis_url: str, work: Path,
                 await one(n)
             added.clear()
             spies = _spy(cluster, rate, pages) if rate and PROFILE else []
-            pids = {"center": cluster.procs[0].pid,
-                    "agents": [p.pid for p in cluster.procs[1:]], "job": os.getpid()}
+            pids: dict[str, Any] = {"center": cluster.procs[0].pid,
+                                    "agents": [p.pid for p in cluster.procs[1:]],
+                                    "job": os.getpid(), **_shared(redis_url)}
             cpu_before = {k: _cpu(v) for k, v in pids.items()}
             start = time.perf_counter()
             if rate:
@@ -237,9 +240,16 @@ def center_run(base: str, pages: int, agents: int, redis_url: str, work: Path,
         cluster.stop()
 
 
+def _shared(redis_url: str) -> dict[str, Any]:
+    """The processes every row shares the cores with, for the CPU notes: the site, and
+    the Redis server (its CPU read from INFO cpu: ``redis_url``)."""
+    return {"site": SITE_PID, "redis": redis_url}
+
+
 def _cpu_note(cpu: dict[str, float], seconds: float, pages: int) -> str:
-    """Each process's CPU ms per request, their sum, and how busy they kept the machine's
-    cores (with the cores busy, requests/s follows the CPU a request costs)."""
+    """Each process's CPU ms per request (the site's and the Redis server's included:
+    they share the cores), their sum, and how busy they kept the machine's cores (with
+    the cores busy, requests/s follows the CPU a request costs)."""
     if not all(v >= 0 for v in cpu.values()):
         return ""
     total = sum(cpu.values())
@@ -248,8 +258,18 @@ def _cpu_note(cpu: dict[str, float], seconds: float, pages: int) -> str:
         f"{k} {v:.2f}" for k, v in cpu.items()) + f"; {busy:.2f} of {os.cpu_count()} cores")
 
 
-def _cpu(pids: int | list[int]) -> float:
-    """CPU seconds (user + system) the processes used so far; -1 without /proc."""
+def _cpu(pids: int | list[int] | str) -> float:
+    """CPU seconds (user + system) the processes used so far; -1 without /proc. A Redis
+    URL: the server's (INFO cpu, every client's work included)."""
+    if isinstance(pids, str):
+        import redis
+
+        client = redis.Redis.from_url(pids)
+        try:
+            info = client.info("cpu")
+        finally:
+            client.close()
+        return float(info["used_cpu_user"] + info["used_cpu_sys"])
     total = 0.0
     for pid in pids if isinstance(pids, list) else [pids]:
         try:
@@ -336,7 +356,8 @@ def queue_run(base: str, pages: int, agents: int, redis_url: str, work: Path) ->
         try:
             cluster.start()
             await asyncio.sleep(3.0)  # the agents start and wait for work
-            pids = {"agents": [p.pid for p in cluster.procs], "hub": os.getpid()}
+            pids: dict[str, Any] = {"agents": [p.pid for p in cluster.procs],
+                                    "hub": os.getpid(), **_shared(redis_url)}
             cpu.update({k: _cpu(v) for k, v in pids.items()})
             start = time.perf_counter()
             await services.hub.submit([{"url": f"{base}/p/{n}"} for n in range(pages)],
@@ -425,13 +446,14 @@ def main() -> int:
     parser.add_argument("--profile", type=Path, default=None,
                         help="py-spy profiles of the paced run into this directory.")
     args = parser.parse_args()
-    global KEY, PROFILE
+    global KEY, PROFILE, SITE_PID
     KEY = secrets.token_hex(32) if args.key else None
     PROFILE = args.profile
     only = set(args.only.split(","))
     counts = [int(k) for k in args.agents.split(",")]
     console = Console(width=150)
     site, port = start_site(args.pages)
+    SITE_PID = site.pid
     base = f"http://127.0.0.1:{port}"
     runs: list[Run] = []
     try:
