@@ -325,7 +325,7 @@ async def test_pages_are_recycled_and_a_browser_past_its_quota_is_replaced_and_c
     config = RenderConfig(concurrency=2, recycle_after=2, restart_after=5, timeout=20)
     async with BrowserDownloader(config) as b:
         results = await asyncio.gather(*(b.fetch(f"{pages.url}/seen?{n}") for n in range(12)))
-        assert all(r.ok for r in results)
+        assert all(r.ok for r in results), [(r.outcome, r.error) for r in results if not r.ok]
         stats = b.stats()
         # (the pages in flight when a browser is retired finish on it)
         assert stats["browser/restarts"] >= 2 and stats["browser/launches"] >= 2

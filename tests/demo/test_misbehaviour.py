@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from crawlhub.demo import DemoConfig, DemoError, is_loopback, parse_latency
+from crawlhub.core.hosts import is_loopback
+from crawlhub.demo import DemoConfig, DemoError, parse_latency
 from tests.demo.conftest import serve_demo
 
 

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from crawlhub.config import ConfigError, load_config
-from crawlhub.config.schema import ServerConfig, is_loopback
+from crawlhub.config.schema import ServerConfig
+from crawlhub.core.hosts import is_loopback
 from tests.cli.serving import crawlhub_command
 from tests.servers import free_port
 

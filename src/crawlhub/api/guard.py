@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from crawlhub.config.schema import LOOPBACK_NAMES, is_loopback
+from crawlhub.core.hosts import LOOPBACK_NAMES, is_loopback
 
 log = logging.getLogger("crawlhub.api")
 

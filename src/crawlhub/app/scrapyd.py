@@ -13,8 +13,8 @@ from typing import Any
 import uvicorn
 
 from crawlhub.app.asgi import create_scrapyd_app
-from crawlhub.config.schema import is_loopback
 from crawlhub.core.errors import ConfigError
+from crawlhub.core.hosts import is_loopback
 
 
 class _Follower(uvicorn.Server):

@@ -31,6 +31,7 @@ from crawlhub.core.configtypes import (
     as_dict,
 )
 from crawlhub.core.configtypes import Section as _Section
+from crawlhub.core.hosts import is_loopback
 from crawlhub.core.keys import DEFAULT_PREFIX
 from crawlhub.core.redact import SecretNames, redact_url
 from crawlhub.frontier.config import FrontierConfig
@@ -101,25 +102,6 @@ class StorageConfig(_Section):
 MIN_TOKEN_LENGTH = 16
 #: What a user types to get a good token (said in the errors that ask for one).
 MAKE_TOKEN = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
-#: Names of this machine that a page on another site can never make a browser use for us.
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost``, ``127.0.0.0/8`` and ``::1``: addresses only this machine
-    reaches. Any other name or address (``0.0.0.0``, ``::``, a LAN address, a host name)
-    may be reached from elsewhere."""
-    import ipaddress
-
-    host = host.strip().lower().strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class ServerConfig(_Section):
     bind: str = "127.0.0.1"
     port: int = Field(default=8526, ge=1, le=65535)

@@ -14,7 +14,6 @@ build (:meth:`ProjectStore.credentials`) and the webhook check
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
 import time
@@ -41,6 +40,7 @@ from crawlhub.control.hooks import (
 )
 from crawlhub.control.secrets import Secret, SecretBox
 from crawlhub.core.errors import ConflictError, CrawlhubError, NotFoundError
+from crawlhub.core.hosts import is_loopback
 from crawlhub.core.names import check_name
 from crawlhub.core.redact import redact_url
 
@@ -50,7 +50,6 @@ NAME_RULE = ("1 to 64 letters, digits, '-', '_' or '.', starting with a letter o
 _SCP_RE = re.compile(r"^(?P<user>[A-Za-z0-9._-]+)@(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*):"
                      r"(?P<path>[^\s]+)$")
 _TRANSPORT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
-_LOOPBACK_NAMES = ("localhost",)
 MIN_WEBHOOK_SECRET = 8
 
 
@@ -64,15 +63,6 @@ def _bad_name(what: str) -> Callable[[Any], InvalidProject]:
         shown = name[:80] if isinstance(name, str) else type(name).__name__
         return InvalidProject(f"{what} {shown!r} is not valid: use {NAME_RULE}")
     return error
-
-
-def _loopback(host: str) -> bool:
-    if host.lower() in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def check_git_url(url: str) -> str:
@@ -122,7 +112,7 @@ def check_git_url(url: str) -> str:
                                  " local path")
         if not host or not (host[0].isalnum() or host[0] == "["):
             raise InvalidProject(f"git_url {shown!r} has no valid host")
-        if scheme == "http" and not _loopback(host):
+        if scheme == "http" and not is_loopback(host):
             raise InvalidProject(f"git_url {shown!r}: plain http:// is only taken for a"
                                  " loopback host (credentials would cross the network in"
                                  " clear); use https://")

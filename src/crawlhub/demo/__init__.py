@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import random
 import signal
 import time
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from crawlhub.core.errors import CrawlhubError
+from crawlhub.core.hosts import is_loopback
 
 DEFAULT_PORT = 8600
 
@@ -75,16 +75,6 @@ def parse_latency(text: str) -> tuple[float, float]:
     if low < 0 or high < low:
         raise DemoError(f"latency {text!r}: seconds must be >= 0 and min <= max")
     return low, high
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def create_app(config: DemoConfig | None = None) -> web.Application:
