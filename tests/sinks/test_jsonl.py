@@ -8,6 +8,7 @@ import json
 import os
 import sqlite3
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -63,6 +64,52 @@ async def test_a_tail_left_by_a_crash_mid_batch_is_cut_off_on_open(tmp_path: Pat
     await sink.close()
     assert result.inserted == 1
     assert lines(path) == [{"id": 1}, {"id": 2}]
+
+
+async def test_opening_while_another_writer_is_mid_batch_cuts_none_of_its_lines(
+        tmp_path: Path) -> None:
+    # Two processes on one file: one's batch is appended but not yet committed to the
+    # index when the other checks the file on open. Its lines are not a crash's tail:
+    # the check waits for the batch (the index's write lock) instead of cutting them off.
+    path = tmp_path / "out.jsonl"
+    writer = await open_sink(path)
+    await writer.write_batch([{"id": 1}])
+    appended, go_on = threading.Event(), threading.Event()
+    append = writer._append
+
+    def paused_append(payload: bytes) -> None:  # in the file, the index not committed
+        append(payload)
+        appended.set()
+        go_on.wait(10)
+
+    writer._append = paused_append  # type: ignore[method-assign]
+    other = build_sink({"type": "jsonl", "path": str(path)})
+    assert isinstance(other, JsonlSink)
+    reached, check = threading.Event(), threading.Event()
+    check_file = other._open
+
+    def paused_open(db: sqlite3.Connection) -> None:  # its index open, the file unchecked
+        reached.set()
+        check.wait(10)
+        check_file(db)
+
+    other._open = paused_open  # type: ignore[method-assign]
+    opening = asyncio.ensure_future(other.open())  # the other process starts
+    assert await asyncio.to_thread(reached.wait, 10)
+    batch = asyncio.ensure_future(writer.write_batch([{"id": 2}, {"id": 3}]))
+    assert await asyncio.to_thread(appended.wait, 10)
+    check.set()  # the other checks the file while the batch is in flight
+    await asyncio.sleep(0.3)
+    go_on.set()
+    assert (await batch).inserted == 2
+    await opening
+    result = await other.write_batch([{"id": 3}, {"id": 4}])
+    await writer.close()
+    await other.close()
+    assert (result.inserted, result.skipped) == (1, 1)
+    assert [r["id"] for r in lines(path)] == [1, 2, 3, 4]
+    again = await open_sink(path)  # the file and its index agree
+    await again.close()
 
 
 async def test_lost_index_is_rebuilt_from_the_file(tmp_path: Path) -> None:

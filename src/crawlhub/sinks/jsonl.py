@@ -108,7 +108,20 @@ class JsonlSink:
     # -- blocking parts, run on the index's SQLite thread ------------------------------
 
     def _open(self, db: sqlite3.Connection) -> None:
+        """Check the file against its index (cut a crashed batch's tail, rebuild a lost
+        index) under the index's write lock: a batch holds it from before its append to
+        its commit (``_write``), so a tail past the committed size seen here is a crash's,
+        never the lines of another process's batch in flight."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            self._check(db)
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def _check(self, db: sqlite3.Connection) -> None:
         committed = db.execute("SELECT size FROM meta WHERE id = 1").fetchone()
         if not self.path.exists():
             self.path.touch()
@@ -148,8 +161,8 @@ class JsonlSink:
 
     def _rebuild_index(self, db: sqlite3.Connection, *, drop_legacy: bool = False) -> None:
         """Index the file's lines (an index lost, never committed, or of an older
-        version): the last line of a (kind, key) wins. One transaction, so a kill midway
-        leaves the index as it was and the next open rebuilds again."""
+        version): the last line of a (kind, key) wins. In ``_open``'s transaction, so a
+        kill midway leaves the index as it was and the next open rebuilds again."""
         hashes: dict[tuple[str, str], str] = {}
         good = 0
         with open(self.path, "rb") as f:
@@ -174,14 +187,12 @@ class JsonlSink:
                 good += len(line)
         if good < self.path.stat().st_size:
             os.truncate(self.path, good)
-        db.execute("BEGIN IMMEDIATE")
         if drop_legacy:
             db.execute("DROP TABLE entries")
         db.execute("DELETE FROM keyed")
         db.executemany("INSERT INTO keyed (kind, key, hash) VALUES (?, ?, ?)",
                        [(kind, key, h) for (kind, key), h in hashes.items()])
         db.execute("INSERT OR REPLACE INTO meta (id, size) VALUES (1, ?)", (good,))
-        db.execute("COMMIT")
         log.info("sink %s: rebuilt index of %d keys from %s", self.name, len(hashes), self.path)
 
     def _write(self, db: sqlite3.Connection, batch: PreparedBatch) -> BatchResult:
