@@ -71,6 +71,7 @@ class Pages(_Server):
         self.app.router.add_get("/logout", self.logout)
         self.app.router.add_get("/whoami", self.whoami)
         self.app.router.add_get("/seen", self.seen)
+        self.app.router.add_get("/agent", self.agent)
 
     async def media(self, request: web.Request) -> web.Response:
         return _html("media", '<img src="/asset/a.png">'
@@ -109,6 +110,13 @@ class Pages(_Server):
     async def seen(self, request: web.Request) -> web.Response:
         got = ";".join(f"{k}={v}" for k, v in sorted(request.cookies.items()))
         return _html("seen", f'<p id="got">{got}</p>')
+
+    async def agent(self, request: web.Request) -> web.Response:
+        """Shows the User-Agent and the X-Team header it got, with the cookies."""
+        got = ";".join(f"{k}={v}" for k, v in sorted(request.cookies.items()))
+        return _html("agent", f'<p id="ua">{request.headers.get("User-Agent")}</p>'
+                              f'<p id="team">{request.headers.get("X-Team")}</p>'
+                              f'<p id="got">{got}</p>')
 
 
 def _html(title: str, body: str) -> web.Response:
@@ -259,6 +267,49 @@ async def test_cookies_go_from_the_http_session_to_the_browser_and_back(
     assert b'<p id="got">js=set-by-script;srv=set-by-header</p>' in out.body
 
 
+@module_loop
+async def test_jobs_with_downloaders_of_their_own_share_one_browser_and_keep_their_own(
+        pages: Pages) -> None:
+    # The download center's agent gives each job a downloader of its own (the job's
+    # headers, cookie jar, size limit): one browser renders for all of them, each job in
+    # a context with its downloader's headers and cookies, and a job that is over
+    # (forget) leaves no context behind.
+    require_browser()
+    before = set(chromium_browsers())
+    from crawlhub.agents.config import DownloaderConfig
+
+    a = Downloader(DownloaderConfig(headers={"User-Agent": "team-a/1", "X-Team": "a"}))
+    b = Downloader(DownloaderConfig(headers={"User-Agent": "team-b/2", "X-Team": "b"}))
+    tiny = Downloader(DownloaderConfig(max_size=100))
+    async with a, b, tiny, BrowserDownloader(RenderConfig(concurrency=2, timeout=20)) as pool:
+        assert (await a.fetch(f"{pages.url}/login", job="j")).ok  # only a's jar has sid
+        got_a, got_b = await asyncio.gather(
+            pool.fetch(f"{pages.url}/agent", job="j", http=a),
+            pool.fetch(f"{pages.url}/agent", job="j", http=b))  # one job name, two owners
+        assert got_a.ok and got_b.ok, (got_a.error, got_b.error)
+        assert b'<p id="ua">team-a/1</p><p id="team">a</p><p id="got">sid=abc123</p>' \
+            in got_a.body
+        assert b'<p id="ua">team-b/2</p><p id="team">b</p><p id="got"></p>' in got_b.body
+        # the size limit is the job's downloader's
+        assert (await pool.fetch(f"{pages.url}/agent", job="t", http=tiny)).outcome \
+            == "too_large"
+        # cookies a page sets go to its own downloader's jar only
+        assert (await pool.fetch(f"{pages.url}/whoami", job="k", http=b)).ok
+        assert b.cookies("k") == {"srv": "set-by-header", "js": "set-by-script"}
+        assert a.cookies("k") == {}
+        stats = pool.stats()
+        # (a context closes with its last page: the 2 pages of the pool made way in turn)
+        assert stats["browser/launches"] == 1 and 1 <= stats["browser/contexts"] <= 2
+        assert len(set(chromium_browsers()) - before) == 1
+        for job, http in (("j", a), ("j", b), ("k", b), ("t", tiny)):
+            await pool.forget(job, http)
+        assert pool.stats()["browser/contexts"] == 0
+        again = await pool.fetch(f"{pages.url}/agent", job="j", http=a)
+        assert b"sid=abc123" in again.body  # the jar is a's: a new context gets it again
+        assert pool.stats()["browser/launches"] == 1
+        assert pool.stats()["browser/contexts"] == 1
+
+
 # ------------------------------------------------------------------- crash and memory
 def chromium_browsers() -> list[int]:
     """This process's Chromium browser processes (not their renderers and helpers)."""
@@ -334,6 +385,23 @@ async def test_pages_are_recycled_and_a_browser_past_its_quota_is_replaced_and_c
         await wait_for(lambda: len(set(chromium_browsers()) - before) == 1,
                        "the replaced browsers to close")
     await wait_for(lambda: not set(chromium_browsers()) - before, "the browser to close")
+
+
+@module_loop
+async def test_a_page_opened_while_its_context_loses_its_last_other_page_is_not_closed(
+        pages: Pages) -> None:
+    # Pages used once each, three at a time in one job's context: a page is often opened
+    # in the context while its last other page is being dropped. The drop must not close
+    # the context under the new page (its navigation failed: "frame was detached", and
+    # the browser was taken for dead and replaced: 1-2 of 60 pages, 3-4 launches).
+    require_browser()
+    config = RenderConfig(concurrency=3, recycle_after=1, timeout=20)
+    async with BrowserDownloader(config) as b:
+        results = await asyncio.gather(*(b.fetch(f"{pages.url}/seen?{n}") for n in range(60)))
+        assert [(r.outcome, r.error) for r in results if not r.ok] == []
+        stats = b.stats()
+        assert (stats["browser/launches"], stats["browser/rerenders"]) == (1, 0)
+        assert stats["browser/pages_recycled"] == 60
 
 
 @module_loop

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,15 +108,29 @@ async def test_a_rendered_crawl_through_the_center_is_rendered_by_its_agents(
                 assert (item["title"], item["price"]) == (js_title(n), js_price(n))
             assert worker.pages == 7
 
+            async def render_by(job: str, page: str, render: dict[str, str]) -> Any:
+                """One render request of a job of its own (allocated, then released)."""
+                client = CenterClient(open_bus(url), job=f"{job}-{uuid.uuid4().hex[:6]}",
+                                      strategy="random", agents=1, timeout=20)
+                await client.open()
+                try:
+                    return await client.fetch(page, render=render)
+                finally:
+                    await client.close()
+
+            # another job renders in the same browser, in a context of its own; the crawl's
+            # job is over (released): none of its pages is left
+            reply = await render_by("two", f"{demo.url}/js/p/2",
+                                    {"wait_for": "#app[data-ready]"})
+            assert reply.ok and js_title(2).encode() in reply.body, reply.error
+            assert worker.browser is not None
+            await wait_for(lambda: worker.browser is not None
+                           and worker.browser.stats()["browser/contexts"] == 0,
+                           "the released jobs' pages to close")
+            assert worker.browser.stats()["browser/launches"] == 1
+
             # a job asking for a wait the browser has no such event for: refused, said why
-            client = CenterClient(open_bus(url), job=f"bad-{uuid.uuid4().hex[:6]}",
-                                  strategy="random", agents=1, timeout=10)
-            await client.open()
-            try:
-                reply = await client.fetch(f"{demo.url}/js/p/1",
-                                           render={"wait_until": "whenever"})
-            finally:
-                await client.close()
+            reply = await render_by("bad", f"{demo.url}/js/p/1", {"wait_until": "whenever"})
             assert not reply.ok and "bad render request" in reply.error
             assert "wait_until" in reply.error
     finally:

@@ -144,7 +144,7 @@ class _Browser:
     #: set when the process is gone (killed, crashed, closed)
     gone: asyncio.Event = field(default_factory=asyncio.Event)
     #: the open context of each job
-    contexts: dict[str, _Context] = field(default_factory=dict)
+    contexts: dict[tuple[str, Downloader | None], _Context] = field(default_factory=dict)
 
     @property
     def alive(self) -> bool:
@@ -158,6 +158,10 @@ class _Context:
     browser: _Browser
     handle: Any
     job: str
+    #: the job's HTTP downloader: its cookie jar, headers and size limit (None: none)
+    http: Downloader | None = None
+    #: the job is over (``forget``): its pages close as their renders end
+    over: bool = False
     #: its pages open, in use or free; it is closed with the last
     pages: int = 0
     #: the job's cookies as the context held them when last looked at (by a page's end
@@ -187,8 +191,11 @@ class BrowserDownloader:
 
     ``cookies`` is the agent's HTTP ``Downloader``: a job's cookie jar is shared with the
     contexts that render the job's pages. ``headers`` (the downloader's, User-Agent
-    included) go with every request of the page. Launch happens on the first ``fetch``
-    (or ``start()``); ``close()`` ends the browser and the Playwright driver.
+    included) go with every request of the page. A job with an HTTP downloader of its
+    own (the download center's agent makes one per job, with the job's options) passes it
+    to ``fetch(..., http=)``: its context takes that one's cookies, headers and size
+    limit, and one browser serves every job. Launch happens on the first ``fetch`` (or
+    ``start()``); ``close()`` ends the browser and the Playwright driver.
     """
 
     def __init__(self, config: RenderConfig | None = None, *,
@@ -199,8 +206,7 @@ class BrowserDownloader:
         self._http = cookies
         if headers is None:
             headers = cookies.config.headers if cookies is not None else {}
-        self._user_agent = str(headers.get("User-Agent") or DEFAULT_USER_AGENT)
-        self._headers = {k: v for k, v in headers.items() if k.lower() != "user-agent"}
+        self._user_agent, self._headers = _agent_and_headers(headers)
         self._max_size = max_size or (cookies.config.max_size if cookies is not None
                                       else 10 * 1024 * 1024)
         self._timeout_ms = config.timeout * 1000
@@ -292,12 +298,13 @@ class BrowserDownloader:
                 await _close(browser.handle)
         return fresh
 
-    async def _slot(self, job: str) -> _Slot:
+    async def _slot(self, job: str, http: Downloader | None) -> _Slot:
         """A free page of ``job``'s context, else a new one (in a new context when the job
         has none); when the pool is full, a free page of another job is closed for it."""
         for i in range(len(self._free) - 1, -1, -1):
             slot = self._free[i]
-            if slot.context.job == job and slot.browser.alive and not slot.browser.retired:
+            if slot.context.job == job and slot.context.http is http \
+                    and slot.browser.alive and not slot.browser.retired:
                 del self._free[i]
                 return slot
         for slot in [s for s in self._free if not s.browser.alive or s.browser.retired]:
@@ -312,7 +319,7 @@ class BrowserDownloader:
             try:
                 # (bounded: a browser that stops answering must not hold the lock, and
                 # with it every render, forever)
-                return await asyncio.wait_for(self._open_page(browser, job),
+                return await asyncio.wait_for(self._open_page(browser, job, http),
                                               self.config.timeout)
             except BaseException as exc:
                 browser.active -= 1
@@ -325,14 +332,23 @@ class BrowserDownloader:
                     self.restarts += 1
                 raise
 
-    async def _open_page(self, browser: _Browser, job: str) -> _Slot:
-        """A new page in ``job``'s context on ``browser`` (the context opened if needed)."""
-        context = browser.contexts.get(job)
+    async def _open_page(self, browser: _Browser, job: str, http: Downloader | None
+                         ) -> _Slot:
+        """A new page in ``job``'s context on ``browser`` (the context opened if needed,
+        with the headers of the job's HTTP downloader ``http``)."""
+        context = browser.contexts.get((job, http))
         if context is None:
+            user_agent, headers = self._user_agent, self._headers
+            if http is not self._http and http is not None:
+                user_agent, headers = _agent_and_headers(http.config.headers)
             handle = await browser.handle.new_context(
-                user_agent=self._user_agent, extra_http_headers=self._headers or None,
+                user_agent=user_agent, extra_http_headers=headers or None,
                 service_workers="block")
-            context = browser.contexts[job] = _Context(browser, handle, job)
+            context = browser.contexts[(job, http)] = _Context(browser, handle, job, http)
+        # Counted before the awaits: the context's last other page, dropped meanwhile
+        # (recycled, or making way), must not close the context under this new one (its
+        # navigation then failed with "frame was detached").
+        context.pages += 1
         page = None
         try:
             page = await context.handle.new_page()
@@ -341,12 +357,12 @@ class BrowserDownloader:
                 await cdp.send("Network.enable")
                 await cdp.send("Network.setBlockedURLs", {"urls": self._blocked})
         except BaseException:
+            context.pages -= 1
             if page is not None:
                 await asyncio.shield(_close(page))
             if context.pages == 0:
                 await asyncio.shield(self._close_context(context))
             raise
-        context.pages += 1
         return _Slot(context, page)
 
     async def _give_back(self, slot: _Slot) -> None:
@@ -357,7 +373,7 @@ class BrowserDownloader:
                 and browser.served >= self.config.restart_after):
             browser.retired = True  # new slots go to a new browser; this one ends empty
             self.restarts += 1
-        if browser.retired or slot.uses >= self.config.recycle_after:
+        if browser.retired or slot.uses >= self.config.recycle_after or slot.context.over:
             await self._drop(slot)
             return
         self._free.append(slot)
@@ -382,8 +398,9 @@ class BrowserDownloader:
             await _close(browser.handle)
 
     async def _close_context(self, context: _Context) -> None:
-        if context.browser.contexts.get(context.job) is context:
-            del context.browser.contexts[context.job]
+        key = (context.job, context.http)
+        if context.browser.contexts.get(key) is context:
+            del context.browser.contexts[key]
         if context.browser.alive:
             await _close(context.handle)
 
@@ -410,17 +427,21 @@ class BrowserDownloader:
 
     # --- fetching -------------------------------------------------------------------
 
-    async def fetch(self, url: str, *, job: str = "", wait: RenderWait | None = None) -> Fetched:
+    async def fetch(self, url: str, *, job: str = "", wait: RenderWait | None = None,
+                    http: Downloader | None = None) -> Fetched:
         """Render ``url`` in ``job``'s cookies, waiting as ``wait`` says (the config's
-        waits when None). Never raises for what the site or the browser does: every end is
-        a ``Fetched`` (``timeout``, ``connection_error``, ``http_error``...)."""
+        waits when None). ``http``: the job's own HTTP downloader (its cookie jar, headers
+        and size limit), when it is not the one this pool was made with. Never raises for
+        what the site or the browser does: every end is a ``Fetched`` (``timeout``,
+        ``connection_error``, ``http_error``...)."""
         wait = wait or self.default_wait
+        http = http or self._http
         async with self._slots:
             tries = self.config.crash_retries + 1
             last = ""
             for attempt in range(1, tries + 1):
                 try:
-                    slot = await self._slot(job)
+                    slot = await self._slot(job, http)
                 except BrowserUnavailable as exc:
                     return self._count(Fetched(url, url, 0, {}, b"", 0.0, None,
                                                CONNECTION_ERROR, attempts=attempt,
@@ -500,10 +521,12 @@ class BrowserDownloader:
             hops += 1
             request = request.redirected_from
         final = response.url
-        if len(body) > self._max_size:
+        limit = self._max_size
+        if slot.context.http is not self._http and slot.context.http is not None:
+            limit = slot.context.http.config.max_size
+        if len(body) > limit:
             return Fetched(url, final, status, _Headers(headers), b"", elapsed, None, TOO_LARGE,
-                           redirects=hops,
-                           error=f"body larger than max_size {self._max_size} bytes")
+                           redirects=hops, error=f"body larger than max_size {limit} bytes")
         outcome = HTTP_ERROR if status >= 400 else SUCCESS
         return Fetched(url, final, status, _Headers(headers), body, elapsed, None, outcome,
                        redirects=hops)
@@ -514,10 +537,11 @@ class BrowserDownloader:
         """Give the job's context what changed in the job's jar since it last looked:
         cookies gone from the jar are cleared, new or changed ones set (cookies a page of
         the context set meanwhile stay: its end puts them in the jar)."""
-        if self._http is None:
+        http = slot.context.http
+        if http is None:
             return
         wanted: dict[tuple[str, str, str], str] = {}
-        for morsel in self._http.cookie_jar(job):
+        for morsel in http.cookie_jar(job):
             domain = str(morsel["domain"]).lstrip(".")
             if domain:
                 wanted[(domain, morsel["path"] or "/", morsel.key)] = morsel.value
@@ -538,7 +562,8 @@ class BrowserDownloader:
 
     async def _cookies_out(self, slot: _Slot, job: str) -> None:
         """Put the cookies the job's pages set (Set-Cookie or script) in the job's jar."""
-        if self._http is None:
+        http = slot.context.http
+        if http is None:
             return
         context = slot.context
         held: dict[tuple[str, str, str], str] = {}
@@ -548,7 +573,7 @@ class BrowserDownloader:
             return
         from yarl import URL
 
-        jar = self._http.cookie_jar(job)
+        jar = http.cookie_jar(job)
         for (domain, path, name), value in held.items():
             if context.cookies.get((domain, path, name)) == value:
                 continue
@@ -559,6 +584,20 @@ class BrowserDownloader:
         context.cookies = held
 
     # --- the rest -------------------------------------------------------------------
+
+    async def forget(self, job: str, http: Downloader | None = None) -> None:
+        """``job`` is over (with ``http``, its own HTTP downloader, as given to ``fetch``):
+        its free pages close now, its pages in use as their renders end, and its context
+        with the last of them."""
+        http = http or self._http
+        browser = self._browser
+        # (out of the table: the job's next page, if any, opens a context of its own)
+        if browser is not None and (context := browser.contexts.pop((job, http), None)):
+            context.over = True
+        mine = [s for s in self._free if s.context.job == job and s.context.http is http]
+        self._free = [s for s in self._free if s not in mine]
+        for slot in mine:
+            await self._drop(slot)
 
     def _count(self, result: Fetched) -> Fetched:
         self.pages += 1
@@ -611,6 +650,12 @@ class _Headers(dict[str, str]):
 
     def __contains__(self, key: object) -> bool:
         return super().__contains__(key.lower() if isinstance(key, str) else key)
+
+
+def _agent_and_headers(headers: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """A downloader's headers as a browser context takes them: the User-Agent apart."""
+    return (str(headers.get("User-Agent") or DEFAULT_USER_AGENT),
+            {k: v for k, v in headers.items() if k.lower() != "user-agent"})
 
 
 def _first_line(exc: BaseException) -> str:

@@ -12,9 +12,12 @@ restart, retrying forever while the broker is down) and serves:
 - ``download``: fetches through the agent's domain gate (per-domain politeness, shared by
   every job) with the job's downloader, extracts with the job's rules, replies to the
   job (body included unless the job asked for extraction only) and acks the command;
-  one with ``render`` is rendered in the job's headless Chromium (``render_config``);
+  one with ``render`` is rendered in the agent's headless Chromium (``render_config``:
+  one browser for every job, each job in a context of its own with its downloader's
+  cookies and headers);
   a command past its ``exp`` is dropped: its job retried or gave up;
-- ``release``: closes the job's downloader and forgets the allocation (file included);
+- ``release``: closes the job's downloader and pages and forgets the allocation (file
+  included);
 - ``allocations``: the center's list of this agent's current jobs after it registered:
   allocations the file kept but the center no longer holds are dropped;
 - ``register`` (the center does not know this agent): registers again; ``exit``: stops.
@@ -75,7 +78,7 @@ _HOP_HEADERS = frozenset(("host", "content-length", "transfer-encoding", "connec
 
 
 class _Job:
-    __slots__ = ("job", "options", "downloader", "browser", "rules", "body", "last_used",
+    __slots__ = ("job", "options", "downloader", "rendered", "rules", "body", "last_used",
                  "active", "allocated")
 
     def __init__(self, job: str, options: dict[str, Any], rules: RuleSets | None,
@@ -83,8 +86,8 @@ class _Job:
         self.job = job
         self.options = options
         self.downloader: Downloader | None = None
-        #: the job's rendering browser (made for its first ``render`` request)
-        self.browser: Any = None
+        #: its downloader has rendered pages in the agent's browser (a context of its own)
+        self.rendered = False
         self.rules = rules
         self.body = body
         self.last_used = time.monotonic()
@@ -144,6 +147,8 @@ class CenterWorker:
         self.labels = labels or {}
         #: how this agent renders a download asking for it (``agent.render``)
         self.render_config = render_config or RenderConfig()
+        #: the browser every job renders in (launched by the first ``render`` request)
+        self.browser: BrowserDownloader | None = None
         self.clock = clock
         self.jobs: dict[str, _Job] = {}
         self.outbox = Outbox(bus, retries=send_retries)
@@ -211,8 +216,20 @@ class CenterWorker:
         entry = self.jobs.pop(job, None)
         if entry is None:
             return False
-        await _close(entry)
+        await self._close(entry)
         return True
+
+    async def _close(self, entry: _Job) -> None:
+        """Close a job's pages in the agent's browser and its downloader (made again on
+        its next download)."""
+        downloader, entry.downloader = entry.downloader, None
+        rendered, entry.rendered = entry.rendered, False
+        try:
+            if rendered and self.browser is not None and downloader is not None:
+                await self.browser.forget(entry.job, downloader)
+        finally:
+            if downloader is not None:
+                await downloader.close()
 
     # ------------------------------------------------------------------ running
     async def run(self, stop: asyncio.Event | None = None) -> None:
@@ -238,7 +255,10 @@ class CenterWorker:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.outbox.drain(), 5.0)
             for entry in self.jobs.values():
-                await _close(entry)
+                await self._close(entry)
+            browser, self.browser = self.browser, None
+            if browser is not None:
+                await browser.close()
 
     async def register(self) -> None:
         from crawlhub import __version__
@@ -320,9 +340,9 @@ class CenterWorker:
         now = time.monotonic()
         closed = 0
         for entry in list(self.jobs.values()):
-            if ((entry.downloader is not None or entry.browser is not None)
+            if (entry.downloader is not None
                     and entry.active == 0 and now - entry.last_used >= self.idle_release):
-                await _close(entry)
+                await self._close(entry)
                 closed += 1
         self.released_idle += closed
         return closed
@@ -379,7 +399,7 @@ class CenterWorker:
         try:
             old = self.jobs.get(job)
             if old is not None:
-                await _close(old)
+                await self._close(old)
             self._install(job, dict(h.get("options") or {}), self.clock())
             self.save()
         except (ConfigError, ValueError) as exc:
@@ -446,11 +466,12 @@ class CenterWorker:
 
                 slot = await gate.acquire(domain_of(url))
             try:
-                if wait is not None:  # rendered in the job's browser (its cookies shared)
-                    if entry.browser is None:
-                        entry.browser = BrowserDownloader(self.render_config,
-                                                          cookies=downloader)
-                    fetched = await entry.browser.fetch(url, job=job, wait=wait)
+                if wait is not None:  # in the job's context of the agent's browser
+                    if self.browser is None:
+                        self.browser = BrowserDownloader(self.render_config)
+                    entry.rendered = True
+                    fetched = await self.browser.fetch(url, job=job, wait=wait,
+                                                       http=downloader)
                 else:
                     fetched = await downloader.fetch(request, job=job)
             finally:
@@ -485,16 +506,6 @@ class CenterWorker:
         return header, (fetched.body if entry.body else b"")
 
 
-async def _close(entry: _Job) -> None:
-    """Close a job's browser and downloader (made again on its next download)."""
-    browser, entry.browser = entry.browser, None
-    downloader, entry.downloader = entry.downloader, None
-    try:
-        if browser is not None:
-            await browser.close()
-    finally:
-        if downloader is not None:
-            await downloader.close()
 
 
 async def _nap(stop: asyncio.Event, seconds: float) -> None:
