@@ -532,7 +532,9 @@ async def test_a_second_spider_on_one_jsonl_item_file_is_refused_naming_the_fix(
     the first one's batch in flight)."""
     items = str(tmp_path / "items.jsonl")
     pipeline = json.dumps({"crawlhub.contrib.scrapy.ItemSink": 900})
-    async with SlowSite(pages=100, delay=0.1) as site:
+    # (a site the first spider is still crawling however long the second takes to start:
+    # both are killed at the end; with 100 pages the first could finish first under load)
+    async with SlowSite(pages=5000, delay=0.2) as site:
         spiders = Spiders(tmp_path, str(tmp_path / "data"), unique_name,
                           CRAWLHUB_ITEMS=items, ITEM_PIPELINES=pipeline)
         try:
