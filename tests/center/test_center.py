@@ -240,6 +240,29 @@ async def test_an_agent_restart_restores_its_allocations_from_its_file(rig: Rig)
         assert "keep" not in again.state_file.read_text()  # type: ignore[union-attr]
 
 
+async def test_a_list_of_jobs_read_before_an_allocation_was_stored_does_not_drop_it(
+        rig: Rig) -> None:
+    # A center reads an agent's jobs for its registration while an allocation to that
+    # agent awaits its acks: the list lacks the job and reaches the agent after the
+    # allocate. The job was dropped and its every download there answered "holds no
+    # allocation" (seen under load in tests/security/test_streams.py). Within its
+    # allocation's window it is kept; past it, a list that lacks a job still drops it.
+    async with Site(pages=10) as site:
+        rig.start_center()
+        worker = rig.start_agent("a0")
+        await rig.live(1)
+        async with rig.client("fresh", strategy="fixed", agents=1) as c:
+            stale = {"kind": "allocations", "jobs": [], "ts": time.time()}
+            await rig.bus().send(agent_channel("a0"), stale)
+            # (the agent's channel is ordered: the list is served before this download)
+            reply = await c.fetch(f"{site.url}/page/1")
+            assert reply.ok, reply.error
+            assert "fresh" in worker.jobs
+            worker.jobs["fresh"].settling = 0.0  # its allocation's window is over
+            await rig.bus().send(agent_channel("a0"), stale)
+            await wait_for(lambda: "fresh" not in worker.jobs, "a job no list holds dropped")
+
+
 async def test_a_dead_agents_requests_go_to_another_and_chained_ones_are_skipped(
         rig: Rig) -> None:
     async with Site(pages=200) as site:

@@ -71,6 +71,9 @@ from crawlhub.fetch.http import Request
 log = logging.getLogger("crawlhub.center.worker")
 
 IDLE_RELEASE = 300.0
+#: Beyond its allocation's window, how long a new job is kept by a list of this agent's
+#: jobs that does not name it (the list's way from the center, the clocks of two hosts)
+SETTLE_GRACE = 10.0
 BEAT_EVERY = 3.0
 SEND_RETRIES = 3
 #: Headers a job may not set on an agent's requests (the agent's connection owns them).
@@ -79,7 +82,7 @@ _HOP_HEADERS = frozenset(("host", "content-length", "transfer-encoding", "connec
 
 class _Job:
     __slots__ = ("job", "options", "downloader", "rendered", "rules", "body", "last_used",
-                 "active", "allocated")
+                 "active", "allocated", "settling")
 
     def __init__(self, job: str, options: dict[str, Any], rules: RuleSets | None,
                  body: bool, allocated: float) -> None:
@@ -93,6 +96,9 @@ class _Job:
         self.last_used = time.monotonic()
         self.active = 0
         self.allocated = allocated
+        #: (monotonic) until when a center's list of this agent's jobs may not know it
+        #: yet: the list was read before the allocation was stored (see "allocations")
+        self.settling = 0.0
 
 
 def job_downloader_config(base: DownloaderConfig, options: dict[str, Any]) -> DownloaderConfig:
@@ -369,8 +375,14 @@ class CenterWorker:
                 if await self._drop(str(h.get("job") or "")):
                     self.save()
             elif kind == "allocations":
+                # A list read while an allocation of this agent was being made (its acks
+                # awaited, not stored yet) lacks that job, and arrives after its
+                # ``allocate``: a job allocated here within its allocation's window is
+                # kept (the center releases it if the allocation failed).
                 current = set(h.get("jobs") or [])
-                dropped = [j for j in list(self.jobs) if j not in current]
+                now = time.monotonic()
+                dropped = [j for j, e in list(self.jobs.items())
+                           if j not in current and e.settling <= now]
                 for job in dropped:
                     await self._drop(job)
                 if dropped:
@@ -400,7 +412,9 @@ class CenterWorker:
             old = self.jobs.get(job)
             if old is not None:
                 await self._close(old)
-            self._install(job, dict(h.get("options") or {}), self.clock())
+            entry = self._install(job, dict(h.get("options") or {}), self.clock())
+            window = float(h.get("exp") or 0) - float(h.get("ts") or h.get("exp") or 0)
+            entry.settling = time.monotonic() + max(0.0, min(window, 3600.0)) + SETTLE_GRACE
             self.save()
         except (ConfigError, ValueError) as exc:
             self.jobs.pop(job, None)
