@@ -27,7 +27,10 @@ What a render costs and how it stays bounded:
   from what the scripts built;
 - cookies are the job's: before a page the job's context gets what changed in the cookie
   jar of the job's HTTP session since it last looked, after it the cookies the pages set
-  go back to that jar - an HTTP login is seen by the browser and the other way round;
+  go back to that jar - an HTTP login is seen by the browser and the other way round; a
+  job with an HTTP downloader of its own (the download center's agents make one per job)
+  has its context made with that downloader's headers, size limit and jar, in the same
+  browser as every other job;
 - a browser that crashes or is killed is replaced, and the pages it was rendering are
   rendered again on the new one (``crash_retries`` times), so no task is lost.
 
