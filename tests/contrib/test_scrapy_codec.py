@@ -133,3 +133,19 @@ def test_keys_remembered_under_the_default_fingerprinter_are_scrapys() -> None:
     for _ in range(2):  # keyed, then remembered
         assert [df.key(r) for r in requests] == [fingerprint(r).hex() for r in requests]
     assert len({df.key(r) for r in requests}) == 4  # headers and meta are not hashed
+
+
+def test_the_stored_form_is_scrapys_to_dict() -> None:
+    """The codec names callbacks from a memo instead of listing the spider's members on
+    every request; what it stores stays exactly ``Request.to_dict``."""
+    spider = S()
+    requests = [
+        scrapy.Request("http://127.0.0.1/a"),
+        scrapy.Request("http://127.0.0.1/b", callback=spider.parse_item, errback=spider.failed,
+                       meta={"m": 1}, priority=3, cb_kwargs={"k": 2}, flags=["x"]),
+        scrapy.FormRequest("http://127.0.0.1/c", formdata={"q": "1"}, callback=spider.parse),
+    ]
+    for request in requests * 2:  # the second time from the memo
+        stored = loads(json.dumps(request_to_data(request, spider)))
+        assert stored == request.to_dict(spider=spider)
+        assert list(stored) == list(request.to_dict(spider=spider))

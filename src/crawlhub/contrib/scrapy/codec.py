@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import weakref
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -75,12 +76,54 @@ def loads(text: str | bytes) -> Any:
     return _dec(json.loads(text))
 
 
+#: Per spider, the name ``Request.to_dict`` gave each method it named (see _as_dict).
+_names: weakref.WeakKeyDictionary[Any, dict[Any, str]] = weakref.WeakKeyDictionary()
+
+
+def _method_name(spider: Spider, func: Any) -> Any:
+    """``to_dict``'s name of callback ``func``: Scrapy finds it by listing every member
+    of the spider (``inspect.getmembers``), the largest cost of an enqueue; the answer is
+    remembered per spider and function."""
+    if not callable(func):
+        return func
+    names = _names.get(spider)
+    if names is None:
+        names = _names[spider] = {}
+    ident = getattr(func, "__func__", func)
+    name = names.get(ident)
+    if name is None:
+        from scrapy.http.request import _find_method
+
+        name = names[ident] = _find_method(spider, func)
+    return name
+
+
+def _as_dict(request: Request, spider: Spider | None) -> dict[str, Any]:
+    """``request.to_dict(spider=spider)``, its callbacks' names remembered (the same
+    dict: url, callback, errback, headers, then every attribute, then the class)."""
+    if spider is None:
+        return request.to_dict(spider=spider)
+    from scrapy import Request
+
+    data: dict[str, Any] = {
+        "url": request.url,
+        "callback": _method_name(spider, request.callback),
+        "errback": _method_name(spider, request.errback),
+        "headers": dict(request.headers),
+    }
+    for attr in request.attributes:
+        data.setdefault(attr, getattr(request, attr))
+    if type(request) is not Request:
+        data["_class"] = request.__module__ + "." + type(request).__name__
+    return data
+
+
 def request_to_data(request: Request, spider: Spider) -> dict[str, Any]:
     """The JSON-ready form of ``request`` (callbacks by name). Raises
     :class:`Unserializable` naming what cannot travel: a callback that is not a method
     of the spider, or a meta value JSON cannot hold."""
     try:
-        data = request.to_dict(spider=spider)
+        data = _as_dict(request, spider)
     except ValueError as exc:  # a callback that is not a spider method
         raise Unserializable(str(exc)) from None
     try:

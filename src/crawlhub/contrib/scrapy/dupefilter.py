@@ -85,6 +85,7 @@ class DupeFilter:
         self._own: tuple[LoopThread, Frontier] | None = None
         self._settings: CrawlSettings | None = None
         self.attached = False
+        self._counts: tuple[Any, Any] | None = None  # (spider, its stats' inc_value)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> DupeFilter:
@@ -202,6 +203,9 @@ class DupeFilter:
                             " be shown (see DUPEFILTER_DEBUG to show all duplicates)",
                             {"request": request}, extra={"spider": spider})
             self.logdupes = False
-        stats = getattr(getattr(spider, "crawler", None), "stats", None)
-        if stats is not None:
-            stats.inc_value("dupefilter/filtered")
+        counts = self._counts
+        if counts is None or counts[0] is not spider:  # looked up once per spider
+            stats = getattr(getattr(spider, "crawler", None), "stats", None)
+            counts = self._counts = (spider, None if stats is None else stats.inc_value)
+        if counts[1] is not None:
+            counts[1]("dupefilter/filtered")

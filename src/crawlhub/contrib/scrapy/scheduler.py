@@ -94,6 +94,10 @@ CACHE_SHARE = 0.01
 WAIT_LOG_EVERY = 10.0
 #: Seconds ``close`` keeps trying to store what is left before giving up on it.
 CLOSE_TIMEOUT = 30.0
+#: Requests this spider enqueued, kept as they are until it serves them (at most): one
+#: it leases back is served without being rebuilt from its stored copy, as Scrapy's
+#: memory queue serves the request it was given; another spider's is rebuilt.
+LOCAL_MAX = 10_000
 #: Seconds the engine's thread waits for one worker step (a dequeue right after an
 #: enqueue, ``len``) before answering from memory.
 SYNC_TIMEOUT = 5.0
@@ -195,6 +199,8 @@ class Scheduler:
         self._mem = threading.Lock()  # the heap, changed by the worker and the engine
         self._claim_more = 0  # admitted requests that outrank the worst one held
         self._running: dict[Request, Seed] = {}
+        self._local: dict[str, Request] = {}  # by key, see LOCAL_MAX (engine's thread)
+        self._inc: Any = None  # the stats' inc_value, looked up once
         self._failed: set[int] = set()  # ids of running requests whose callback failed
         self._busy = 0  # items the worker took and has not settled yet
         self._left = True  # the crawl owes requests (pending or leased, any spider)
@@ -232,6 +238,7 @@ class Scheduler:
             self._engine_loop = asyncio.get_running_loop()
         except RuntimeError:  # a Twisted reactor of another kind runs the engine
             self._engine_loop = None
+        self._inc = self.stats.inc_value
         self.settings = s = read_settings(self.crawler.settings, spider.name)
         if self._own_df:
             self.df.configure(s)
@@ -407,12 +414,18 @@ class Scheduler:
                             " more unserializable requests will be logged", request, exc,
                             extra={"spider": self.spider})
         seed.key = key
+        if not keep:
+            local = self._local
+            if len(local) >= LOCAL_MAX:
+                del local[next(iter(local))]  # the oldest
+            local[key] = request
         self._outbox.append(_Item(seed, request, keep, ack))
         top = self._outbox_top
         if top is None or seed.priority > top:
             self._outbox_top = seed.priority
-        self.stats.inc_value("scheduler/enqueued/crawlhub")
-        self.stats.inc_value("scheduler/enqueued")
+        inc = self._inc
+        inc("scheduler/enqueued/crawlhub")
+        inc("scheduler/enqueued")
         if len(self._outbox) == 1:
             self._wake(urgent=False)
         return True
@@ -450,20 +463,28 @@ class Scheduler:
             if entry is None:
                 break
             item = entry[3]
+            seed = _seed_of(item)
             if isinstance(item, _Built):
                 request = item.request
-                if item.seed is not None:
-                    self._running[request] = item.seed
-            elif isinstance(item, Seed):
-                built = self._build(item)
+            elif seed is not None:
+                built = self._build(seed)
                 if built is None:
                     continue
                 request = built
-                self._running[request] = item
             else:
                 request = item
-            self.stats.inc_value("scheduler/dequeued/crawlhub")
-            self.stats.inc_value("scheduler/dequeued")
+            if seed is not None:
+                if request in self._running:  # leased again while it runs (a lease ran out)
+                    copy = self._rebuild(seed)
+                    if copy is None:
+                        continue
+                    request = copy
+                self._running[request] = seed
+                if self._local.get(seed.key or "") is request:
+                    del self._local[seed.key or ""]  # served: a lease of it again rebuilds
+            inc = self._inc
+            inc("scheduler/dequeued/crawlhub")
+            inc("scheduler/dequeued")
             if len(self._ready) * 2 < self._prefetch:
                 self._wake()
             self._idle_since = None
@@ -497,6 +518,13 @@ class Scheduler:
     def _build(self, seed: Seed) -> Request | None:
         """(Reactor thread) the request of a leased seed; one that cannot be rebuilt is
         finished as failed."""
+        request = self._local.get(seed.key or "")
+        if request is not None:  # enqueued here and not served yet
+            return request
+        return self._rebuild(seed)
+
+    def _rebuild(self, seed: Seed) -> Request | None:
+        """(Reactor thread) the request of ``seed`` from its stored copy."""
         assert self.spider is not None
         try:
             data = dict(seed.meta["r"])
@@ -513,36 +541,50 @@ class Scheduler:
     def _pop_fair(self) -> list[Any] | None:
         """DownloaderAwarePriorityQueue's choice among the held requests: the download
         slot with the fewest active downloads (then the smallest name), and that slot's
-        best request."""
+        best request. Each held request is built once, its slot found once; while they
+        all share one slot (one site) the choice is the heap's best, taken in O(log n)."""
         downloader = getattr(getattr(self.crawler, "engine", None), "downloader", None)
         if downloader is None or not hasattr(downloader, "get_slot_key"):
             return heapq.heappop(self._ready)
-        best: dict[str, list[Any]] = {}
-        keep = []
-        for entry in self._ready:
+        ready = self._ready
+        lost = False  # a stored request that cannot be rebuilt (finished as failed)
+        slot: str | None = None
+        many = False  # the held requests are in more than one slot
+        for entry in ready:
             item = entry[3]
-            if not isinstance(item, _Built):  # built once, its slot found once
+            if type(item) is not _Built:
                 seed = item if isinstance(item, Seed) else None
                 request = self._build(item) if seed is not None else item
                 if request is None:
+                    entry[3] = None
+                    lost = True
                     continue
                 entry[3] = item = _Built(seed, request, downloader.get_slot_key(request))
-            keep.append(entry)
-            slot = item.slot
-            if slot not in best or entry[:3] < best[slot][:3]:
-                best[slot] = entry
-        self._ready[:] = keep
+            if slot is None:
+                slot = item.slot
+            elif item.slot != slot:
+                many = True
+        if lost:
+            ready[:] = [e for e in ready if e[3] is not None]
+            heapq.heapify(ready)
+        if not ready:
+            return None
+        if not many:
+            return heapq.heappop(ready)
+        best: dict[str, list[Any]] = {}
+        for entry in ready:
+            at = entry[3].slot
+            if at not in best or entry[:3] < best[at][:3]:
+                best[at] = entry
         slots = getattr(downloader, "slots", {})
 
         def load(slot: str) -> tuple[int, str]:
             held = slots.get(slot)
             return (len(held.active) if held is not None else 0, slot)
 
-        if not best:
-            return None
         chosen = best[min(best, key=load)]
-        self._ready.remove(chosen)
-        heapq.heapify(self._ready)
+        ready.remove(chosen)
+        heapq.heapify(ready)
         return chosen
 
     def __len__(self) -> int:
@@ -605,12 +647,16 @@ class Scheduler:
             if now - self._idle_since < s.max_idle:
                 raise DontCloseSpider
 
-    def _log_dupes(self, requests: list[Request]) -> None:
+    def _log_dupes(self, items: list[_Item]) -> None:
         """(Reactor thread) the dupefilter logs and counts each filtered request."""
         spider = self.spider
-        if spider is not None:
-            for request in requests:
-                self.df.log(request, spider)
+        local = self._local
+        for x in items:
+            key = x.seed.key or ""
+            if local.get(key) is x.request:
+                del local[key]
+            if spider is not None:
+                self.df.log(x.request, spider)
 
     def _wake(self, urgent: bool = True) -> None:
         """Have the worker take a step. A wake-up crosses threads (a write to the worker
@@ -832,7 +878,7 @@ class Scheduler:
         worst = self._worst_held()
         for x in items:
             if not flags[id(x)]:
-                dupes.append(x.request)
+                dupes.append(x)
             elif x.keep:
                 kept_now.append(x.request)
             else:
