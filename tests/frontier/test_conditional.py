@@ -475,7 +475,9 @@ async def test_a_fleet_agent_revalidates_the_urls_a_later_segment_hands_it(
         finally:
             await services.close()
 
-    async def agent_until(answers: int) -> None:
+    async def agent_until(answers: int, written: int) -> None:
+        """Run an agent until the site gave ``answers`` answers and the sink holds
+        ``written`` items (it may write more by its end: the counts are checked after)."""
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "crawlhub", "agent", "-c", str(config), "--revalidate", "f",
             "--no-robots", "--sink", yaml.safe_dump({"type": "jsonl", "path": str(out),
@@ -484,17 +486,17 @@ async def test_a_fleet_agent_revalidates_the_urls_a_later_segment_hands_it(
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
         try:
             deadline = time.monotonic() + 90  # bounds a hung test only
-            while site.full + site.not_modified < answers:
+            while site.full + site.not_modified < answers or (
+                    out.read_bytes().count(b"\n") if out.exists() else 0) < written:
                 assert proc.returncode is None, await proc.stderr.read()  # type: ignore[union-attr]
                 assert time.monotonic() < deadline, "the agent did not fetch every page"
                 await asyncio.sleep(0.05)
-            await asyncio.sleep(0.5)  # the last page's item is flushed
         finally:
             proc.send_signal(signal.SIGTERM)
             await asyncio.wait_for(proc.wait(), 30)
 
     assert await submit() == ["routed"] * 40
-    await agent_until(40)
+    await agent_until(40, 40)
     assert site.full == 40 and site.asked.total() == 0  # nothing kept yet: asked plainly
     assert len(items(tmp_path)) == 40
     # the next segment (2 s long): the same URLs are admitted again
@@ -502,12 +504,11 @@ async def test_a_fleet_agent_revalidates_the_urls_a_later_segment_hands_it(
     await asyncio.sleep(max(0.0, segment_end - time.time()) + 0.1)
     site.change(3)
     assert await submit() == ["routed"] * 40
-    await agent_until(80)
+    await agent_until(80, 41)
     assert site.asked["If-None-Match"] == 40 and site.asked["If-Modified-Since"] == 40
     assert site.not_modified == 39 and site.full == 41
     written = items(tmp_path)
     assert len(written) == 41 and written[-1]["title"] == "Page 3 v1"
-
 
 
 def test_revalidating_into_a_frontier_the_config_lacks_is_refused_naming_the_key(

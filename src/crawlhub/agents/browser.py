@@ -163,6 +163,8 @@ class _Context:
     job: str
     #: the job's HTTP downloader: its cookie jar, headers and size limit (None: none)
     http: Downloader | None = None
+    #: the largest body its pages may answer (the job's downloader's ``max_size``)
+    max_size: int = 10 * 1024 * 1024
     #: the job is over (``forget``): its pages close as their renders end
     over: bool = False
     #: its pages open, in use or free; it is closed with the last
@@ -341,13 +343,15 @@ class BrowserDownloader:
         with the headers of the job's HTTP downloader ``http``)."""
         context = browser.contexts.get((job, http))
         if context is None:
-            user_agent, headers = self._user_agent, self._headers
-            if http is not self._http and http is not None:
+            user_agent, headers, max_size = self._user_agent, self._headers, self._max_size
+            if http is not self._http and http is not None:  # a job's downloader of its own
                 user_agent, headers = _agent_and_headers(http.config.headers)
+                max_size = http.config.max_size
             handle = await browser.handle.new_context(
                 user_agent=user_agent, extra_http_headers=headers or None,
                 service_workers="block")
-            context = browser.contexts[(job, http)] = _Context(browser, handle, job, http)
+            context = browser.contexts[(job, http)] = _Context(browser, handle, job, http,
+                                                               max_size=max_size)
         # Counted before the awaits: the context's last other page, dropped meanwhile
         # (recycled, or making way), must not close the context under this new one (its
         # navigation then failed with "frame was detached").
@@ -524,9 +528,7 @@ class BrowserDownloader:
             hops += 1
             request = request.redirected_from
         final = response.url
-        limit = self._max_size
-        if slot.context.http is not self._http and slot.context.http is not None:
-            limit = slot.context.http.config.max_size
+        limit = slot.context.max_size
         if len(body) > limit:
             return Fetched(url, final, status, _Headers(headers), b"", elapsed, None, TOO_LARGE,
                            redirects=hops, error=f"body larger than max_size {limit} bytes")

@@ -413,8 +413,7 @@ class CenterWorker:
             if old is not None:
                 await self._close(old)
             entry = self._install(job, dict(h.get("options") or {}), self.clock())
-            window = float(h.get("exp") or 0) - float(h.get("ts") or h.get("exp") or 0)
-            entry.settling = time.monotonic() + max(0.0, min(window, 3600.0)) + SETTLE_GRACE
+            entry.settling = time.monotonic() + _window(h) + SETTLE_GRACE
             self.save()
         except (ConfigError, ValueError) as exc:
             self.jobs.pop(job, None)
@@ -520,6 +519,13 @@ class CenterWorker:
         return header, (fetched.body if entry.body else b"")
 
 
+def _window(h: dict[str, Any]) -> float:
+    """An ``allocate``'s window, ``exp - ts`` (both the center's clock): how long it may
+    wait for its acks, 0 to 3600 s; 0 when either is missing or not a number."""
+    try:
+        return max(0.0, min(float(h["exp"]) - float(h["ts"]), 3600.0))
+    except (KeyError, TypeError, ValueError):
+        return 0.0
 
 
 async def _nap(stop: asyncio.Event, seconds: float) -> None:

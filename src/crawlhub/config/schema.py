@@ -102,6 +102,8 @@ class StorageConfig(_Section):
 MIN_TOKEN_LENGTH = 16
 #: What a user types to get a good token (said in the errors that ask for one).
 MAKE_TOKEN = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+
+
 class ServerConfig(_Section):
     bind: str = "127.0.0.1"
     port: int = Field(default=8526, ge=1, le=65535)

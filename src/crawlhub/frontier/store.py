@@ -100,9 +100,9 @@ class SeedStore(Protocol):
     async def finish(
         self, done: Sequence[tuple[Seed, Outcome]], now: float, ready_at: float
     ) -> list[bool]:
-        """Per (seed, outcome), in one transaction: ok -> done, failed -> failed (both
-        archived), retry -> pending from ``ready_at``. Only a pending or leased seed
-        changes; returns whether each did."""
+        """Per (seed, outcome), in one transaction (on Redis, one script per 1000 seeds):
+        ok -> done, failed -> failed (both archived), retry -> pending from ``ready_at``.
+        Only a pending or leased seed changes; returns whether each did."""
         ...
 
     async def next_due(self, now: float) -> float | None:

@@ -211,9 +211,9 @@ class ItemSink:
         self.stats.set_value("item_sink/batches", self.batches)
 
     def _lock_file(self) -> None:
-        """A JSON lines file takes one writing process: a second spider on it would cut
-        off the first one's batch in flight when it opens. Refuse it, naming the fix (the
-        lock goes with the process, also when it is killed)."""
+        """A JSON lines file is one spider's output: spiders that share their items write
+        them to SQLite or PostgreSQL. A second spider on the file is refused, naming the
+        fix (the lock goes with the process, also when it is killed)."""
         import fcntl
 
         path = Path(getattr(self.sink, "path", None) or "items.jsonl")  # the file written
