@@ -11,17 +11,23 @@ fetches all N once, no link following, on one Redis:
 - **paced**: the same center with 2 agents, the job sending at a steady 1,000 requests/s:
   the latency the center adds per request at that rate (reply time at the job minus the
   agent's own download time: the hops job -> center -> agent -> job);
-- **floor** (with paced): the same hops and fetches at the same rate with nothing of
-  crawlhub (``bench/center_floor.py``: bare redis-py and aiohttp, one pipeline per batch
-  each way, no JSON, signatures or downloader) - in the same run, what the paced row
-  could be at best on this machine now; the paced row's note gives each process's CPU
-  per request;
+- **floor**: the same hops and fetches with nothing of crawlhub
+  (``bench/center_floor.py``: a job, a relay and K workers as bare redis-py and aiohttp,
+  one pipeline per batch each way, no JSON, signatures or downloader), in the same run:
+  at full rate with K workers for each ``--agents`` K, as many requests in flight as
+  the center row's job (WINDOW x 64 x K) and the same pages - the most a relay with the
+  center's hops gets on this machine now, as a ratio to the queue row (at >= 1.00 the
+  center's target is reachable here; below it, not by any relay with those hops); and
+  paced at 1,000/s with 2 workers - what the paced row could be at best. The notes of
+  the queue, center, paced and full-rate floor rows give each process's CPU per request;
 - **Scrapy**: a plain Scrapy spider fetching the N URLs, then the same spider with
   ``crawlhub.contrib.scrapy.center.CenterDownloadHandler`` (2 agents), no spider change.
 
 Targets (issue 24): the center adds < 2 ms p50 and < 10 ms p99 per request at 1,000
 requests/s with 2 agents; center throughput >= 1x the queue path with the same agents;
-Scrapy through the center is at least as fast as plain Scrapy.
+Scrapy through the center is at least as fast as plain Scrapy. The table's "target"
+column gives each row's target beside its figure, met or not (a full-rate floor row:
+whether the center's >= 1x is reachable here).
 
 ``--key`` signs every message (``center.key``, HMAC-SHA256), as a secured deployment
 does; the table's title says whether the run was signed, and a line gives the cost of
@@ -290,6 +296,31 @@ def floor_run(base: str, pages: int, redis_url: str, rate: float) -> Run:
                seconds, lat, note="no crawlhub: the best the paced row can be")
 
 
+def floor_rate_run(base: str, pages: int, agents: int, redis_url: str) -> Run:
+    """The center row's hops and fetches at full rate as bare redis-py and aiohttp
+    (``bench/center_floor.py``): a relay and K workers, the job here keeping as many
+    requests in flight as the center row's (WINDOW x 64 x K) - its requests/s is the
+    most a relay with the center's hops gets on this machine."""
+    from center_floor import run
+
+    before: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+
+    def probe(procs: dict[str, list[int]]) -> None:
+        pids: dict[str, Any] = {**procs, "job": os.getpid(), **_shared(redis_url)}
+        now = {k: _cpu(v) for k, v in pids.items()}
+        if before:
+            cpu.update({k: (now[k] - before[k]) * 1000 / pages for k in now})
+        else:
+            before.update(now)
+
+    lat, seconds = run(redis_url, pages, 0.0, base, workers=agents,
+                       window=WINDOW * CONCURRENCY * agents, probe=probe)
+    return Run(f"floor: bare relay, {agents} agent{'s' if agents > 1 else ''}, full rate",
+               pages, seconds, lat, note="no crawlhub: the most the center's hops get here; "
+               + _cpu_note(cpu, seconds, pages))
+
+
 def _spy(cluster: Cluster, rate: float, pages: int) -> list[subprocess.Popen[bytes]]:
     """py-spy on the center, the first agent and this process for the paced run."""
     assert PROFILE is not None
@@ -418,21 +449,34 @@ def table(runs: list[Run], pages: int) -> Table:
     t = Table(title=f"download center: {pages:,} pages of ~2 KB from a local site, one Redis;"
                     f" messages {'signed' if KEY else 'NOT signed'}; load average"
                     f" {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores",
-              caption="targets: paced 1,000/s with 2 agents: added p50 < 2 ms, p99 < 10 ms;"
-                      " center >= 1.00 x queue (same agents)")
-    for name in ("run", "requests/s", "x queue (same agents)", "added p50 ms", "added p99 ms",
-                 "note"):
-        t.add_column(name, justify="left" if name in ("run", "note") else "right")
+              caption="targets (issue 24): paced 1,000/s with 2 agents: added p50 < 2 ms,"
+                      " p99 < 10 ms; center >= 1.00 x queue (same agents); Scrapy through"
+                      " the center >= 1.00 x Scrapy alone. A full-rate floor row (no"
+                      " crawlhub, the center's hops) at >= 1.00 x queue says the center's"
+                      " target is reachable on this machine; below, that no relay with"
+                      " those hops reaches it here")
+    for name in ("run", "requests/s", "x queue (same agents)", "target", "added p50 ms",
+                 "added p99 ms", "note"):
+        t.add_column(name, justify="left" if name in ("run", "target", "note") else "right")
     queues = {r.name.split(", ")[1]: r.rate for r in runs if r.name.startswith("queue")}
     scrapy = next((r.rate for r in runs if r.name == "Scrapy alone"), 0.0)
     for r in runs:
-        ratio = ""
-        if r.name.startswith("center, ") and "paced" not in r.name:
+        ratio = target = ""
+        full = r.name.startswith("floor: bare relay") and r.name.endswith("full rate")
+        if (r.name.startswith("center, ") and "paced" not in r.name) or full:
             base = queues.get(r.name.split(", ")[1])
             ratio = f"{r.rate / base:.2f}" if base else ""
+            if base:
+                met = r.rate / base >= 1.0
+                target = (f">= 1.00: {'met' if met else 'NOT met'}" if not full else
+                          f">= 1.00: {'reachable' if met else 'NOT reachable'}")
+        if r.name.startswith("center, ") and "paced" in r.name and r.added:
+            met = float(r.pct(0.50)) < 2.0 and float(r.pct(0.99)) < 10.0
+            target = f"p50 < 2, p99 < 10: {'met' if met else 'NOT met'}"
         if r.name.startswith("Scrapy through") and scrapy:
             ratio = f"{r.rate / scrapy:.2f} x Scrapy alone"
-        t.add_row(r.name, f"{r.rate:,.0f}", ratio, r.pct(0.50), r.pct(0.99), r.note)
+            target = f">= 1.00: {'met' if r.rate / scrapy >= 1.0 else 'NOT met'}"
+        t.add_row(r.name, f"{r.rate:,.0f}", ratio, target, r.pct(0.50), r.pct(0.99), r.note)
     return t
 
 
@@ -465,6 +509,9 @@ def main() -> int:
                     console.print(f"{runs[-1].name}: {runs[-1].rate:,.0f}/s")
                 if "center" in only:
                     runs.append(center_run(base, args.pages, k, args.redis, work))
+                    console.print(f"{runs[-1].name}: {runs[-1].rate:,.0f}/s")
+                if "floor" in only:
+                    runs.append(floor_rate_run(base, args.pages, k, args.redis))
                     console.print(f"{runs[-1].name}: {runs[-1].rate:,.0f}/s")
             if "paced" in only:
                 runs.append(center_run(base, args.pages, 2, args.redis, work, rate=1000.0))

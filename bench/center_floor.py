@@ -1,4 +1,5 @@
-"""The floor of ``bench/center.py``'s paced row: the same hops with nothing of crawlhub.
+"""The floor of ``bench/center.py``'s paced and throughput rows: the same hops with nothing
+of crawlhub.
 
 A job sends one message per request (a URL) to a relay (Redis Streams, XADD), the relay
 passes it to one of two workers, the worker fetches the URL (one aiohttp session) and
@@ -11,8 +12,15 @@ center's could be at best: the cost of the processes waking in turn on the cores
 share, and of the Redis round trips between. Without ``--site`` the workers answer at
 once (no fetch).
 
-Run by ``bench/center.py`` (row "floor: ..."); alone: ``python bench/center_floor.py job
-[--pages 3000] [--rate 1000] [--redis URL]``.
+At full rate (``--rate 0``) the job keeps ``--window`` requests in flight (each of that
+many senders sends its next request when its last one's reply is back, as the center
+row's job does), K workers (``--workers``) fetch pages ``/p/0`` .. ``/p/N-1``, and the
+run's requests/s is the most a relay with the center's hops gets on this machine: the
+floor of the center's throughput rows (K agents).
+
+Run by ``bench/center.py`` (rows "floor: ..."); alone: ``python bench/center_floor.py job
+[--pages 3000] [--rate 1000 | --rate 0 [--workers 2] [--window 256]] [--site URL]
+[--redis URL]``.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ async def _group(r: Any, key: str) -> None:
         await r.xgroup_create(key, GROUP, id="0", mkstream=True)
 
 
-async def relay(url: str, prefix: str) -> None:
+async def relay(url: str, prefix: str, workers: int = 2) -> None:
     import redis.asyncio as aioredis
 
     r = aioredis.Redis.from_url(url)
@@ -58,11 +66,12 @@ async def relay(url: str, prefix: str) -> None:
             for mid, fields in entries:
                 if fields.get(b"h") == b"stop":
                     return
-                out.append((f"{prefix}w{random.randrange(2)}", fields))
+                out.append((f"{prefix}w{random.randrange(workers)}", fields))
                 done.append(mid)
 
 
-async def worker(url: str, prefix: str, n: int, site: str) -> None:
+async def worker(url: str, prefix: str, n: int, site: str, mod: int = 1000) -> None:
+    """Worker ``n``: fetches ``/p/<request % mod>`` of ``site`` for each request."""
     import aiohttp
     import redis.asyncio as aioredis
 
@@ -88,7 +97,7 @@ async def worker(url: str, prefix: str, n: int, site: str) -> None:
         elapsed = 0.0
         if site:
             t = time.perf_counter()
-            async with session.get(f"{site}/p/{int(fields[b'h']) % 1000}") as resp:
+            async with session.get(f"{site}/p/{int(fields[b'h']) % mod}") as resp:
                 await resp.read()
             elapsed = time.perf_counter() - t
         replies.append((mid, {"h": fields[b"h"], "e": repr(elapsed)}))
@@ -105,9 +114,12 @@ async def worker(url: str, prefix: str, n: int, site: str) -> None:
                 task.add_done_callback(tasks.discard)
 
 
-async def job(url: str, prefix: str, pages: int, rate: float) -> tuple[list[float], float]:
-    """The paced job: each request's round trip in seconds (after 200 sent one by one),
-    and the seconds the paced requests took."""
+async def job(url: str, prefix: str, pages: int, rate: float, window: int = 0,
+              mark: Callable[[], None] | None = None) -> tuple[list[float], float]:
+    """The paced job (or with ``rate`` 0 the full-rate one, ``window`` requests in
+    flight): each request's round trip in seconds (after 200 sent one by one), and the
+    seconds the timed requests took. ``mark()`` is called as the timing starts and as it
+    ends."""
     import redis.asyncio as aioredis
 
     r = aioredis.Redis.from_url(url)
@@ -159,9 +171,16 @@ async def job(url: str, prefix: str, pages: int, rate: float) -> tuple[list[floa
         for i in range(200):
             await one(-1 - i)
         lat.clear()
+        if mark is not None:
+            mark()
         start = time.perf_counter()
-        await paced(pages, rate, one)
+        if rate:
+            await paced(pages, rate, one)
+        else:
+            await full(pages, window, one)
         seconds = time.perf_counter() - start
+        if mark is not None:
+            mark()
         await r.xadd(prefix + "req", {"h": "stop"})
     finally:
         task.cancel()
@@ -170,6 +189,17 @@ async def job(url: str, prefix: str, pages: int, rate: float) -> tuple[list[floa
         await r.aclose()
     return lat, seconds
 
+
+async def full(n: int, window: int, one: Callable[[int], Awaitable[None]]) -> None:
+    """``one(0)`` ... ``one(n - 1)`` by ``window`` senders, each starting its next when
+    its last is done (``window`` in flight, as the center row's job keeps them)."""
+    todo = iter(range(n))
+
+    async def sender() -> None:
+        for i in todo:
+            await one(i)
+
+    await asyncio.gather(*[sender() for _ in range(window)])
 
 
 async def paced(n: int, rate: float, one: Callable[[int], Awaitable[None]]) -> None:
@@ -185,17 +215,28 @@ async def paced(n: int, rate: float, one: Callable[[int], Awaitable[None]]) -> N
     await asyncio.gather(*tasks)
 
 
-def run(url: str, pages: int, rate: float, site: str = "") -> tuple[list[float], float]:
-    """Start the relay and two workers, run the paced job here; the round trips minus
-    the fetches (s) and the paced run's seconds."""
+def run(url: str, pages: int, rate: float, site: str = "", *, workers: int = 2,
+        window: int = 0,
+        probe: Callable[[dict[str, list[int]]], None] | None = None,
+        ) -> tuple[list[float], float]:
+    """Start the relay and ``workers`` workers, run the job here (paced at ``rate``/s,
+    or with ``rate`` 0 at full rate with ``window`` in flight, the workers then fetching
+    ``/p/0`` .. ``/p/pages-1``); the round trips minus the fetches (s) and the timed
+    run's seconds. ``probe`` gets the processes' ids ({"relay": [...], "workers": [...]})
+    as the timing starts and as it ends."""
     prefix = f"bench-floor-{uuid.uuid4().hex[:8]}:"
+    mod = 1000 if rate else pages
+    roles = ["relay"] + [f"w{n}" for n in range(workers)]
     procs = [subprocess.Popen([sys.executable, __file__, role, "--redis", url,
-                               "--prefix", prefix, "--site", site],
+                               "--prefix", prefix, "--site", site,
+                               "--workers", str(workers), "--mod", str(mod)],
                               stderr=subprocess.DEVNULL)
-             for role in ("relay", "w0", "w1")]
+             for role in roles]
+    pids = {"relay": [procs[0].pid], "workers": [p.pid for p in procs[1:]]}
+    mark = None if probe is None else (lambda: probe(pids))
     try:
         time.sleep(1.0)
-        return asyncio.run(job(url, prefix, pages, rate))
+        return asyncio.run(job(url, prefix, pages, rate, window, mark))
     finally:
         for p in procs:
             p.kill()
@@ -203,27 +244,41 @@ def run(url: str, pages: int, rate: float, site: str = "") -> tuple[list[float],
         import redis
 
         client = redis.Redis.from_url(url)
-        client.delete(*[prefix + k for k in ("req", "job", "w0", "w1")])
+        client.delete(*[prefix + k for k in ("req", "job", *roles[1:])])
         client.close()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("role", choices=["job", "relay", "w0", "w1"])
+    parser.add_argument("role", help="job, relay, or w<n> (worker n)")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--prefix", default="")
     parser.add_argument("--pages", type=int, default=3000)
-    parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--rate", type=float, default=1000.0,
+                        help="Requests/s of the paced job; 0: full rate (--window).")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--window", type=int, default=0,
+                        help="Full rate: requests in flight (default 2 x 64 x workers).")
+    parser.add_argument("--mod", type=int, default=1000,
+                        help="A worker fetches /p/<request %% mod>.")
     parser.add_argument("--site", default="", help="The site's base URL (pages /p/<n>).")
     args = parser.parse_args()
     if args.role == "relay":
-        asyncio.run(relay(args.redis, args.prefix))
-    elif args.role in ("w0", "w1"):
-        asyncio.run(worker(args.redis, args.prefix, int(args.role[1]), args.site))
-    else:
-        lat = sorted(run(args.redis, args.pages, args.rate, args.site)[0])
+        asyncio.run(relay(args.redis, args.prefix, args.workers))
+    elif args.role[:1] == "w" and args.role[1:].isdigit():
+        asyncio.run(worker(args.redis, args.prefix, int(args.role[1:]), args.site, args.mod))
+    elif args.role == "job":
+        window = args.window or 2 * 64 * args.workers
+        lat, seconds = run(args.redis, args.pages, args.rate, args.site,
+                           workers=args.workers, window=window)
+        lat.sort()
         pct = {q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000 for q in (0.5, 0.99)}
-        print(f"floor, paced {args.rate:,.0f}/s: p50 {pct[0.5]:.2f} ms, p99 {pct[0.99]:.2f} ms")
+        what = (f"paced {args.rate:,.0f}/s:" if args.rate else
+                f"full rate, {args.workers} workers, {window} in flight:"
+                f" {args.pages / seconds:,.0f}/s,")
+        print(f"floor, {what} p50 {pct[0.5]:.2f} ms, p99 {pct[0.99]:.2f} ms")
+    else:
+        parser.error(f"unknown role {args.role!r}")
     return 0
 
 
