@@ -18,11 +18,32 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+#: Ports tests hand to the servers they start: below Linux's ephemeral range
+#: (32768-60999), where the kernel picks the local port of every outgoing connection and
+#: of ``bind(0)``. A port taken from that range and closed could be given to another
+#: test's client connection before the server binds it ("address already in use").
+PORTS = range(20000, 32000)
+_next = [0]
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port of 127.0.0.1 that nothing listens on and no outgoing connection will take:
+    each pytest-xdist worker walks its own slice of PORTS in turn (a port comes round
+    again only after the rest of the slice) and skips a port that cannot be bound now."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    span = len(PORTS) // 16
+    start = PORTS.start + (index % 16) * span
+    for _ in range(span):
+        port = start + _next[0] % span
+        _next[0] += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port left in {start}-{start + span - 1}")
 
 
 @contextmanager
