@@ -85,3 +85,46 @@ def test_a_snapshot_drops_files_of_segments_no_longer_held(tmp_path: Path) -> No
     save_snapshot(tmp_path, {1: ScalableBloom(10, 0.1), 2: ScalableBloom(10, 0.1)}, 1)
     save_snapshot(tmp_path, {2: ScalableBloom(10, 0.1)}, 2)
     assert sorted(p.name for p in tmp_path.glob("*.bloom")) == ["segment-2.bloom"]
+
+
+def test_a_filter_read_on_one_thread_while_another_adds_answers_every_read() -> None:
+    """The SQLite store adds to its filters on its database thread and reads them on the
+    event loop: rbloom runs the (Python) hash function inside its add, so the other
+    thread could read a layer mid-add ("RuntimeError: Already mutably borrowed", a 500 on
+    POST /task/ under load) unless every use of the filter takes its lock."""
+    import threading
+
+    bloom = ScalableBloom(1000, 0.01)  # small: it grows (new layers) while read
+    hashes = [stable_hash(f"k{i}") for i in range(20_000)]
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def writer() -> None:
+        try:
+            for h in hashes:
+                bloom.add(h)
+            bloom.to_bytes()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            done.set()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        thread = threading.Thread(target=writer)
+        thread.start()
+        reads = 0
+        while not done.is_set():
+            for h in hashes[:50]:
+                try:
+                    _ = h in bloom
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    errors.append(exc)
+            reads += 50
+            _ = bloom.nbytes
+        thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, f"{len(errors)} failed uses, the first: {errors[0]!r} ({reads} reads)"
+    assert all(h in bloom for h in hashes)

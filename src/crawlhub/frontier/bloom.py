@@ -15,6 +15,7 @@ import json
 import math
 import os
 import struct
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,7 +85,12 @@ def _identity(h: int) -> int:
 
 
 class ScalableBloom:
-    """An in-process scalable bloom filter over stable 128-bit hashes (rbloom layers)."""
+    """An in-process scalable bloom filter over stable 128-bit hashes (rbloom layers).
+
+    Safe to share between threads (the SQLite store adds on its database thread and
+    reads on the event loop): every use takes the filter's lock. rbloom calls the
+    (Python) hash function inside its ``add``, where the interpreter may switch threads,
+    and a layer used by another thread meanwhile raises "Already mutably borrowed"."""
 
     def __init__(self, expected_items: int, fp_rate: float) -> None:
         self.expected_items = expected_items
@@ -92,6 +98,7 @@ class ScalableBloom:
         self._layers: list[rbloom.Bloom] = []
         self._plan: list[Layer] = []
         self.counts: list[int] = []
+        self._lock = threading.Lock()
         self._grow()
 
     def _grow(self) -> None:
@@ -102,14 +109,18 @@ class ScalableBloom:
 
     def __contains__(self, h: int) -> bool:
         s = h - _SIGN
-        for layer in self._layers:
-            if s in layer:
-                return True
+        with self._lock:
+            for layer in self._layers:
+                if s in layer:
+                    return True
         return False
 
     def add(self, h: int) -> bool:
         """Add the hash ``h``; True when it was not (probably) present before."""
-        s = h - _SIGN
+        with self._lock:
+            return self._add(h - _SIGN)
+
+    def _add(self, s: int) -> bool:
         for layer in self._layers:
             if s in layer:
                 return False
@@ -120,7 +131,8 @@ class ScalableBloom:
         return True
 
     def add_many(self, hashes: Iterable[int]) -> int:
-        return sum(self.add(h) for h in hashes)
+        with self._lock:
+            return sum(self._add(h - _SIGN) for h in hashes)
 
     @property
     def layers(self) -> int:
@@ -133,15 +145,18 @@ class ScalableBloom:
     @property
     def nbytes(self) -> int:
         """Bytes of the bit arrays (what the filter costs in memory and on disk)."""
-        return sum(layer.size_in_bits // 8 for layer in self._layers)
+        with self._lock:
+            return sum(layer.size_in_bits // 8 for layer in self._layers)
 
     def to_bytes(self) -> bytes:
-        blobs = [layer.save_bytes() for layer in self._layers]
+        with self._lock:  # the layers and their counts as of one moment
+            blobs = [layer.save_bytes() for layer in self._layers]
+            counts = list(self.counts)
         header = json.dumps(
             {
                 "expected_items": self.expected_items,
                 "fp_rate": self.fp_rate,
-                "counts": self.counts,
+                "counts": counts,
                 "sizes": [len(b) for b in blobs],
             }
         ).encode()
@@ -160,6 +175,7 @@ class ScalableBloom:
         bloom.expected_items = int(header["expected_items"])
         bloom.fp_rate = float(header["fp_rate"])
         bloom.counts = [int(c) for c in header["counts"]]
+        bloom._lock = threading.Lock()
         bloom._layers = []
         for n in header["sizes"]:
             bloom._layers.append(rbloom.Bloom.load_bytes(data[pos : pos + n], _identity))
