@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from crawlhub.core import jsoncodec
 from crawlhub.core.errors import FrontierError
 
 #: How a dispatched seed ended: archived as done or failed, or returned to pending.
@@ -119,7 +120,8 @@ class Seed:
     def decode(cls, data: str | bytes, **frontier_fields: Any) -> Seed:
         """The seed ``encode`` stored, with ``frontier_fields`` (key, segment, ...) set."""
         text = data.decode() if isinstance(data, bytes) else data
-        seed = cls.from_mapping(json.loads(text)) if text.startswith("{") else cls(text)
+        # (orjson, with the standard library's reading where it differs: the same values)
+        seed = cls.from_mapping(jsoncodec.loads(text)) if text.startswith("{") else cls(text)
         for name, value in frontier_fields.items():
             setattr(seed, name, value)
         return seed
