@@ -200,6 +200,27 @@ async def test_a_stream_no_collector_reads_holds_the_producers_lines_never_trims
         await collector.close()
 
 
+async def test_producers_side_by_side_never_take_the_stream_past_its_bound(
+        redis_url: str, stream: str, line: MakeLine) -> None:
+    """The length check and the append are one step: ten producers sending at once into
+    a stream bounded at 3 leave exactly 3 batches there, the others keep their lines."""
+    producers = [RedisTransport(redis_client(redis_url, name=f"test producer {i}"), stream,
+                                batch=1, maxlen=3) for i in range(10)]
+    try:
+        for i, producer in enumerate(producers):
+            producer.put([line(f"p{i}", run="r1")])
+        outcomes = await asyncio.gather(*(p.flush() for p in producers),
+                                         return_exceptions=True)
+        full = [o for o in outcomes if isinstance(o, StreamFull)]
+        assert len(full) == 7, outcomes
+        assert [o for o in outcomes if o is not None and o not in full] == []
+        assert await producers[0].client.xlen(stream) == 3
+        assert sum(p.stats()["buffered"] for p in producers) == 7  # kept, not dropped
+    finally:
+        for producer in producers:
+            await producer.close()
+
+
 async def _read_then_die(collector: LogCollector, gate: Gate) -> None:
     task = asyncio.create_task(collector.step())
     await asyncio.wait_for(gate.entered.wait(), 5)

@@ -351,11 +351,23 @@ def decode_batch(text: str | bytes) -> list[LogLine]:
     return lines
 
 
+#: Append a batch unless the stream holds ARGV[1] entries already: its length before,
+#: negated (-1 - length) when it was full and nothing was added. One script, so producers
+#: side by side never take the stream past the bound.
+_BOUNDED_XADD = """
+local n = redis.call('XLEN', KEYS[1])
+if n >= tonumber(ARGV[1]) then return -1 - n end
+redis.call('XADD', KEYS[1], '*', 'lines', ARGV[2])
+return n
+"""
+
+
 class RedisTransport(LogTransport):
     """Distributed: each batch is one ``XADD`` to the stream ``key``, unless the stream
     already holds ``maxlen`` entries no collector took (then the send fails and the lines
-    stay buffered: nothing is trimmed away unstored). Cost: two round trips (``XLEN``,
-    ``XADD``) per batch. ``client`` is a redis.asyncio client
+    stay buffered: nothing is trimmed away unstored). Cost: one round trip per batch (a
+    script: the length check and the append together, so any number of producers keep
+    the bound). ``client`` is a redis.asyncio client
     (:func:`crawlhub.backends.redis.redis_client`), closed with the transport."""
 
     kind = "redis stream"
@@ -366,14 +378,15 @@ class RedisTransport(LogTransport):
         self.client = client
         self.key = key
         self.maxlen = maxlen
+        self._append = client.register_script(_BOUNDED_XADD)
 
     async def _send(self, batch: list[tuple[LogLine, str | None]]) -> None:
-        waiting = await self.client.xlen(self.key)
-        if waiting >= self.maxlen:
-            raise StreamFull(f"log stream {self.key!r} holds {waiting} batches no collector"
+        n = int(await self._append(keys=[self.key], args=[
+            self.maxlen, encode_batch([line for line, _ in batch])]))
+        if n < 0:
+            raise StreamFull(f"log stream {self.key!r} holds {-1 - n} batches no collector"
                              f" has stored (the bound is {self.maxlen}); is a 'crawlhub"
                              " serve' with the same control.channel running?")
-        await self.client.xadd(self.key, {"lines": encode_batch([line for line, _ in batch])})
 
     async def _close(self) -> None:
         await self.client.aclose()
