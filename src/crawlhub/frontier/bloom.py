@@ -131,8 +131,8 @@ class ScalableBloom:
         return True
 
     def add_many(self, hashes: Iterable[int]) -> int:
-        with self._lock:
-            return sum(self._add(h - _SIGN) for h in hashes)
+        # (the lock per key: a reader on another thread never waits out a whole batch)
+        return sum(self.add(h) for h in hashes)
 
     @property
     def layers(self) -> int:
