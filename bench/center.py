@@ -195,13 +195,14 @@ async def _client(cluster: Cluster, agents: int) -> Any:
 def center_run(base: str, pages: int, agents: int, redis_url: str, work: Path,
                rate: float = 0.0) -> Run:
     """All pages through the center: as fast as WINDOW x 64 x K in flight allow, or at ``rate``/s."""
+    from center_floor import full, paced
+
     cluster = Cluster(redis_url, work, agents)
     cluster.start()
 
     async def go() -> Run:
         client = await _client(cluster, agents)
         added: list[float] = []
-        urls = iter(range(pages))
         try:
             async def one(n: int) -> None:
                 t = time.perf_counter()
@@ -210,10 +211,6 @@ def center_run(base: str, pages: int, agents: int, redis_url: str, work: Path,
                     raise SystemExit(f"a request failed: {reply}")
                 added.append(time.perf_counter() - t - reply.elapsed)
 
-            async def worker() -> None:
-                for n in urls:
-                    await one(n)
-
             for n in range(min(pages, 200)):  # warm the connections
                 await one(n)
             added.clear()
@@ -221,16 +218,14 @@ def center_run(base: str, pages: int, agents: int, redis_url: str, work: Path,
             pids: dict[str, Any] = {"center": cluster.procs[0].pid,
                                     "agents": [p.pid for p in cluster.procs[1:]],
                                     "job": os.getpid(), **_shared(redis_url)}
-            cpu_before = {k: _cpu(v) for k, v in pids.items()}
+            cpu_before = _cpu_all(pids)
             start = time.perf_counter()
             if rate:
-                from center_floor import paced
-
                 await paced(pages, rate, one)
             else:
-                await asyncio.gather(*[worker() for _ in range(WINDOW * CONCURRENCY * agents)])
+                await full(pages, WINDOW * CONCURRENCY * agents, one)
             seconds = time.perf_counter() - start
-            cpu = {k: (_cpu(v) - cpu_before[k]) * 1000 / pages for k, v in pids.items()}
+            cpu = _per_request(cpu_before, _cpu_all(pids), pages)
             for spy in spies:
                 spy.wait(30)
         finally:
@@ -286,6 +281,17 @@ def _cpu(pids: int | list[int] | str) -> float:
     return total
 
 
+def _cpu_all(pids: dict[str, Any]) -> dict[str, float]:
+    """:func:`_cpu` of each named process (or Redis URL) now."""
+    return {k: _cpu(v) for k, v in pids.items()}
+
+
+def _per_request(before: dict[str, float], after: dict[str, float], pages: int
+                 ) -> dict[str, float]:
+    """CPU milliseconds per request of each name between two :func:`_cpu_all`."""
+    return {k: (after[k] - before[k]) * 1000 / pages for k in after}
+
+
 def floor_run(base: str, pages: int, redis_url: str, rate: float) -> Run:
     """The paced row's hops and fetches as bare redis-py and aiohttp
     (``bench/center_floor.py``)."""
@@ -307,10 +313,9 @@ def floor_rate_run(base: str, pages: int, agents: int, redis_url: str) -> Run:
     cpu: dict[str, float] = {}
 
     def probe(procs: dict[str, list[int]]) -> None:
-        pids: dict[str, Any] = {**procs, "job": os.getpid(), **_shared(redis_url)}
-        now = {k: _cpu(v) for k, v in pids.items()}
+        now = _cpu_all({**procs, "job": os.getpid(), **_shared(redis_url)})
         if before:
-            cpu.update({k: (now[k] - before[k]) * 1000 / pages for k in now})
+            cpu.update(_per_request(before, now, pages))
         else:
             before.update(now)
 
@@ -389,7 +394,7 @@ def queue_run(base: str, pages: int, agents: int, redis_url: str, work: Path) ->
             await asyncio.sleep(3.0)  # the agents start and wait for work
             pids: dict[str, Any] = {"agents": [p.pid for p in cluster.procs],
                                     "hub": os.getpid(), **_shared(redis_url)}
-            cpu.update({k: _cpu(v) for k, v in pids.items()})
+            before = _cpu_all(pids)
             start = time.perf_counter()
             await services.hub.submit([{"url": f"{base}/p/{n}"} for n in range(pages)],
                                       wait=True)
@@ -400,7 +405,7 @@ def queue_run(base: str, pages: int, agents: int, redis_url: str, work: Path) ->
                 busy = await queue.length() or await services.state.pending()
                 quiet = 0 if busy else quiet + 1
             seconds = time.perf_counter() - start - 0.1
-            cpu.update({k: (_cpu(v) - cpu[k]) * 1000 / pages for k, v in pids.items()})
+            cpu.update(_per_request(before, _cpu_all(pids), pages))
             return seconds
         finally:
             await services.close()

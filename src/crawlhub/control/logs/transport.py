@@ -351,17 +351,6 @@ def decode_batch(text: str | bytes) -> list[LogLine]:
     return lines
 
 
-#: Append a batch unless the stream holds ARGV[1] entries already: its length before,
-#: negated (-1 - length) when it was full and nothing was added. One script, so producers
-#: side by side never take the stream past the bound.
-_BOUNDED_XADD = """
-local n = redis.call('XLEN', KEYS[1])
-if n >= tonumber(ARGV[1]) then return -1 - n end
-redis.call('XADD', KEYS[1], '*', 'lines', ARGV[2])
-return n
-"""
-
-
 class RedisTransport(LogTransport):
     """Distributed: each batch is one ``XADD`` to the stream ``key``, unless the stream
     already holds ``maxlen`` entries no collector took (then the send fails and the lines
@@ -378,7 +367,9 @@ class RedisTransport(LogTransport):
         self.client = client
         self.key = key
         self.maxlen = maxlen
-        self._append = client.register_script(_BOUNDED_XADD)
+        from crawlhub.backends.redis import lua  # (distributed mode only)
+
+        self._append = client.register_script(lua(__package__, "bounded_xadd.lua"))
 
     async def _send(self, batch: list[tuple[LogLine, str | None]]) -> None:
         n = int(await self._append(keys=[self.key], args=[
