@@ -29,6 +29,8 @@ class LoopThread:
     """One event loop on one daemon thread; ``run`` blocks for a result, ``submit``
     does not."""
 
+    inline = False
+
     def __init__(self, name: str) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
@@ -75,6 +77,54 @@ class LoopThread:
         self._thread.join(10)
         if not self._thread.is_alive():
             self.loop.close()
+
+
+class EngineLoop:
+    """The engine's own asyncio loop (the asyncio reactor, Scrapy's default, or no
+    reactor), with :class:`LoopThread`'s non-blocking half: the scheduler's storage I/O
+    runs beside the engine on its thread, with no thread hop and no GIL hand-off per
+    step. Nothing can block for a result here (``run`` would wait on the very loop that
+    must produce it), so the callers that need one take their async paths."""
+
+    inline = True
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        task = self.loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def call_soon(self, callback: Any, *args: Any) -> None:
+        self.loop.call_soon(callback, *args)
+
+    def stop(self) -> None:
+        """Cancel what this loop's user started and has not ended."""
+        me = asyncio.current_task(self.loop) if self.loop.is_running() else None
+        for task in list(self._tasks):
+            if task is not me:
+                task.cancel()
+        self._tasks.clear()
+
+
+def running_engine_loop() -> asyncio.AbstractEventLoop | None:
+    """The asyncio loop that runs Scrapy's engine on this thread, if one does: the
+    asyncio reactor's loop (the reactor is installed and this is its loop), or, with no
+    reactor installed, the running loop (Scrapy without a reactor). None under another
+    reactor, or outside any loop."""
+    import sys
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    reactor = sys.modules.get("twisted.internet.reactor")
+    if reactor is None:
+        return loop
+    return loop if getattr(reactor, "_asyncioEventloop", None) is loop else None
 
 
 def _deferred(fut: Future[T]) -> Deferred[T]:

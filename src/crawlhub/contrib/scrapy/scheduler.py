@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from crawlhub.contrib.scrapy.codec import Unserializable, request_from_data, request_to_data
 from crawlhub.contrib.scrapy.dupefilter import DupeFilter, open_crawl_frontier
-from crawlhub.contrib.scrapy.loop import LoopThread
+from crawlhub.contrib.scrapy.loop import EngineLoop, LoopThread, running_engine_loop
 from crawlhub.contrib.scrapy.settings import CrawlSettings, read_settings
 from crawlhub.core.errors import FrontierError
 from crawlhub.frontier import Frontier
@@ -71,6 +71,7 @@ from crawlhub.frontier.seed import Outcome, Seed
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
+    from twisted.internet.defer import Deferred
 
     from crawlhub.contrib.scrapy.items import ItemSink
     from crawlhub.queues import QueueBackend
@@ -174,7 +175,10 @@ class Scheduler:
         self.spider: Spider | None = None
         self.frontier: Frontier | None = None
         self.queues: QueueBackend | None = None
-        self.loop: LoopThread | None = None
+        self.loop: LoopThread | EngineLoop | None = None
+        #: on the engine's loop: the store's pending count, last seen, and its recount
+        self._stored_pending = 0
+        self._recount: asyncio.Task[None] | None = None
         # reactor thread -> worker
         self._outbox: deque[_Item] = deque()
         # finished requests, each with the items received by then (see _settleable)
@@ -226,7 +230,9 @@ class Scheduler:
         return cls(crawler=crawler)
 
     # ------------------------------------------------------------------ lifecycle
-    def open(self, spider: Spider) -> None:
+    def open(self, spider: Spider) -> Deferred[None] | None:
+        """Open the crawl's store. On the engine's asyncio loop this returns a Deferred the
+        engine awaits (the store opens on that loop); on its own thread, it blocks."""
         if self.crawler is None:
             self.crawler = getattr(spider, "crawler", None)
             if self.crawler is None:
@@ -249,12 +255,47 @@ class Scheduler:
             from crawlhub.queues import open_backend
 
             self.queues = open_backend(s.queues_url, prefix=s.prefix)
+        engine_loop = self._engine_loop if self._inline_possible() else None
+        if engine_loop is not None:
+            self.loop = EngineLoop(engine_loop)
+            from twisted.internet.defer import Deferred
+
+            return Deferred.fromFuture(self.loop.submit(self._open_on_engine()))
         self.loop = LoopThread(f"crawlhub-scheduler-{s.crawl}")
         try:
             self.loop.run(self._open())
         except BaseException:
             self.loop.stop()
             raise
+        self._opened()
+        return None
+
+    def _inline_possible(self) -> bool:
+        """The storage I/O may run on the engine's own loop: Scrapy's engine runs on the
+        asyncio loop of this thread (not a test's stand-in) and CRAWLHUB_LOOP allows it."""
+        if self._engine_loop is None or running_engine_loop() is not self._engine_loop:
+            return False
+        assert self.settings is not None
+        if self.settings.loop == "thread":
+            return False
+        from scrapy.core.engine import ExecutionEngine
+
+        return isinstance(getattr(self.crawler, "engine", None), ExecutionEngine)
+
+    async def _open_on_engine(self) -> None:
+        assert self.loop is not None
+        try:
+            await self._open()
+        except BaseException:
+            self.loop.stop()
+            self.loop = None
+            raise
+        self._opened()
+
+    def _opened(self) -> None:
+        """What follows the store's opening, on the engine's thread."""
+        assert self.loop is not None and self.settings is not None and self.spider is not None
+        s, spider = self.settings, self.spider
         self._hook_engine()
         from crawlhub.contrib.scrapy.items import ItemSink
 
@@ -268,10 +309,11 @@ class Scheduler:
         self._worker = self.loop.submit(self._work())
         self.loop.call_soon(self._start_beat)
         log.info("crawlhub scheduler: crawl %r on %s (key %s, %s, %s, lease %ss, prefetch"
-                 " %d%s)", s.crawl, s.backend,
+                 " %d%s%s)", s.crawl, s.backend,
                  s.key if self._own_df else type(self.df).__qualname__, s.order,
                  "per-slot fair" if s.fair else "by priority", s.lease, s.prefetch,
                  f", start queue {s.start_queue!r}" if s.start_queue else "",
+                 ", on the engine's loop" if self.loop.inline else "",
                  extra={"spider": spider})
 
     async def _open(self) -> None:
@@ -291,6 +333,7 @@ class Scheduler:
         self._store_ready = due is not None and due <= now
         if self._left:
             pending = sum(int(c.get("pending", 0)) for c in await self.frontier.stats())
+            self._stored_pending = pending
             if pending:
                 log.info("Resuming crawl (%d requests scheduled)", pending,
                          extra={"spider": self.spider})
@@ -312,20 +355,38 @@ class Scheduler:
         slot.remove_request = remove_request
         self._slot = slot
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str) -> Deferred[None] | None:
         if self.loop is None:
-            return
+            return None
         self._closing = True
+        if isinstance(self.loop, EngineLoop):
+            from twisted.internet.defer import Deferred
+
+            return Deferred.fromFuture(asyncio.ensure_future(self._close_on_engine(reason)))
         try:
             self.loop.run(self._close(reason), timeout=CLOSE_TIMEOUT + 30)
         except Exception:
             log.exception("crawlhub scheduler: closing crawl %r failed",
                           self.settings.crawl if self.settings else "?")
         finally:
+            self._closed(reason)
+        return None
+
+    async def _close_on_engine(self, reason: str) -> None:
+        try:
+            await asyncio.wait_for(self._close(reason), CLOSE_TIMEOUT + 30)
+        except Exception:
+            log.exception("crawlhub scheduler: closing crawl %r failed",
+                          self.settings.crawl if self.settings else "?")
+        finally:
+            self._closed(reason)
+
+    def _closed(self, reason: str) -> None:
+        if self.loop is not None:
             self.loop.stop()
             self.loop = None
-            if not self._own_df and hasattr(self.df, "close"):
-                self.df.close(reason)
+        if not self._own_df and hasattr(self.df, "close"):
+            self.df.close(reason)
 
     async def _close(self, reason: str) -> None:
         assert self.frontier is not None and self.settings is not None
@@ -375,6 +436,12 @@ class Scheduler:
         ``next_request`` answers a request whenever this is True.)"""
         local = bool(self._ready or self._outbox or self._admitting
                      or self._feeds_sent != self._feeds_built)
+        if isinstance(self.loop, EngineLoop):
+            # on the engine's loop "ready in the store" stays a belief: the worker leases
+            # on its next turn, and nudges the engine if the store had nothing after all
+            if not local and self._store_ready:
+                self._wake()
+            return local or self._store_ready
         if not local and self._store_ready and self._needs_step():
             self._step_now()  # "ready in the store" is a belief: lease to be sure
             local = bool(self._ready)
@@ -510,6 +577,9 @@ class Scheduler:
         """(Reactor thread) run one worker step and wait for it (``SYNC_TIMEOUT`` at most:
         a slow store leaves the answer to the worker)."""
         assert self.loop is not None
+        if isinstance(self.loop, EngineLoop):  # the engine's loop cannot wait for itself: the worker steps
+            self._wake()
+            return
         try:
             self.loop.run(self._cycle(), timeout=SYNC_TIMEOUT)
         except Exception as exc:  # the worker logs and retries the store's failures
@@ -593,11 +663,23 @@ class Scheduler:
         held = len(self._ready) + len(self._outbox)
         if self.loop is None or self._failing:
             return held
+        if isinstance(self.loop, EngineLoop):
+            # the engine's loop cannot wait for the store: what it held when last counted
+            # (at open, then on each call, in the background)
+            if self._recount is None or self._recount.done():
+                self._recount = self.loop.submit(self._count_stored())
+            return held + self._stored_pending
         try:
             return int(self.loop.run(self._count(), timeout=SYNC_TIMEOUT))
         except Exception as exc:
             log.debug("crawlhub scheduler: counting the crawl failed: %r", exc)
             return held
+
+    async def _count_stored(self) -> None:
+        assert self.frontier is not None
+        with contextlib.suppress(Exception):  # the worker logs the store's failures
+            counts = await self.frontier.stats()
+            self._stored_pending = sum(int(c.get("pending", 0)) for c in counts)
 
     async def _count(self) -> int:
         assert self.frontier is not None and self._lock is not None
@@ -683,6 +765,9 @@ class Scheduler:
         """Run ``fn(*args)`` on the engine's thread: through the asyncio loop the engine
         runs on (the asyncio reactor, or Scrapy without a reactor), else the reactor."""
         loop = self._engine_loop
+        if loop is not None and self.loop is not None and self.loop.inline:
+            loop.call_soon(fn, *args)
+            return
         if loop is not None:
             with contextlib.suppress(RuntimeError):  # closed: the engine is gone
                 loop.call_soon_threadsafe(fn, *args)
@@ -931,6 +1016,8 @@ class Scheduler:
             await self._give_back(len(self._ready))
         seeds = await self.frontier.lease(want, s.lease)
         if len(seeds) < want:
+            if self._store_ready and not seeds and isinstance(self.loop, EngineLoop):
+                self._nudge()  # the engine was told of work that is not there: look again
             self._store_ready = False
         usable = []
         for seed in seeds:

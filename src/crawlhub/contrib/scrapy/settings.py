@@ -34,6 +34,11 @@ Where the crawl is kept, first found wins: ``CRAWLHUB_URL`` (setting or environm
                                 spider's requests go to the others after it
 ``CRAWLHUB_PREFETCH``           requests leased ahead of the engine (default
                                 ``CONCURRENT_REQUESTS``)
+``CRAWLHUB_LOOP``               where the scheduler's storage I/O runs: ``engine``
+                                (default: on the engine's own asyncio loop when it has
+                                one, the asyncio reactor being Scrapy's default; on a
+                                thread of its own under another reactor) or ``thread``
+                                (always on a thread of its own)
 ``CRAWLHUB_MAX_ATTEMPTS``       leases of one request before it is given up (a request
                                 whose processing kills spiders must not loop forever)
 ``CRAWLHUB_START_QUEUE``        the reliable queue start tasks come from (the hub's
@@ -126,6 +131,8 @@ class CrawlSettings:
     #: scrapy-redis start URLs: a Redis key to pop them from, and whether it is a set
     start_urls_key: str | None = None
     start_urls_as_set: bool = False
+    #: ``engine`` (the engine's asyncio loop when it has one) or ``thread``
+    loop: str = "engine"
 
     @property
     def backend(self) -> str:
@@ -275,6 +282,10 @@ def read_settings(settings: BaseSettings, spider_name: str) -> CrawlSettings:
         idle = -1.0 if max_idle in ("never", "forever") else float(max_idle or 0)
     except (TypeError, ValueError):
         raise _error("CRAWLHUB_MAX_IDLE", f"{max_idle!r} is not a number of seconds") from None
+    loop = str(settings.get("CRAWLHUB_LOOP") or "engine")
+    if loop not in ("engine", "thread"):
+        raise _error("CRAWLHUB_LOOP", f"{loop!r}: use 'engine' (the engine's asyncio loop"
+                     " when it has one) or 'thread' (a thread of the scheduler's own)")
     return CrawlSettings(
         crawl=crawl,
         frontier_url=frontier_url,
@@ -293,6 +304,7 @@ def read_settings(settings: BaseSettings, spider_name: str) -> CrawlSettings:
         fair=_fair(settings),
         start_urls_key=start_urls_key,
         start_urls_as_set=settings.getbool("REDIS_START_URLS_AS_SET", False),
+        loop=loop,
     )
 
 
