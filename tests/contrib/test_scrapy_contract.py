@@ -333,6 +333,10 @@ def test_scrapy_redis_settings_and_sqlite_urls_are_read(tmp_path: Path) -> None:
         crawl(CRAWLHUB_URL=str(directory), REDIS_START_URLS_KEY="k")
     with pytest.raises(ConfigError, match="CRAWLHUB_URL"):
         crawl(CRAWLHUB_URL="sqlite://:memory:")
+    assert crawl(CRAWLHUB_URL=str(directory)).loop == "engine"
+    assert crawl(CRAWLHUB_URL=str(directory), CRAWLHUB_LOOP="thread").loop == "thread"
+    with pytest.raises(ConfigError, match="CRAWLHUB_LOOP.*'fiber'"):
+        crawl(CRAWLHUB_URL=str(directory), CRAWLHUB_LOOP="fiber")
 
 
 async def served_start_urls(redis_url: str, unique_name: str, *entries: str | bytes,
@@ -395,3 +399,78 @@ async def test_hostile_entries_on_the_start_urls_key_are_logged_and_dropped(
     assert len(refused) == 5, refused
     assert all(key in line for line in refused)
     assert any("1048576 characters" in line for line in refused)
+
+
+async def open_on_engines_loop(settings: dict[str, Any],
+                               monkeypatch: pytest.MonkeyPatch) -> Scheduler:
+    """A scheduler opened as Scrapy's engine opens it on the asyncio reactor: from the
+    engine's loop, with a real ``ExecutionEngine`` (its slot a stand-in); this process runs
+    no reactor, so the running loop is taken for the reactor's."""
+    import asyncio
+
+    from scrapy.core.engine import ExecutionEngine
+    from scrapy.utils.defer import maybe_deferred_to_future
+
+    from crawlhub.contrib.scrapy import scheduler as module
+
+    loop = asyncio.get_running_loop()
+    monkeypatch.setattr(module, "running_engine_loop", lambda: loop)
+    crawler = get_crawler(Spider, {"SCHEDULER": "crawlhub.contrib.scrapy.Scheduler",
+                                   "DUPEFILTER_CLASS": "crawlhub.contrib.scrapy.DupeFilter",
+                                   "CONCURRENT_REQUESTS": 4, **settings})
+    spider = Spider.from_crawler(crawler)
+    crawler.spider = spider
+    engine = ExecutionEngine(crawler, lambda _: None)
+    engine._slot = _Slot()  # type: ignore[assignment]
+    crawler.engine = engine
+    scheduler = Scheduler.from_crawler(crawler)
+    opened = scheduler.open(spider)
+    assert opened is not None, "the engine's loop must not be blocked: open is awaited"
+    await maybe_deferred_to_future(opened)
+    assert scheduler.loop is not None and scheduler.loop.inline
+    return scheduler
+
+
+async def test_on_the_engines_loop_order_length_and_pending_work_are_scrapys(
+        storage: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the engine's own loop (CRAWLHUB_LOOP's default under the asyncio reactor) the
+    scheduler never blocks it: a request enqueued is served once the worker has stored it
+    (one turn of the loop), in Scrapy's order (priority, then newest first), ``len``
+    counts every pending request of the crawl, and close stores what is left."""
+    from scrapy.utils.defer import maybe_deferred_to_future
+
+    scheduler = await open_on_engines_loop(storage, monkeypatch)
+    try:
+        assert not scheduler.has_pending_requests() and len(scheduler) == 0
+        for i, url in enumerate(urls(40)):
+            assert scheduler.enqueue_request(scrapy.Request(url, priority=i % 3))
+        assert not scheduler.enqueue_request(scrapy.Request(urls(1)[0]))  # a duplicate
+        assert scheduler.has_pending_requests()
+        await wait_for(lambda: len(scheduler) == 40, "len() of 40 pending requests")
+        got: list[scrapy.Request] = []
+
+        def more() -> bool:
+            request = scheduler.next_request()
+            if request is not None:
+                got.append(request)
+            return len(got) == 40 and not scheduler.has_pending_requests()
+
+        await wait_for(more, "all 40 requests served", every=0.001)
+        assert scheduler.next_request() is None
+        expected = sorted(urls(40), key=lambda u: (-(int(u.rsplit("/", 1)[1]) % 3),
+                                                   -int(u.rsplit("/", 1)[1])))
+        assert [r.url for r in got] == expected
+        await wait_for(lambda: len(scheduler) == 0, "len() of 0 once all are running")
+        # a request enqueued just before close is stored, not lost
+        assert scheduler.enqueue_request(scrapy.Request("http://127.0.0.1/late"))
+    finally:
+        closed = scheduler.close("shutdown")
+        assert closed is not None
+        await maybe_deferred_to_future(closed)
+    assert scheduler.loop is None
+    again = open_scheduler({**storage, "SCHEDULER_PERSIST": "True"})
+    try:
+        request = again.next_request()
+        assert request is not None and request.url == "http://127.0.0.1/late"
+    finally:
+        again.close("finished")

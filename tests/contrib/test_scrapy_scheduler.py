@@ -125,6 +125,24 @@ async def test_two_spiders_share_one_crawl_and_fetch_every_page_once(
         assert len(by_pid) == 2, f"one spider did all the work: {by_pid}"
         log = spiders.log(0)
         assert "'scheduler/enqueued/crawlhub'" in log and "'dupefilter/filtered'" in log
+        assert "on the engine's loop" in log  # the asyncio reactor: no loop thread
+
+
+async def test_on_a_loop_thread_of_its_own_a_spider_crawls_every_page_once(
+        tmp_path: Path, redis_url: str, unique_name: str) -> None:
+    """CRAWLHUB_LOOP=thread: the storage I/O on a thread of the scheduler's own (the way
+    under any other reactor) crawls the same site as the engine's loop does."""
+    async with SlowSite(pages=60, delay=0.005) as site:
+        spiders = Spiders(tmp_path, redis_url, unique_name, CRAWLHUB_LOOP="thread")
+        try:
+            n = await spiders.run({"START": f"{site.url}/page/0"})
+        finally:
+            spiders.kill_all()
+        every = {f"/page/{i}" for i in range(60)}
+        assert {p: site.hits[p] for p in every} == dict.fromkeys(every, 1)
+        assert pages_of(spiders.rows()) == Counter({p.lstrip("/"): 1 for p in every})
+        log = spiders.log(n)
+        assert "crawlhub scheduler: crawl" in log and "on the engine's loop" not in log
 
 
 async def test_a_spider_killed_mid_crawl_loses_nothing(
