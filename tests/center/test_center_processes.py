@@ -190,3 +190,31 @@ async def test_the_broker_stopped_for_ten_seconds_and_restarted(tmp_path: Path) 
                     await client.bus.close()
         finally:
             await cluster.close()
+
+
+async def test_a_request_the_broker_never_takes_fails_at_once_not_after_its_timeout(
+        tmp_path: Path) -> None:
+    """The broker gone for good: a request sent then fails with the broker named as soon
+    as the client's broker retries are spent, not after its 60 s reply timeout."""
+    from crawlhub.center import CenterError
+
+    with throwaway_valkey() as server:
+        cluster = Cluster(server.url, tmp_path)
+        try:
+            async with SlowSite(pages=5, delay=0.0) as site:
+                await cluster.center("c1")
+                await cluster.agent("a1")
+                client = await _allocated(cluster, "gone", strategy="random", agents=1,
+                                          timeout=60.0, retries=0, broker_retries=1)
+                try:
+                    assert (await client.fetch(f"{site.url}/page/0")).ok
+                    server.stop()
+                    with pytest.raises(CenterError,
+                                       match="broker failed 2 times|replies failed 2 times"):
+                        await asyncio.wait_for(client.fetch(f"{site.url}/page/1"), 30)
+                    assert client.in_flight == 0
+                finally:
+                    await client.close()
+                    await client.bus.close()
+        finally:
+            await cluster.close()

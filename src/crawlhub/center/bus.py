@@ -736,6 +736,15 @@ class RedisBus:
 BUSES = {"redis": RedisBus}
 
 
+class _OnError:
+    """A message's waiter that hears only of a failure to send it (put_nowait)."""
+
+    __slots__ = ("waiter",)
+
+    def __init__(self, waiter: asyncio.Future[Any]) -> None:
+        self.waiter = waiter
+
+
 class Outbox:
     """Coalesces sends and acks into one ``send_many`` and one ``ack`` per channel per
     event-loop turn: callers ``put`` (and optionally wait until it was sent), the flusher
@@ -752,15 +761,18 @@ class Outbox:
         self.maxlen = maxlen
         self.dropped = 0
         self._items: list[Outgoing] = []
-        self._futs: list[asyncio.Future[None] | None] = []
+        self._futs: list[asyncio.Future[None] | _OnError | None] = []
         self._acks: dict[str, list[str]] = {}
         self._task: asyncio.Task[None] | None = None
 
     def put_nowait(self, channel: str, header: Mapping[str, Any], body: bytes = b"",
-                   *, ack: tuple[str, str] | None = None) -> None:
-        """Queue a message (and the ack of the message it answers, sent after it)."""
+                   *, ack: tuple[str, str] | None = None,
+                   waiter: asyncio.Future[Any] | None = None) -> None:
+        """Queue a message (and the ack of the message it answers, sent after it). If it
+        is never sent, ``waiter`` (when given and not done) gets the :class:`BusError`;
+        nothing is set on it when it is sent."""
         self._items.append((channel, header, body))
-        self._futs.append(None)
+        self._futs.append(None if waiter is None else _OnError(waiter))
         if ack is not None:
             self._acks.setdefault(ack[0], []).append(ack[1])
         self._kick()
@@ -800,7 +812,12 @@ class Outbox:
                         await asyncio.sleep(pause)
                         pause = min(pause * 2, 2.0)
             for fut in futs:
-                if fut is not None and not fut.done():
+                if fut is None:
+                    continue
+                if isinstance(fut, _OnError):
+                    if error is not None and not fut.waiter.done():
+                        fut.waiter.set_exception(error)
+                elif not fut.done():
                     if error is None:
                         fut.set_result(None)
                     else:

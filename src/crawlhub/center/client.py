@@ -33,6 +33,7 @@ import itertools
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,6 +60,10 @@ RETRIES = 3
 WINDOW = 100
 BROKER_RETRIES = 10
 STATS_EVERY = 2.0
+
+
+class _Expired(Exception):  # noqa: N818 - internal: a send's reply did not come in time
+    """A request's send went unanswered for the client's ``timeout``."""
 
 
 class CenterClient:
@@ -108,6 +113,9 @@ class CenterClient:
         self._ids = itertools.count(1)
         self._prefix = uuid.uuid4().hex[:8]
         self._waiting: dict[str, asyncio.Future[Reply]] = {}
+        #: (loop time, future) of every send not known answered, in order; see _expire_after
+        self._deadlines: deque[tuple[float, asyncio.Future[Reply]]] = deque()
+        self._sweeper: asyncio.TimerHandle | None = None
         self._allocating: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._returned_event = asyncio.Event()
         self._fatal: CenterError | None = None
@@ -176,6 +184,10 @@ class CenterClient:
                 fut.set_exception(CenterError(f"job {self.job} closed"))
                 fut.exception()  # retrieved: nobody may be waiting
         self._waiting.clear()
+        self._deadlines.clear()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         with contextlib.suppress(BusError):
             await self.bus.delete(self.channel)
 
@@ -224,18 +236,28 @@ class CenterClient:
         if render is not None:
             header["render"] = dict(render)
         body = req.data.encode() if isinstance(req.data, str) else (req.data or b"")
-        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        self._waiting[rid] = fut
+        loop = asyncio.get_running_loop()
         self.sent += 1
+        fut: asyncio.Future[Reply] | None
         try:
             for attempt in range(1, self.retries + 2):
                 now = self.clock()
-                header.update(attempt=attempt, ts=now, exp=now + self.timeout)
-                await self._send(header, body)
+                # One future per send, woken once: by the reply, by the broker's failure
+                # to send it (the outbox sets it) or by the deadline (one timer for all
+                # requests, see _expire_after). No timeout context or shield per request.
+                fut = loop.create_future()
+                self._waiting[rid] = fut
+                self._expire_after(fut, loop)
+                self._outbox.put_nowait(REQUESTS, {**header, "attempt": attempt, "ts": now,
+                                                   "exp": now + self.timeout}, body,
+                                        waiter=fut)
                 try:
-                    async with asyncio.timeout(self.timeout):  # not wait_for: see wait_until
-                        reply = await asyncio.shield(fut)
-                except TimeoutError:
+                    reply = await fut
+                except BusError as exc:
+                    raise CenterError(f"job {self.job}: the broker failed"
+                                      f" {self.broker_retries + 1} times in a row: {exc}"
+                                      ) from exc
+                except _Expired:
                     if self._fatal is not None:
                         raise self._fatal from None
                     if attempt <= self.retries:
@@ -254,7 +276,39 @@ class CenterClient:
                 return reply
             raise AssertionError("unreachable")
         finally:
-            self._waiting.pop(rid, None)
+            fut = self._waiting.pop(rid, None)
+            if fut is not None and not fut.done():  # the caller gave up (cancelled)
+                fut.cancel()
+
+    def _expire_after(self, fut: asyncio.Future[Reply], loop: asyncio.AbstractEventLoop
+                      ) -> None:
+        """Fail ``fut`` with :class:`_Expired` once ``timeout`` s have passed unless it is
+        done by then. Every request has the same timeout, so deadlines come in the order
+        they were set: a deque, and one timer for its head."""
+        self._deadlines.append((loop.time() + self.timeout, fut))
+        if self._sweeper is None:
+            self._sweeper = loop.call_at(self._deadlines[0][0], self._sweep)
+
+    def _sweep(self) -> None:
+        self._sweeper = None
+        deadlines = self._deadlines
+        if not deadlines:
+            return
+        loop = deadlines[0][1].get_loop()
+        now = loop.time()
+        while deadlines and (deadlines[0][1].done() or deadlines[0][0] <= now):
+            _, fut = deadlines.popleft()
+            if not fut.done():
+                fut.set_exception(_Expired())
+        if deadlines:
+            self._sweeper = loop.call_at(deadlines[0][0], self._sweep)
+
+    def _forget_done(self) -> None:
+        """Drop answered requests from the head of the deadlines (replies come back
+        roughly in order, so it stays about the window's size)."""
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][1].done():
+            deadlines.popleft()
 
     async def _wait_window(self) -> None:
         while len(self._waiting) >= self.window:
@@ -314,6 +368,8 @@ class CenterClient:
             self.returned += 1
             fut.set_result(reply)
             self._returned_event.set()
+            if self._deadlines and self._deadlines[0][1].done():
+                self._forget_done()
         elif kind in ("allocated", "refused"):
             waiter = self._allocating.get(str(h.get("token") or ""))
             if waiter is not None and not waiter.done():
