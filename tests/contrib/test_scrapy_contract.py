@@ -474,3 +474,35 @@ async def test_on_the_engines_loop_order_length_and_pending_work_are_scrapys(
         assert request is not None and request.url == "http://127.0.0.1/late"
     finally:
         again.close("finished")
+
+
+def test_a_wake_up_from_another_thread_reaches_the_engines_loop_at_once() -> None:
+    """The item writer's thread wakes the scheduler (its commits free finished requests):
+    on the engine's loop that call must wake a loop asleep in its selector, not wait for
+    the loop's next event (nothing else is scheduled here: it would never come)."""
+    import asyncio
+    import threading
+
+    from crawlhub.contrib.scrapy.loop import EngineLoop
+
+    late: list[bool] = []
+
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+        on_loop = EngineLoop(loop)
+        woken: asyncio.Future[str] = loop.create_future()
+        served = threading.Event()
+
+        def guard() -> None:  # 10 s on: the wake-up never came; wake the loop to end
+            if not served.wait(10):
+                late.append(True)
+                loop.call_soon_threadsafe(lambda: None)
+
+        threading.Thread(target=guard, daemon=True).start()
+        threading.Timer(0.05, on_loop.call_soon, (woken.set_result, "woken")).start()
+        result = await woken  # nothing else can wake this loop
+        served.set()
+        return result
+
+    assert asyncio.run(main()) == "woken"
+    assert not late, "the loop slept through a wake-up from another thread"

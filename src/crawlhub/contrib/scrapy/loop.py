@@ -89,7 +89,9 @@ class EngineLoop:
     inline = True
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        """(On the engine's thread, where ``loop`` runs.)"""
         self.loop = loop
+        self._thread = threading.get_ident()
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
@@ -99,7 +101,12 @@ class EngineLoop:
         return task
 
     def call_soon(self, callback: Any, *args: Any) -> None:
-        self.loop.call_soon(callback, *args)
+        """Run ``callback(*args)`` on the loop: at once in line from its own thread, and
+        through the loop's wake-up pipe from any other (an item writer's, say)."""
+        if threading.get_ident() == self._thread:
+            self.loop.call_soon(callback, *args)
+        else:
+            self.loop.call_soon_threadsafe(callback, *args)
 
     def stop(self) -> None:
         """Cancel what this loop's user started and has not ended."""

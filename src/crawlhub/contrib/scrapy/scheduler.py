@@ -764,10 +764,10 @@ class Scheduler:
     def _call_engine(self, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` on the engine's thread: through the asyncio loop the engine
         runs on (the asyncio reactor, or Scrapy without a reactor), else the reactor."""
-        loop = self._engine_loop
-        if loop is not None and self.loop is not None and self.loop.inline:
-            loop.call_soon(fn, *args)
+        if isinstance(self.loop, EngineLoop):
+            self.loop.call_soon(fn, *args)
             return
+        loop = self._engine_loop
         if loop is not None:
             with contextlib.suppress(RuntimeError):  # closed: the engine is gone
                 loop.call_soon_threadsafe(fn, *args)
