@@ -506,3 +506,50 @@ def test_a_wake_up_from_another_thread_reaches_the_engines_loop_at_once() -> Non
 
     assert asyncio.run(main()) == "woken"
     assert not late, "the loop slept through a wake-up from another thread"
+
+
+async def test_on_the_engines_loop_items_of_one_turn_cross_to_the_writer_together(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """crawlhub's ItemSink under the asyncio reactor: the items the engine hands over in
+    one turn of its loop go to the writer's thread as one group (one hand-off, not one
+    per item), and each ``process_item`` still returns only once its item is committed,
+    in order, every item once."""
+    import asyncio
+    import sqlite3
+
+    from crawlhub.contrib.scrapy import items as module
+    from crawlhub.contrib.scrapy.items import ItemSink
+
+    loop = asyncio.get_running_loop()
+    monkeypatch.setattr(module, "running_engine_loop", lambda: loop)
+    crawler = get_crawler(Spider, {"CRAWLHUB_ITEMS": str(tmp_path / "items.db")})
+    sink = ItemSink.from_crawler(crawler)
+    sink.open_spider()
+    assert sink.loop is not None
+    handoffs: list[int] = []
+    submit = sink.loop.submit
+
+    def counted(coro: Any) -> Any:
+        handoffs.append(1)
+        return submit(coro)
+
+    monkeypatch.setattr(sink.loop, "submit", counted)
+    seen: list[int] = []
+
+    async def one(n: int) -> dict[str, Any]:
+        item = await sink.process_item({"url": f"http://127.0.0.1/i/{n}", "n": n})
+        seen.append(sink.committed_through())  # committed by the time it returns
+        return item
+
+    try:
+        got = await asyncio.gather(*(one(n) for n in range(50)))
+        assert [item["n"] for item in got] == list(range(50))
+        assert len(handoffs) == 1, f"{len(handoffs)} hand-offs to the writer for one turn"
+        assert sink.received == sink.committed_through() == 50 and min(seen) == 50
+        await one(50)  # a later turn: a group of its own
+        assert len(handoffs) == 2 and sink.committed_through() == 51
+    finally:
+        sink.close_spider()
+    with sqlite3.connect(tmp_path / "items.db") as db:
+        (count,) = db.execute("SELECT count(*) FROM items").fetchone()
+    assert count == 51

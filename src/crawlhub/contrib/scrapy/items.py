@@ -34,6 +34,11 @@ sink keys them, so the output holds each item once. Scrapy's own ``-o items.json
 feed has no such tie: what its buffer held when the process died is gone while the
 requests count as done.
 
+Items are written by a thread of their own (a sink's write may block: a file, SQLite).
+Under the asyncio reactor (Scrapy's default) the items of one turn of the engine's loop
+cross to that thread together and return together once the last of them is committed:
+one hand-off each way per group, not per item.
+
 Writes are retried while the sink is unreachable (logged once, and once when it answers
 again); the spider keeps crawling and its requests stay unfinished until their items
 are written. An item the sink can never take (no key field, a value JSON cannot hold)
@@ -56,7 +61,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crawlhub.contrib.scrapy.loop import LoopThread, engine_wait
+from crawlhub.contrib.scrapy.loop import LoopThread, engine_wait, running_engine_loop
 from crawlhub.contrib.scrapy.settings import _error, _int
 from crawlhub.core.errors import ConfigError, SinkError
 from crawlhub.sinks.records import Preparer
@@ -133,6 +138,10 @@ class ItemSink:
         self._closing = False
         self._listeners: list[Any] = []
         self._lock_fd: int | None = None
+        #: the engine's asyncio loop (None under another reactor), and the items of its
+        #: current turn with the future of their commit (see process_item)
+        self._engine_loop: asyncio.AbstractEventLoop | None = None
+        self._group: tuple[list[dict[str, Any]], asyncio.Future[None]] | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> ItemSink:
@@ -164,6 +173,7 @@ class ItemSink:
     def open_spider(self, spider: Any = None) -> None:
         if self.spec.get("type", "jsonl") == "jsonl":
             self._lock_file()
+        self._engine_loop = running_engine_loop()
         self.loop = LoopThread("crawlhub-items")
         try:
             self.loop.run(self.sink.open(), timeout=60)
@@ -188,9 +198,43 @@ class ItemSink:
             raise DropItem(str(exc)) from None
         assert self.loop is not None
         self.received += 1
-        await engine_wait(self.loop.submit(self._add(record)))
+        engine_loop = self._engine_loop
+        if engine_loop is not None:
+            # On the engine's asyncio loop the items of one loop turn cross to the writer
+            # together: one hand-off each way per group, not per item.
+            group = self._group
+            if group is None:
+                group = self._group = ([], engine_loop.create_future())
+                engine_loop.call_soon(self._ship)
+            group[0].append(record)
+            await asyncio.shield(group[1])
+        else:
+            await engine_wait(self.loop.submit(self._add(record)))
         self._set_stats()
         return item
+
+    def _ship(self) -> None:
+        """(Engine's loop) hand the gathered items to the writer; their future is settled
+        with the commit of the last of them (batches commit in order, and a batch given
+        up fails every batch after it)."""
+        group, self._group = self._group, None
+        if group is None:
+            return
+        records, done = group
+        engine_loop = self._engine_loop
+        assert self.loop is not None and engine_loop is not None
+
+        def settle(fut: Any) -> None:
+            if done.done():
+                return
+            exc = fut.exception()
+            if exc is not None:
+                done.set_exception(exc)
+            else:
+                done.set_result(None)
+
+        self.loop.submit(self._add(*records)).add_done_callback(
+            lambda fut: engine_loop.call_soon_threadsafe(settle, fut))
 
     def close_spider(self, spider: Any = None) -> None:
         if self.loop is None:
@@ -234,16 +278,19 @@ class ItemSink:
             os.close(fd)
 
     # ------------------------------------------------------------------ writer loop
-    async def _add(self, record: dict[str, Any]) -> None:
-        """Join the batch that gathers and wait for its commit (group commit: while one
-        batch is written the next one gathers)."""
+    async def _add(self, *records: dict[str, Any]) -> None:
+        """Join the batch that gathers and wait for the commit of the last batch the
+        records went into (group commit: while one batch is written the next one
+        gathers)."""
         if self._stuck:
             raise SinkError(f"sink '{self.sink.name}' gave up at close; the item is not"
                             " written and its request stays unfinished")
-        if not self._queue or len(self._queue[-1][0]) >= self.batch_max:
-            self._queue.append(([], asyncio.get_running_loop().create_future()))
-        records, done = self._queue[-1]
-        records.append(record)
+        loop = asyncio.get_running_loop()
+        for record in records:
+            if not self._queue or len(self._queue[-1][0]) >= self.batch_max:
+                self._queue.append(([], loop.create_future()))
+            self._queue[-1][0].append(record)
+        done = self._queue[-1][1]
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_all())
         await asyncio.shield(done)
