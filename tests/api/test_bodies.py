@@ -102,6 +102,10 @@ def read_answer(sock: socket.socket, trickle: bytes, limit: float = 60.0) -> byt
                 sent += 1
             continue
         except ConnectionResetError:
+            # the server answered and closed while the slow client still sent: its
+            # close of a socket with unread bytes is a reset
+            if received:
+                return received
             break
         if not chunk:
             return received  # closed by the server

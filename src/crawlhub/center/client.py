@@ -368,8 +368,7 @@ class CenterClient:
             self.returned += 1
             fut.set_result(reply)
             self._returned_event.set()
-            if self._deadlines and self._deadlines[0][1].done():
-                self._forget_done()
+            self._forget_done()
         elif kind in ("allocated", "refused"):
             waiter = self._allocating.get(str(h.get("token") or ""))
             if waiter is not None and not waiter.done():

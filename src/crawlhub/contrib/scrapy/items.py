@@ -227,6 +227,9 @@ class ItemSink:
         def settle(fut: Any) -> None:
             if done.done():
                 return
+            if fut.cancelled():  # the writer's loop stopped under it
+                done.cancel()
+                return
             exc = fut.exception()
             if exc is not None:
                 done.set_exception(exc)

@@ -142,6 +142,11 @@ class _Built:
         self.slot = slot
 
 
+def _total(counts: list[dict[str, Any]], field: str) -> int:
+    """``field`` (pending, leased) summed over the frontier's per-segment counts."""
+    return sum(int(c.get(field, 0)) for c in counts)
+
+
 def _seed_of(item: Any) -> Seed | None:
     """The leased seed of a held item (None: a request kept in memory only)."""
     if isinstance(item, _Built):
@@ -332,7 +337,7 @@ class Scheduler:
         self._left = due is not None
         self._store_ready = due is not None and due <= now
         if self._left:
-            pending = sum(int(c.get("pending", 0)) for c in await self.frontier.stats())
+            pending = _total(await self.frontier.stats(), "pending")
             self._stored_pending = pending
             if pending:
                 log.info("Resuming crawl (%d requests scheduled)", pending,
@@ -577,8 +582,8 @@ class Scheduler:
         """(Reactor thread) run one worker step and wait for it (``SYNC_TIMEOUT`` at most:
         a slow store leaves the answer to the worker)."""
         assert self.loop is not None
-        if isinstance(self.loop, EngineLoop):  # the engine's loop cannot wait for itself: the worker steps
-            self._wake()
+        if isinstance(self.loop, EngineLoop):
+            self._wake()  # the engine's loop cannot wait for itself: the worker steps
             return
         try:
             self.loop.run(self._cycle(), timeout=SYNC_TIMEOUT)
@@ -678,16 +683,14 @@ class Scheduler:
     async def _count_stored(self) -> None:
         assert self.frontier is not None
         with contextlib.suppress(Exception):  # the worker logs the store's failures
-            counts = await self.frontier.stats()
-            self._stored_pending = sum(int(c.get("pending", 0)) for c in counts)
+            self._stored_pending = _total(await self.frontier.stats(), "pending")
 
     async def _count(self) -> int:
         assert self.frontier is not None and self._lock is not None
         async with self._lock:
             await self._settle()
             counts = await self.frontier.stats()
-        return sum(int(c.get("pending", 0)) for c in counts) + len(self._ready) + len(
-            self._outbox)
+        return _total(counts, "pending") + len(self._ready) + len(self._outbox)
 
     @property
     def _prefetch(self) -> int:
@@ -1120,8 +1123,7 @@ class Scheduler:
             return
         self._waits_logged = mono
         counts = await self.frontier.stats()
-        leased = sum(int(c.get("leased", 0)) for c in counts)
-        waiting = sum(int(c.get("pending", 0)) for c in counts)
+        leased, waiting = _total(counts, "leased"), _total(counts, "pending")
         log.info("crawlhub scheduler: crawl %r waits for %d requests leased by other spiders"
                  " (%d more wait for their time); the next is free in %.1f s (a spider"
                  " that stops beating loses its leases %ss after its last beat,"
