@@ -13,7 +13,11 @@ spiders close when their queue is empty). It prints pages/s
 (over the whole run, and from the first to the last page the site served, which leaves
 Scrapy's start-up out), the Redis memory the crawl leaves per URL (MEMORY USAGE summed
 over the run's keys, both with ``SCHEDULER_PERSIST``), and the pages never fetched after
-the kill. crawlhub's bloom filter is sized with ``expected_items`` = the site's pages.
+the kill. crawlhub's bloom filter is sized with ``expected_items`` = the site's pages;
+in the kill runs it is ``exact`` (each bloom positive confirmed against the archived
+requests, ``archive: true``), as
+scrapy-redis's set of fingerprints is: a page never fetched there is a page lost, never
+a false positive taken for a duplicate.
 The site runs on a thread of this process and counts what it serves.
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -124,7 +129,7 @@ class Run:
 
 
 def settings_of(kind: str, tag: str, redis_url: str, pages: int, concurrency: int,
-                lease: float, fp_rate: float) -> dict[str, str]:
+                lease: float, fp_rate: float, exact: bool = False) -> dict[str, str]:
     common = {"CONCURRENT_REQUESTS": str(concurrency),
               "CONCURRENT_REQUESTS_PER_DOMAIN": str(concurrency), "LOG_LEVEL": "WARNING",
               "TELNETCONSOLE_ENABLED": "False", "ROBOTSTXT_OBEY": "False",
@@ -140,7 +145,9 @@ def settings_of(kind: str, tag: str, redis_url: str, pages: int, concurrency: in
             "DUPEFILTER_CLASS": "crawlhub.contrib.scrapy.DupeFilter",
             "CRAWLHUB_URL": redis_url, "CRAWLHUB_PREFIX": f"{tag}:", "CRAWLHUB_CRAWL": "site",
             "CRAWLHUB_LEASE": str(lease),
-            "CRAWLHUB_FRONTIER": f'{{"expected_items": {pages}, "fp_rate": {fp_rate}}}'}
+            "CRAWLHUB_FRONTIER": json.dumps({"expected_items": pages, "fp_rate": fp_rate,
+                                             **({"archive": True, "exact": True}
+                                                if exact else {})})}
 
 
 def spider(site: Site, settings: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -171,7 +178,7 @@ def crawl(kind: str, procs: int, site: Site, args: argparse.Namespace, client: o
     tag = f"bench-{uuid.uuid4().hex[:8]}"
     site.reset()
     settings = settings_of(kind, tag, args.redis, site.pages, args.concurrency, 5.0,
-                           args.fp_rate)
+                           args.fp_rate, exact=kill)
     started = time.perf_counter()
     children = [spider(site, {**settings, "USER_AGENT": f"spider-{n}"},
                        logs / f"{kind}-{procs}-{kill}-{n}.log") for n in range(procs)]
@@ -265,8 +272,9 @@ def main() -> None:
           " process only: it cannot share a crawl); no scheduler that stores the crawl"
           " can be faster than it with the same spider")
     print(f"crawlhub: bloom filter sized with expected_items = the site's pages at fp_rate"
-          f" {args.fp_rate} (a false positive takes a new page for a duplicate); "
-          "CRAWLHUB_LEASE 5 s; logs in", logs)
+          f" {args.fp_rate} (a false positive takes a new page for a duplicate), exact in"
+          " the kill runs (no false positive: a page never fetched is lost);"
+          " CRAWLHUB_LEASE 5 s; logs in", logs)
 
 
 if __name__ == "__main__":
