@@ -46,6 +46,7 @@ class RedisHubState(RedisIntake):
         self.clock: Clock = clock or system_clock
         self._redis = redis_client(url, name="hub state")
         self._keys = hub_keys(prefix)
+        self._resp_cache = {}
         self._prefix = prefix
         self._record = self._redis.register_script(_RECORD_LUA)
         self._claim = self._redis.register_script(_CLAIM_LUA)
