@@ -91,3 +91,19 @@ def test_a_url_that_is_not_redis_is_refused_naming_the_user() -> None:
     with pytest.raises(BackendURLError, match="outbound 'o' URL 'postgresql://db/x' has no "
                                               "scheme crawlhub can open; accepted: redis://"):
         redis_client("postgresql://db/x", name="outbound 'o'")
+
+
+def test_pack_command_writes_the_bytes_redis_py_writes() -> None:
+    from redis.asyncio.connection import Connection
+
+    from crawlhub.backends.redis import pack_command
+
+    args = ("EVALSHA", "f" * 40, 3, "crawlhub:hub:ledger", "crawlhub:q:队列:ready",
+            b"\x00\r\n" + b"x" * 70_000, b"", "new", -17, 1764300000.125, "crawlhub:hub:ledger")
+    cache: dict[str, bytes] = {}
+    expected = b"".join(Connection().pack_command(*args))
+    assert b"".join(pack_command(args, cache)) == expected
+    assert "crawlhub:q:队列:ready" in cache
+    assert b"".join(pack_command(args, cache)) == expected  # the names from the cache
+    with pytest.raises(TypeError, match="NoneType"):
+        pack_command(("XADD", None), cache)

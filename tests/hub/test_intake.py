@@ -456,22 +456,6 @@ async def test_a_push_after_a_script_flush_loads_its_script_and_pushes_once(
     assert sorted(p["n"] for p in await drain(svc, "o")) == [1, 2, 3]
 
 
-def test_the_push_script_is_sent_byte_for_byte_as_redis_py_packs_it() -> None:
-    from redis.asyncio.connection import Connection
-
-    from crawlhub.hub.state.intake.redis import _resp
-
-    args = ("EVALSHA", "f" * 40, 3, "crawlhub:hub:ledger", "crawlhub:q:队列:ready",
-            b"\x00\r\n" + b"x" * 70_000, b"", "new", -17, "crawlhub:hub:ledger")
-    cache: dict[str, bytes] = {}
-    expected = b"".join(Connection().pack_command(*args))
-    assert b"".join(_resp(args, cache)) == expected
-    assert "crawlhub:q:队列:ready" in cache
-    assert b"".join(_resp(args, cache)) == expected  # the names from the cache
-    with pytest.raises(TypeError, match="float"):
-        _resp(("EVALSHA", 1.5), cache)
-
-
 async def test_a_push_whose_mark_failed_is_marked_later_not_pushed_again(
         make_config: Callable[..., Any], open_services: Opener,
         throwaway: Throwaway) -> None:

@@ -10,7 +10,7 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-from crawlhub.backends.redis import lua
+from crawlhub.backends.redis import lua, pack_command
 from crawlhub.hub.state.intake.base import Intake, QueueGroup
 
 _BEGIN = lua(__package__, "split.lua", "begin.lua")
@@ -32,36 +32,6 @@ def _push_script() -> str:
 _U32 = struct.Struct("<I").pack
 
 
-def _resp(args: Sequence[Any], cache: dict[str, bytes]) -> list[bytes]:
-    """One command in Redis's protocol, as ``send_packed_command`` takes it. Each ``str``
-    argument (command and script names, key names: the same at every call) is encoded
-    once and kept in ``cache``; ``bytes`` go as they are (a large blob is not copied)
-    and ints as their digits. About a tenth of redis-py's ``pack_command`` for the push
-    script's ~60-100 arguments."""
-    out = [b"*%d\r\n" % len(args)]
-    add = out.append
-    for arg in args:
-        kind = type(arg)
-        if kind is str:
-            head = cache.get(arg)
-            if head is None:
-                raw = arg.encode()
-                head = b"$%d\r\n%s\r\n" % (len(raw), raw)
-                if len(cache) < 10_000:
-                    cache[arg] = head
-            add(head)
-        elif kind is bytes:
-            add(b"$%d\r\n" % len(arg))
-            add(arg)
-            add(b"\r\n")
-        elif kind is int:
-            raw = b"%d" % arg
-            add(b"$%d\r\n%s\r\n" % (len(raw), raw))
-        else:
-            raise TypeError(f"a push script argument of type {kind.__name__}")
-    return out
-
-
 def _packed(parts: Sequence[str]) -> tuple[bytes, str]:
     blobs = [p.encode() for p in parts]
     return b"".join(blobs), ",".join(str(len(b)) for b in blobs) or ""
@@ -75,7 +45,7 @@ class RedisIntake:
     _keys: dict[str, str]
     retention: float
     _intake_scripts: dict[str, Any] | None = None
-    #: the push script's str arguments in Redis's protocol (:func:`_resp`)
+    #: the push script's str arguments in Redis's protocol (``pack_command``)
     _resp_cache: dict[str, bytes]
 
     def _script(self, name: str) -> Any:
@@ -209,7 +179,8 @@ class RedisIntake:
         conn = await pool.get_connection()
         try:
             await conn.send_packed_command(
-                _resp(("EVALSHA", script.sha, len(keys), *keys, *args), self._resp_cache))
+                pack_command(("EVALSHA", script.sha, len(keys), *keys, *args),
+                             self._resp_cache))
         except BaseException:
             with contextlib.suppress(Exception):
                 await conn.disconnect()
