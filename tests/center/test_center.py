@@ -393,3 +393,33 @@ async def test_a_cancel_dressed_as_a_broker_error_still_stops_a_centers_loop(
         if not task.done():
             task.cancel()
         await bus.close()
+
+
+async def test_an_error_reply_amid_a_send_is_a_bus_error_and_the_connection_stays_in_step(
+        redis_url: str, unique_name: str) -> None:
+    """The bus writes a batch of commands at once and reads their replies itself: an
+    error reply in the middle (a channel's key holding a string) names the broker's
+    error, the other sends went, and the next exchange on the same connection reads its
+    own replies, not the ones left behind."""
+    import redis.asyncio as aioredis
+
+    from crawlhub.center.bus import BusError, RedisBus
+
+    bus = RedisBus(redis_url, prefix=f"{unique_name}:")
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        await client.set(bus.key("broken"), "not a stream")
+        with pytest.raises(BusError, match="failed to send 3 messages: ResponseError: WRONGTYPE"):
+            await bus.send_many([("a", {"n": 1}, b""), ("broken", {"n": 2}, b""),
+                                 ("a", {"n": 3}, b"body")])
+        got = await bus.read("a", "c1", count=10, block=0.1)
+        assert [(e.header["n"], e.body) for e in got] == [(1, b""), (3, b"body")]
+        await bus.send_many([("a", {"n": 4}, b"")], ack={"a": [e.id for e in got]})
+        assert [e.header["n"] for e in await bus.read("a", "c1", count=10, block=0.1)] == [4]
+        assert await bus.read("a", "c1", count=10, block=0.1) == []
+    finally:
+        keys = [k async for k in client.scan_iter(match=f"{unique_name}:*")]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()
+        await bus.close()

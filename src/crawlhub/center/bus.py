@@ -32,6 +32,7 @@ and acks it as usual. Either way the read loop goes on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from collections import deque
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from crawlhub.backends.backend import Backend
-from crawlhub.backends.redis import lua, redis_client
+from crawlhub.backends.redis import lua, pack_command, redis_client
 from crawlhub.core import jsoncodec, rejects
 from crawlhub.core.errors import CrawlhubError
 from crawlhub.core.keys import DEFAULT_PREFIX, dead_stream
@@ -470,6 +471,8 @@ class RedisBus:
                                    socket_timeout=longest_block + 10.0)
         self._groups: set[str] = set()
         self._take_all = self._redis.register_script(_TAKE_ALL)
+        #: command, key and field names in Redis's protocol (pack_command)
+        self._names: dict[str, bytes] = {}
         self._where = redact_url(self.url)
         if signer is None:
             warn_unsigned(self.url)
@@ -550,22 +553,66 @@ class RedisBus:
         acks = {c: ids for c, ids in (ack or {}).items() if ids}
         if not items and not acks:
             return
-        pipe = self._redis.pipeline(transaction=False)
-        self._queue(pipe, items, acks, maxlen)
-        await self._call(f"send {len(items)} messages", pipe.execute())
+        what = f"send {len(items)} messages"
+        self._raise_first(what, await self._exchange(what, self._commands(items, acks,
+                                                                          maxlen)))
 
-    def _queue(self, pipe: Any, items: Sequence[Outgoing],
-               acks: Mapping[str, Sequence[str]], maxlen: int = 0) -> None:
-        """XADD every item, then XACK + XDEL every acked id, on ``pipe``."""
+    def _commands(self, items: Sequence[Outgoing], acks: Mapping[str, Sequence[str]],
+                  maxlen: int = 0) -> list[tuple[Any, ...]]:
+        """XADD every item, then XACK + XDEL every acked id."""
+        out: list[tuple[Any, ...]] = []
+        trim = ("MAXLEN", "~", maxlen) if maxlen else ()
         for channel, header, body in items:
-            if maxlen:
-                pipe.xadd(self.key(channel), self._fields(channel, header, body),
-                          maxlen=maxlen, approximate=True)
-            else:
-                pipe.xadd(self.key(channel), self._fields(channel, header, body))
+            fields = self._fields(channel, header, body)
+            out.append(("XADD", self.key(channel), *trim, "*",
+                        *itertools.chain.from_iterable(fields.items())))
         for channel, ids in acks.items():
-            pipe.xack(self.key(channel), GROUP, *ids)
-            pipe.xdel(self.key(channel), *ids)
+            key = self.key(channel)
+            raw = [i.encode() for i in ids]  # (bytes: ids must not fill the names cache)
+            out.append(("XACK", key, GROUP, *raw))
+            out.append(("XDEL", key, *raw))
+        return out
+
+    async def _exchange(self, what: str, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Send ``commands`` in one write and read their replies on one connection of the
+        client's pool - a pipeline, without redis-py's packing and parsing per command
+        (``pack_command``; replies as the server sends them: an XREADGROUP's entries are
+        ``[id, [field, value, ...]]``). An error reply comes back in its place as its
+        exception; a connection that fails raises :class:`BusError`, and is dropped."""
+        packed: list[bytes] = []
+        for command in commands:
+            packed += pack_command(command, self._names)
+        return list(await self._call(what, self._send_and_read(packed, len(commands))))
+
+    async def _send_and_read(self, packed: list[bytes], n: int) -> list[Any]:
+        from redis.exceptions import ResponseError
+
+        pool = self._redis.connection_pool
+        conn = await pool.get_connection()
+        try:
+            await conn.send_packed_command(packed)
+            replies: list[Any] = []
+            for _ in range(n):
+                try:
+                    replies.append(await conn.read_response())
+                except ResponseError as exc:  # read whole: the next replies follow it
+                    replies.append(exc)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await conn.disconnect()  # replies may be left unread on it
+            raise
+        finally:
+            await pool.release(conn)
+        return replies
+
+    def _raise_first(self, what: str, replies: Sequence[Any]) -> None:
+        """:class:`BusError` for the first error reply of ``replies``, if any."""
+        from redis.exceptions import RedisError
+
+        for reply in replies:
+            if isinstance(reply, RedisError):
+                raise BusError(f"the broker {self._where} failed to {what}:"
+                               f" {type(reply).__name__}: {reply}") from reply
 
     async def read(self, channel: str, consumer: str, *, count: int = 100,
                    block: float = 1.0, pending: bool = False, send: Sequence[Outgoing] = (),
@@ -593,7 +640,9 @@ class RedisBus:
                 raise
             if not got:
                 return []
-            envs, bad = self._take(channel, got[0][1])
+            # RESP3 answers a map of stream -> entries, RESP2 a list of [stream, entries]
+            entries = next(iter(got.values())) if isinstance(got, dict) else got[0][1]
+            envs, bad = self._take(channel, entries)
             await self._set_aside(channel, bad, ack=True)
             return envs
         return []
@@ -606,31 +655,21 @@ class RedisBus:
         alone when there is nothing to send (a pipeline of one costs ~20 us more CPU). A
         failed send or ack raises :class:`BusError`; in a pipeline the read's error
         (NOGROUP) is returned as a value - the sends went."""
-        from redis.exceptions import RedisError
-
-        pipe = self._redis.pipeline(transaction=False) if items or acks else None
-        if pipe is not None:
-            self._queue(pipe, items, acks)
-        read = (pipe or self._redis).xreadgroup(GROUP, consumer, streams, count=count,
-                                                block=wait)
-        if pipe is None:
-            return await self._call(f"read {channel}", read)
-        results = await self._call(f"send {len(items)} messages and read {channel}",
-                                   pipe.execute(raise_on_error=False))
-        for result in results[:-1]:
-            if isinstance(result, RedisError):
-                raise BusError(f"the broker {self._where} failed to send {len(items)}"
-                               f" messages: {type(result).__name__}: {result}") from result
+        commands = self._commands(items, acks)
+        block = ("BLOCK", wait) if wait is not None else ()
+        commands.append(("XREADGROUP", "GROUP", GROUP, consumer, "COUNT", count, *block,
+                         "STREAMS", *streams.keys(), *streams.values()))
+        what = (f"send {len(items)} messages and read {channel}" if len(commands) > 1
+                else f"read {channel}")
+        results = await self._exchange(what, commands)
+        self._raise_first(f"send {len(items)} messages", results[:-1])
         return results[-1]
 
     async def ack(self, channel: str, ids: Sequence[str]) -> None:
         if not ids:
             return
-        key = self.key(channel)
-        pipe = self._redis.pipeline(transaction=False)
-        pipe.xack(key, GROUP, *ids)
-        pipe.xdel(key, *ids)
-        await self._call(f"ack on {channel}", pipe.execute())
+        what = f"ack on {channel}"
+        self._raise_first(what, await self._exchange(what, self._commands((), {channel: ids})))
 
     async def claim(self, channel: str, consumer: str, idle: float,
                     count: int = 100) -> list[Envelope]:
