@@ -10,10 +10,11 @@ package, shipped in the wheel beside the code.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -171,6 +172,49 @@ def pack_command(args: Sequence[Any], cache: dict[str, bytes]) -> list[bytes]:
             add(b"$%d\r\n%s\r\n" % (len(raw), raw))
         else:
             raise TypeError(f"a Redis command argument of type {kind.__name__}")
+    return out
+
+
+async def write_commands(redis: Any, commands: Sequence[Sequence[Any]],
+                         names: dict[str, bytes]) -> Coroutine[Any, Any, list[Any]]:
+    """Write ``commands`` (packed by :func:`pack_command`, ``names`` its cache) in one
+    write on a connection of ``redis``'s pool; returns once they are written, with a
+    coroutine that reads their replies in order: an error reply in its place as its
+    exception, the connection back in the pool after (dropped if it failed, replies may
+    be left on it). A pipeline without redis-py's packing and parsing per command, whose
+    caller may work while Redis does; it must await (or run) the coroutine, which holds
+    the connection until then."""
+    packed: list[bytes] = []
+    for command in commands:
+        packed += pack_command(command, names)
+    pool = redis.connection_pool
+    conn = await pool.get_connection()
+    try:
+        await conn.send_packed_command(packed)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await conn.disconnect()
+        await pool.release(conn)
+        raise
+    return _replies(pool, conn, len(commands))
+
+
+async def _replies(pool: Any, conn: Any, n: int) -> list[Any]:
+    from redis.exceptions import ResponseError
+
+    try:
+        out: list[Any] = []
+        for _ in range(n):
+            try:
+                out.append(await conn.read_response())
+            except ResponseError as exc:  # read whole: the next replies follow it
+                out.append(exc)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await conn.disconnect()
+        raise
+    finally:
+        await pool.release(conn)
     return out
 
 

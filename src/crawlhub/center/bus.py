@@ -32,7 +32,6 @@ and acks it as usual. Either way the read loop goes on.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 from collections import deque
@@ -41,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from crawlhub.backends.backend import Backend
-from crawlhub.backends.redis import lua, pack_command, redis_client
+from crawlhub.backends.redis import lua, redis_client, write_commands
 from crawlhub.core import jsoncodec, rejects
 from crawlhub.core.errors import CrawlhubError
 from crawlhub.core.keys import DEFAULT_PREFIX, dead_stream
@@ -574,35 +573,14 @@ class RedisBus:
         return out
 
     async def _exchange(self, what: str, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        """Send ``commands`` in one write and read their replies on one connection of the
-        client's pool - a pipeline, without redis-py's packing and parsing per command
-        (``pack_command``; replies as the server sends them: an XREADGROUP's entries are
-        ``[id, [field, value, ...]]``). An error reply comes back in its place as its
-        exception; a connection that fails raises :class:`BusError`, and is dropped."""
-        packed: list[bytes] = []
-        for command in commands:
-            packed += pack_command(command, self._names)
-        return list(await self._call(what, self._send_and_read(packed, len(commands))))
+        """``commands`` in one trip (``write_commands``): their replies as the server sends
+        them (an XREADGROUP's entries are ``[id, [field, value, ...]]``), an error reply
+        in its place as its exception; a connection that fails raises :class:`BusError`."""
 
-    async def _send_and_read(self, packed: list[bytes], n: int) -> list[Any]:
-        from redis.exceptions import ResponseError
+        async def trip() -> list[Any]:
+            return await (await write_commands(self._redis, commands, self._names))
 
-        pool = self._redis.connection_pool
-        conn = await pool.get_connection()
-        try:
-            await conn.send_packed_command(packed)
-            replies: list[Any] = []
-            for _ in range(n):
-                try:
-                    replies.append(await conn.read_response())
-                except ResponseError as exc:  # read whole: the next replies follow it
-                    replies.append(exc)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await conn.disconnect()  # replies may be left unread on it
-            raise
-        finally:
-            await pool.release(conn)
+        replies: list[Any] = await self._call(what, trip())
         return replies
 
     def _raise_first(self, what: str, replies: Sequence[Any]) -> None:
@@ -650,11 +628,10 @@ class RedisBus:
     async def _send_then_read(self, channel: str, items: Sequence[Outgoing],
                               acks: Mapping[str, Sequence[str]], consumer: str,
                               streams: dict[Any, Any], count: int, wait: int | None) -> Any:
-        """One trip: the sends and acks, then XREADGROUP in one pipeline (the blocking
-        command last: Redis answers the others at once and holds the read), or the read
-        alone when there is nothing to send (a pipeline of one costs ~20 us more CPU). A
-        failed send or ack raises :class:`BusError`; in a pipeline the read's error
-        (NOGROUP) is returned as a value - the sends went."""
+        """One trip: the sends and acks, then XREADGROUP (the blocking command last:
+        Redis answers the others at once and holds the read). A failed send or ack raises
+        :class:`BusError`; the read's error (NOGROUP) is returned as a value - the sends
+        went."""
         commands = self._commands(items, acks)
         block = ("BLOCK", wait) if wait is not None else ()
         commands.append(("XREADGROUP", "GROUP", GROUP, consumer, "COUNT", count, *block,

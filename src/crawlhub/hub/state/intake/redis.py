@@ -5,12 +5,11 @@ record and the push are one script (mixed into ``RedisHubState``)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import struct
 from collections.abc import Sequence
 from typing import Any
 
-from crawlhub.backends.redis import lua, pack_command
+from crawlhub.backends.redis import lua, write_commands
 from crawlhub.hub.state.intake.base import Intake, QueueGroup
 
 _BEGIN = lua(__package__, "split.lua", "begin.lua")
@@ -175,34 +174,19 @@ class RedisIntake:
         future gives its answer, so the caller can prepare the next batch meanwhile."""
         keys, args = self._push_call(mode, items, groups, registry, now)
         script = self._script("push")
-        pool = self._redis.connection_pool
-        conn = await pool.get_connection()
-        try:
-            await conn.send_packed_command(
-                pack_command(("EVALSHA", script.sha, len(keys), *keys, *args),
-                             self._resp_cache))
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await conn.disconnect()
-            await pool.release(conn)
-            raise
-        return asyncio.ensure_future(self._push_reply(conn, script, keys, args))
+        replies = await write_commands(
+            self._redis, [("EVALSHA", script.sha, len(keys), *keys, *args)], self._resp_cache)
+        return asyncio.ensure_future(self._push_reply(replies, script, keys, args))
 
-    async def _push_reply(self, conn: Any, script: Any, keys: list[str], args: list[Any]
+    async def _push_reply(self, replies: Any, script: Any, keys: list[str], args: list[Any]
                           ) -> list[bool]:
         from redis.exceptions import NoScriptError
 
-        pool = self._redis.connection_pool
-        try:
-            try:
-                flags = await conn.read_response()
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await conn.disconnect()
-                raise
-            finally:
-                await pool.release(conn)
-        except NoScriptError:  # a server that has not seen it yet (it did nothing): load, run
+        (flags,) = await replies
+        if isinstance(flags, NoScriptError):
+            # a server that has not seen it yet (it did nothing): load, run
             flags = await script(keys=keys, args=args)
+        elif isinstance(flags, Exception):
+            raise flags
         text = flags.decode() if isinstance(flags, bytes) else str(flags)
         return [c == "1" for c in text]
