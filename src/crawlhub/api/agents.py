@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 
 from crawlhub.agents.registry import listing
+from crawlhub.api import routing
 from crawlhub.api.deps import ServicesDep
 from crawlhub.api.models import AgentList
 from crawlhub.api.openapi import BACKEND, errors
 
-router = APIRouter(tags=["agents"])
+router = routing.router(tags=["agents"])
 
 
 @router.get("/agents/", summary="Registered agents with their liveness",

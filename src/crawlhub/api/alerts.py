@@ -12,9 +12,10 @@ read internal URLs. Which hosts a route may name is the server's policy
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import Depends, Query, Response
 from pydantic import BaseModel, Field
 
+from crawlhub.api import routing
 from crawlhub.api.deps import ApiError, ServicesDep, control_plane
 from crawlhub.api.openapi import BACKEND, BODY, errors
 from crawlhub.control.alerts import (
@@ -26,7 +27,7 @@ from crawlhub.control.alerts import (
     RouteSpec,
 )
 
-router = APIRouter(prefix="/alerts", tags=["alerts"])
+router = routing.router(prefix="/alerts", tags=["alerts"])
 
 
 def alert_service(svc: ServicesDep) -> AlertService:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
-
+from crawlhub.api import routing
 from crawlhub.api.deps import ServicesDep
 from crawlhub.api.models import CenterJobs
 from crawlhub.api.openapi import BACKEND, errors
 from crawlhub.core.errors import ConflictError
 
-router = APIRouter(tags=["center"])
+router = routing.router(tags=["center"])
 
 
 @router.get("/center/jobs/", summary="The download center's jobs", response_model=CenterJobs,

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
-
+from crawlhub.api import routing
 from crawlhub.api.deps import ServicesDep
 from crawlhub.api.models import FrontierStats
 from crawlhub.api.openapi import BACKEND, errors
 
-router = APIRouter(tags=["frontier"])
+router = routing.router(tags=["frontier"])
 
 
 @router.get("/frontier/", summary="Every frontier with its per-segment stats",

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from crawlhub import __version__
 from crawlhub.agents.politeness import domain_figures, metrics_text
+from crawlhub.api import routing
 from crawlhub.api.deps import ServicesDep
 from crawlhub.api.models import Health
 from crawlhub.core import rejects
 
-router = APIRouter(tags=["health"])
+router = routing.router(tags=["health"])
 
 
 @router.get("/healthz", summary="Liveness and backend reachability", response_model=Health,

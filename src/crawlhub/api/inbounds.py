@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from crawlhub.api import routing
 from crawlhub.api.deps import ServicesDep, json_body, objects
 from crawlhub.api.models import InboundRow
 from crawlhub.api.openapi import BACKEND, BODY, errors, json_request
 from crawlhub.core.errors import ConflictError
 
-router = APIRouter(tags=["inbound"])
+router = routing.router(tags=["inbound"])
 
 
 @router.get("/inbound/", summary="List inbounds", response_model=list[InboundRow])

@@ -17,9 +17,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import Depends, Query
 from pydantic import BaseModel, Field, ValidationError
 
+from crawlhub.api import routing
 from crawlhub.api.deps import ApiError, control_plane, services
 from crawlhub.api.openapi import BACKEND, BODY, errors
 from crawlhub.collect.service import CollectJobManager
@@ -28,7 +29,7 @@ from crawlhub.control.jobs.model import JobEnvError
 from crawlhub.core.errors import NotFoundError
 from crawlhub.services import Services
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
+router = routing.router(prefix="/jobs", tags=["jobs"])
 
 
 def job_service(svc: Services = Depends(services)) -> JobService:

@@ -9,11 +9,12 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.types import Receive, Scope, Send
 
+from crawlhub.api import routing
 from crawlhub.api.deps import ApiError, services
 from crawlhub.api.openapi import BACKEND, errors
 from crawlhub.api.throttle import client_of
@@ -22,7 +23,7 @@ from crawlhub.core.errors import NotFoundError
 from crawlhub.services import Services
 
 log = logging.getLogger("crawlhub.api")
-router = APIRouter(tags=["logs"])
+router = routing.router(tags=["logs"])
 
 #: Seconds without a line after which the tail sends a comment (proxies keep it open).
 HEARTBEAT = 15.0

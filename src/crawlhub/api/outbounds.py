@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
-
+from crawlhub.api import routing
 from crawlhub.api.deps import ServicesDep
 from crawlhub.api.models import OutboundRow
 from crawlhub.api.openapi import BACKEND, errors
 
-router = APIRouter(tags=["outbound"])
+router = routing.router(tags=["outbound"])
 
 
 @router.get("/outbound/", summary="Every outbound with its counters",

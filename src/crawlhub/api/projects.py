@@ -17,10 +17,11 @@ import secrets
 from typing import Any
 from urllib.parse import parse_qs
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field, model_validator
 
+from crawlhub.api import routing
 from crawlhub.api.deps import ApiError, ServicesDep, control_plane
 from crawlhub.api.openapi import BACKEND, BODY, ErrorBody, errors
 from crawlhub.control.builds import LATEST, STATUSES, Build, BuildService
@@ -44,7 +45,7 @@ from crawlhub.control.secrets import SecretError
 
 log = logging.getLogger("crawlhub.api.hooks")
 
-router = APIRouter()
+router = routing.router()
 
 #: The largest webhook body read (GitHub caps payloads at 25 MB, but a tag push is a few
 #: KB; a huge branch push is refused before it is verified, and would be ignored anyway).

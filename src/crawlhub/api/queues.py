@@ -9,9 +9,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import Query, Response
 from pydantic import BaseModel, Field
 
+from crawlhub.api import routing
 from crawlhub.api.deps import ServicesDep
 from crawlhub.api.models import Acked, DeadLetter, LeasedMessage, Nacked, QueueStatsRow
 from crawlhub.api.openapi import BACKEND, BODY, errors
@@ -19,7 +20,7 @@ from crawlhub.core import jsoncodec
 from crawlhub.core.errors import CrawlhubError
 from crawlhub.queues.base import Message, ReliableQueue
 
-router = APIRouter(tags=["queues"])
+router = routing.router(tags=["queues"])
 log = logging.getLogger("crawlhub.api.queues")
 
 

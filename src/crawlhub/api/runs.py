@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import re
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import Depends, Query
 
+from crawlhub.api import routing
 from crawlhub.api.deps import ApiError
 from crawlhub.api.jobs import job_service
 from crawlhub.api.openapi import BACKEND, errors
 from crawlhub.control.jobs import JobService, RunRecord, RunView, TaskRecord
 from crawlhub.control.jobs.model import FINAL, LIVE
 
-router = APIRouter(prefix="/runs", tags=["runs"])
+router = routing.router(prefix="/runs", tags=["runs"])
 
 _STATUS = "^(" + "|".join((*LIVE, *FINAL)) + ")$"
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from crawlhub.api import routing
 from crawlhub.api.deps import ApiError, FastJSONResponse, ServicesDep, json_body, objects
 from crawlhub.api.models import BatchAnswer, TaskAnswer
 from crawlhub.api.openapi import BACKEND, BODY, errors, json_request
 
-router = APIRouter(tags=["tasks"])
+router = routing.router(tags=["tasks"])
 
 #: Task statuses that mean "not kept: send it again after Retry-After".
 RETRY_LATER = frozenset({"deferred", "unavailable"})

@@ -164,8 +164,10 @@ def create_app(config: Any | None = None, *, services: Services | None = None) -
     # (imported here, not above: the web pages import crawlhub.api's deps and models)
     from crawlhub.web import routes as web_routes
 
-    for module in (*ROUTERS, web_routes):
+    for module in ROUTERS:
         app.include_router(module.router)
+    for router in web_routes.ROUTERS:
+        app.include_router(router, include_in_schema=False)
     return app
 
 

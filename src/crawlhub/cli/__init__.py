@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from typer.core import TyperGroup
 
 from crawlhub.core import jsoncodec
@@ -63,8 +61,40 @@ app = typer.Typer(cls=_LazyGroup, add_completion=False, no_args_is_help=True,
                   rich_markup_mode=None,
                   help="crawlhub: task intake, rule routing, reliable queues, frontier and"
                   " collection jobs.")
-out = Console()
-err = Console(stderr=True)
+
+
+class _Console:
+    """rich's :class:`~rich.console.Console`, made on first use: a command that prints
+    nothing with it (``crawlhub serve`` once started) does not import rich (~17 ms of
+    ``python -X importtime``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._kwargs = kwargs
+        self._console: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._kwargs)
+        return getattr(self._console, name)
+
+
+def escape(text: str) -> str:
+    """rich's markup escape (rich imported when first needed: :class:`_Console`)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
+def say(line: str) -> None:
+    """A plain line on stderr, as written (no markup, no rich)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+out: Any = _Console()
+err: Any = _Console(stderr=True)
 
 ConfigOpt = Annotated[Path | None, typer.Option(
     "--config", "-c", envvar="CRAWLHUB_CONFIG",
@@ -181,8 +211,8 @@ def serve(
         scrapyd_socket = _scrapyd_socket(cfg)  # before anything starts: refused or taken, it ends here
         configure_secrets(cfg.logging.secret_names, cfg.logging.public_names)
         setup_logging(cfg.logging.level, cfg.logging.format, cfg.logging.file)
-        err.print(f"crawlhub {cfg.project}: http://{cfg.server.bind}:{cfg.server.port}"
-                  f"  data: {Path(cfg.data_dir).resolve()}  queues: {_scheme(cfg.storage.queues)}")
+        say(f"crawlhub {cfg.project}: http://{cfg.server.bind}:{cfg.server.port}"
+            f"  data: {Path(cfg.data_dir).resolve()}  queues: {_scheme(cfg.storage.queues)}")
         app_ = create_app(cfg)
     except BaseException:  # a refused config or port ends the command, not the collector
         gc.enable()
@@ -202,7 +232,7 @@ def serve(
     if scrapyd_socket is not None:  # Scrapyd's API on a port of its own (docs/scrapyd.md)
         from crawlhub.app.scrapyd import serve_with_scrapyd
 
-        err.print(f"scrapyd API: http://{cfg.scrapyd.bind}:{cfg.scrapyd.port}")
+        say(f"scrapyd API: http://{cfg.scrapyd.bind}:{cfg.scrapyd.port}")
         run = functools.partial(serve_with_scrapyd, server, app_, cfg, scrapyd_socket)
     try:
         run()

@@ -7,16 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 
 from crawlhub.agents.politeness import domain_figures
 from crawlhub.agents.registry import listing
+from crawlhub.api import routing
 from crawlhub.api.models import AgentList
 from crawlhub.services import Services
 from crawlhub.web.paging import PAGE_SIZE, keyset, number_param
 from crawlhub.web.render import Area, Card, Stat, attempt, live_page, number
 
-router = APIRouter()
+router = routing.router()
 REGISTRY = "the agent registry (storage.agents)"
 #: domains shown with their adaptive politeness (those answered last)
 DOMAINS = 50

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import HTMLResponse
 
+from crawlhub.api import routing
 from crawlhub.api.alerts import AlertRouteOut, DeliveryOut
 from crawlhub.api.deps import ServicesDep, control_plane
 from crawlhub.control.alerts import EVENT_KINDS
@@ -16,7 +17,7 @@ from crawlhub.services import Services
 from crawlhub.web.paging import Page, keyset, number_param, text_param
 from crawlhub.web.render import Area, Card, Stat, attempt, fragment, number, page
 
-router = APIRouter()
+router = routing.router()
 STORE = "the alert routes (control.url)"
 ROUTES_PAGE = 50
 #: Deliveries shown (the store keeps the newest ``control.alert_max_deliveries``).

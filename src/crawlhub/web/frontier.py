@@ -6,15 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 
+from crawlhub.api import routing
 from crawlhub.api.models import FrontierStats, SegmentStats
 from crawlhub.core.redact import redact_url
 from crawlhub.services import Services
 from crawlhub.web.paging import PAGE_SIZE, Page, keyset, number_param
 from crawlhub.web.render import Area, Card, Stat, attempt, live_page, number
 
-router = APIRouter()
+router = routing.router()
 
 
 async def _describe_all(svc: Services) -> list[FrontierStats]:

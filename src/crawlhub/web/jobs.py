@@ -13,11 +13,12 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, Field, ValidationError
 
+from crawlhub.api import routing
 from crawlhub.api.deps import ServicesDep, control_plane
 from crawlhub.api.jobs import JobRow, row
 from crawlhub.control.jobs import JobSpec, JobView, QueueInfo, RunRecord
@@ -37,7 +38,7 @@ from crawlhub.web.render import (
     page,
 )
 
-router = APIRouter()
+router = routing.router()
 STORE = "the job store (control.url)"
 #: Jobs per page (the issue's "1,000 jobs": ten pages, each one indexed read).
 JOBS_PAGE = 100

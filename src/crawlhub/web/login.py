@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 
+from crawlhub.api import routing
 from crawlhub.api.errors import retry_after_header
 from crawlhub.api.guard import Hosts, RequestGuard
 from crawlhub.api.throttle import Throttle, client_of
 from crawlhub.web import session
 from crawlhub.web.render import HEADERS, page
 
-router = APIRouter()
+router = routing.router()
 
 
 def _token(request: Request) -> str | None:

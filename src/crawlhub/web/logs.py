@@ -9,16 +9,17 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import HTMLResponse
 
+from crawlhub.api import routing
 from crawlhub.api.deps import ServicesDep, control_plane
 from crawlhub.control.logs import LEVELS, SOURCES, LogLine, LogQuery, LogQueryError, parse_when
 from crawlhub.services import Services
 from crawlhub.web.paging import Page, number_param, text_param
 from crawlhub.web.render import Area, attempt, page
 
-router = APIRouter()
+router = routing.router()
 STORE = "the log store (control.logs_url)"
 LINES_PAGE = 100
 #: The filters a search and its tail share (``since`` is the search's alone).

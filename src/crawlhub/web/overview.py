@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 
+from crawlhub.api import routing
 from crawlhub.services import Services
 from crawlhub.web.render import Area, areas, live_page
 
-router = APIRouter()
+router = routing.router()
 
 
 async def _data(request: Request, svc: Services) -> dict[str, Any]:

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import HTMLResponse
 
+from crawlhub.api import routing
 from crawlhub.api.deps import ServicesDep, control_plane
 from crawlhub.control.builds import Build
 from crawlhub.control.projects import NAME_RE, Project
@@ -18,7 +19,7 @@ from crawlhub.services import Services
 from crawlhub.web.paging import Page, forward, number_param, text_param
 from crawlhub.web.render import Area, Card, Stat, attempt, fragment, number, page
 
-router = APIRouter()
+router = routing.router()
 STORE = "the project store (control.url)"
 PROJECTS_PAGE = 50
 BUILDS_PAGE = 50

@@ -11,8 +11,9 @@ from collections.abc import Callable
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 
+from crawlhub.api import routing
 from crawlhub.api.models import OutboundRow, QueueStatsRow
 from crawlhub.core.redact import redact_url
 from crawlhub.services import Services
@@ -27,7 +28,7 @@ from crawlhub.web.render import (
     per_second,
 )
 
-router = APIRouter()
+router = routing.router()
 
 
 class RateMeter:

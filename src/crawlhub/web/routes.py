@@ -1,8 +1,6 @@
-"""The web page's router: the login and every page, in the nav's order."""
+"""The web page's routers: the login, every page in the nav's order, the charts."""
 
 from __future__ import annotations
-
-from fastapi import APIRouter
 
 try:
     from crawlhub.web import (
@@ -27,9 +25,7 @@ from crawlhub.web.render import set_areas
 #: The pages, in the nav's order; each has ``router`` and ``AREA``.
 PAGES = (overview, agents, queues, frontier, projects, jobs, runs, logs, alerts)
 
-router = APIRouter(include_in_schema=False)
-router.include_router(login.router, include_in_schema=False)
-for _page in PAGES:
-    router.include_router(_page.router, include_in_schema=False)
-router.include_router(trends.router, include_in_schema=False)  # the pages' charts
+#: The routers the app mounts, each on its own (out of the OpenAPI document): not one
+#: router of routers, which FastAPI would build whole on the include (crawlhub.api.routing).
+ROUTERS = (login.router, *(_page.router for _page in PAGES), trends.router)  # trends: the charts
 set_areas([_page.AREA for _page in PAGES])

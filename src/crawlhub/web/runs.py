@@ -9,9 +9,10 @@ import hashlib
 from dataclasses import replace
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import HTMLResponse
 
+from crawlhub.api import routing
 from crawlhub.api.deps import ServicesDep, control_plane
 from crawlhub.control.jobs import RunRecord, RunView
 from crawlhub.control.jobs.model import FINAL, LIVE
@@ -31,7 +32,7 @@ from crawlhub.web.render import (
     page,
 )
 
-router = APIRouter()
+router = routing.router()
 STORE = "the run history (control.url)"
 LOGS = "the log store (control.logs_url)"
 RUNS_PAGE = 50

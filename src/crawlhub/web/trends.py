@@ -21,9 +21,10 @@ from collections import defaultdict
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import HTMLResponse
 
+from crawlhub.api import routing
 from crawlhub.api.deps import ServicesDep, control_plane
 from crawlhub.control.jobs import RunRecord
 from crawlhub.control.jobs.model import LIVE
@@ -35,7 +36,7 @@ from crawlhub.web.charts import Line, bar_chart, line_chart
 from crawlhub.web.paging import text_param
 from crawlhub.web.render import attempt, fragment, size
 
-router = APIRouter()
+router = routing.router()
 STORE = "the charts' series (control.url)"
 #: How often a charts block is drawn again.
 EVERY = "15s"

@@ -1,0 +1,102 @@
+"""Routes analysed where they are served (crawlhub.api.routing): none at import or at
+create_app, the same OpenAPI document and answers as eager routes, and a route used
+directly still whole."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute, APIRouter
+from fastapi.testclient import TestClient
+from pydantic import BaseModel
+
+from crawlhub.api import routing
+from crawlhub.app import asgi
+from crawlhub.config.schema import CrawlhubConfig
+from crawlhub.web import routes as web_routes
+
+
+def _routers() -> list[APIRouter]:
+    return [module.router for module in asgi.ROUTERS] + list(web_routes.ROUTERS)
+
+
+def _deferred(router: APIRouter) -> list[str]:
+    return [route.path for route in router.routes if "_deferred" in route.__dict__]
+
+
+def _config(tmp_path: Any) -> CrawlhubConfig:
+    return CrawlhubConfig.model_validate({"data_dir": str(tmp_path)})
+
+
+def test_no_route_is_analysed_until_a_request_reaches_its_router(tmp_path: Any) -> None:
+    routers = _routers()
+    assert all(isinstance(route, routing.DeferredRoute) for r in routers for route in r.routes)
+    app = asgi.create_app(_config(tmp_path))
+    before = sum(len(_deferred(router)) for router in routers)
+    with TestClient(app) as client:
+        assert client.get("/healthz").status_code == 200
+        assert client.get("/queues").status_code == 200
+    # The app served them through its included copies: the routes defined at import were
+    # never analysed (each would have cost ~1 ms of start-up), before or after.
+    assert before == sum(len(router.routes) for router in routers) > 80
+    assert sum(len(_deferred(router)) for router in routers) == before
+
+
+def _eager(app: FastAPI, routers: list[APIRouter]) -> FastAPI:
+    """The same app, its routers rebuilt of plain APIRoutes from the same arguments."""
+    eager = FastAPI(title=app.title, version=app.version, description=app.description,
+                    docs_url=None, redoc_url=None)
+    asgi.openapi.install(eager, token_paths=None)  # as create_app does without a token
+    for index, router in enumerate(routers):
+        copy = APIRouter()
+        for route in router.routes:
+            path, endpoint, kwargs = route.__dict__["_deferred"]
+            copy.routes.append(APIRoute(path, endpoint, **kwargs))
+        eager.include_router(copy, include_in_schema=index < len(asgi.ROUTERS))
+    return eager
+
+
+def test_the_openapi_document_is_the_one_eager_routes_give(tmp_path: Any) -> None:
+    routers = _routers()
+    app = asgi.create_app(_config(tmp_path))
+    document = app.openapi()
+    eager = _eager(app, routers).openapi()
+    assert document["paths"] == eager["paths"]
+    assert document["components"]["schemas"] == eager["components"]["schemas"]
+    assert len(document["paths"]) > 40
+
+
+class Item(BaseModel):
+    name: str
+    size: int = 1
+
+
+def _item(item: Item, limit: int = 5) -> Item:
+    """Echo, capped."""
+    return Item(name=item.name, size=min(item.size, limit))
+
+
+def test_a_deferred_route_used_on_its_own_is_built_whole_on_first_use() -> None:
+    router = routing.router(tags=["items"])
+    router.post("/items", status_code=201)(_item)
+    route = router.routes[0]
+    assert "_deferred" in route.__dict__ and route.description == "Echo, capped."
+    # served directly (not through an include): the handler builds the route
+    app = FastAPI()
+    app.router.routes.extend(router.routes)
+    with TestClient(app) as client:
+        answer = client.post("/items?limit=3", json={"name": "a", "size": 9})
+        assert (answer.status_code, answer.json()) == (201, {"name": "a", "size": 3})
+        refused = client.post("/items", json={"size": "x"})
+        assert refused.status_code == 422
+        assert {e["loc"][-1] for e in refused.json()["detail"]} == {"name", "size"}
+    assert "_deferred" not in route.__dict__
+    assert route.response_model is Item and route.body_field is not None
+    assert route.tags == ["items"] and route.unique_id == "_item_items_post"
+    try:
+        route.no_such_thing  # noqa: B018 - built once, a missing attribute stays missing
+    except AttributeError as exc:
+        assert "no_such_thing" in str(exc)
+    else:
+        raise AssertionError("an unknown attribute was answered")
