@@ -13,7 +13,6 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
-from yarl import URL
 
 from crawlhub.agents.codes import config_error
 from crawlhub.core.redact import redact_url
@@ -24,6 +23,8 @@ if TYPE_CHECKING:  # (imported when a provider is read: the config models need n
 
 def _check_proxy(value: str) -> str:
     """``value`` stripped, if it is an http(s) proxy URL (aiohttp speaks no SOCKS)."""
+    from yarl import URL  # (here: the config models import without yarl, ~5 ms)
+
     value = value.strip()
     try:
         url = URL(value)

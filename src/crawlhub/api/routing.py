@@ -10,7 +10,7 @@ that serves: every route of crawlhub is in an included router. That first analys
 nothing.
 
 :class:`DeferredRoute` keeps what the include reads (path, name, methods, the arguments
-as given) and does the rest only if something asks for it: any other attribute builds
+as given; not even the path's regex) and does the rest only if something asks for it: any other attribute builds
 the whole route as :class:`~fastapi.routing.APIRoute` would have, so a caller that uses
 the route itself (a test on the bare router, a FastAPI that still copies routes) gets
 the same route, built late (a route FastAPI would refuse is then refused on that use:
@@ -26,7 +26,6 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi import routing as fastapi_routing
-from starlette.routing import compile_path
 
 #: FastAPI builds included routes again per include (the case this module is for).
 _REBUILDS_INCLUDED = hasattr(fastapi_routing, "_EffectiveRouteContext")
@@ -72,7 +71,6 @@ class DeferredRoute(fastapi_routing.APIRoute):
         self.responses = kwargs.get("responses") or {}
         name: str | None = kwargs.get("name")
         self.name = fastapi_routing.get_name(endpoint) if name is None else name
-        self.path_regex, self.path_format, self.param_convertors = compile_path(path)
         self.methods = {method.upper() for method in kwargs.get("methods") or ["GET"]}
         status_code = kwargs.get("status_code")
         self.status_code = int(status_code) if isinstance(status_code, IntEnum) else status_code

@@ -72,12 +72,17 @@ class _Console:
         self._kwargs = kwargs
         self._console: Any = None
 
-    def __getattr__(self, name: str) -> Any:
+    @property
+    def console(self) -> Any:
+        """The Console itself (for rich's classes that take one)."""
         if self._console is None:
             from rich.console import Console
 
             self._console = Console(**self._kwargs)
-        return getattr(self._console, name)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.console, name)
 
 
 def escape(text: str) -> str:
@@ -454,7 +459,7 @@ async def _submit(items: list[dict[str, Any]], url: str, token: str | None, batc
     counts: dict[str, int] = {}
     problems: list[tuple[int, str, str]] = []
     async with new_session(headers=headers) as session:
-        with Progress(console=err) as progress:
+        with Progress(console=err.console) as progress:
             bar = progress.add_task("submitting", total=len(items))
             for start in range(0, len(items), batch):
                 pending = list(range(start, min(start + batch, len(items))))
