@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from crawlhub.agents.codes import ResultCodes, config_error
 from crawlhub.agents.proxies import ProxyConfig
+from crawlhub.core.configtypes import new_list
 from crawlhub.core.userregex import compile_user_regex
 
 # The downloader's and the browser's models live here, not beside the code that uses
@@ -186,7 +187,7 @@ class AgentSection(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    queues: list[str] = Field(default_factory=list)
+    queues: list[str] = Field(default_factory=new_list)
     concurrency: int = Field(default=64, ge=1)
     lease: float = Field(default=120.0, gt=0)
     downloader: DownloaderConfig = Field(default_factory=DownloaderConfig)

@@ -26,6 +26,7 @@ from crawlhub.api.openapi import BACKEND, BODY, errors
 from crawlhub.collect.service import CollectJobManager
 from crawlhub.control.jobs import JobPatch, JobService, JobSpec, JobView, QueueInfo, RunRecord
 from crawlhub.control.jobs.model import JobEnvError
+from crawlhub.core.configtypes import new_list
 from crawlhub.core.errors import NotFoundError
 from crawlhub.services import Services
 
@@ -70,7 +71,7 @@ class JobRow(BaseModel):
     pausable: bool = Field(True, description="false: the job opted out of pause (pausable:"
                            " false); POST /jobs/{name}/pause answers 409")
     running: list[str] = Field(description="ids of the runs going now")
-    paused: list[str] = Field(default_factory=list, description="those of them whose pause"
+    paused: list[str] = Field(default_factory=new_list, description="those of them whose pause"
                               " took effect (acknowledged by the job, or its processes"
                               " stopped)")
     last_run: RunRecord | None

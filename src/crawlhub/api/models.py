@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from crawlhub.core.configtypes import new_list
+
 __all__ = [
     "Acked",
     "AgentList",
@@ -157,7 +159,7 @@ class AgentRow(BaseModel):
     qps: float = Field(description="requests per second since the heartbeat before")
     pages: int = Field(description="pages fetched since it started")
     errors: int = Field(description="failed fetches since it started")
-    jobs: list[str] = Field(default_factory=list,
+    jobs: list[str] = Field(default_factory=new_list,
                             description="the download center's jobs allocated to it")
     last_seen: float = Field(description="epoch seconds of its last registration or"
                              " heartbeat")

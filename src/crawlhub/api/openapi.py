@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
 from crawlhub.api.guard import CROSS_SITE_PREFIXES, SAFE_METHODS
+from crawlhub.core.configtypes import new_list
 
 
 class ErrorBody(BaseModel):
@@ -42,7 +43,7 @@ class ValidationErrorBody(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     detail: str
-    errors: list[Problem] = Field(default_factory=list)
+    errors: list[Problem] = Field(default_factory=new_list)
 
 
 class RetryLater(BaseModel):

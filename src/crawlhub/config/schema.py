@@ -29,6 +29,7 @@ from crawlhub.core.configtypes import (
     Duration,
     StrList,
     as_dict,
+    new_list,
 )
 from crawlhub.core.configtypes import Section as _Section
 from crawlhub.core.hosts import is_loopback
@@ -115,7 +116,7 @@ class ServerConfig(_Section):
     #: the address a request came in on: a proxy's public name, a compose service name.
     #: ``.example.com`` takes every sub-domain too; ``*`` takes any (no DNS-rebinding
     #: guard: only behind a proxy that checks ``Host`` itself).
-    allowed_hosts: StrList = Field(default_factory=list)
+    allowed_hosts: StrList = Field(default_factory=new_list)
     #: Open ``GET /logs/tail`` streams allowed per client address and in total (429 past).
     max_tails_per_client: int = Field(default=8, ge=1)
     max_tails: int = Field(default=32, ge=1)
@@ -172,9 +173,9 @@ class LoggingConfig(_Section):
     file: str | None = None
     #: More names (glob patterns) whose values are masked in dumps, URLs and log lines,
     #: besides the built-in ``*password*``, ``*token*``, ``*secret*``, ``*sign*``, ``*key*``...
-    secret_names: StrList = Field(default_factory=list)
+    secret_names: StrList = Field(default_factory=new_list)
     #: Names never masked although a pattern matches them (e.g. ``sign_in_url``).
-    public_names: StrList = Field(default_factory=list)
+    public_names: StrList = Field(default_factory=new_list)
 
     def secrets(self) -> SecretNames:
         """The names this config masks: the built-in lists plus these two keys."""
@@ -194,17 +195,17 @@ class CrawlhubConfig(_Section):
     submitter: str = "crawlhub"
     data_dir: str = DEFAULT_DATA_DIR
     #: Consumed by the loader: empty in a loaded config.
-    include: StrList = Field(default_factory=list)
+    include: StrList = Field(default_factory=new_list)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     failure: FailureConfig = Field(default_factory=FailureConfig)
-    inbound: list[InboundConfig] = Field(default_factory=list)
-    outbound: list[OutboundConfig] = Field(default_factory=list)
+    inbound: list[InboundConfig] = Field(default_factory=new_list)
+    outbound: list[OutboundConfig] = Field(default_factory=new_list)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     frontier: Annotated[dict[str, FrontierConfig], BeforeValidator(as_dict)] = Field(default_factory=dict)
     pipeline: PipelineSection = Field(default_factory=PipelineSection)
-    jobs: list[CollectJobConfig] = Field(default_factory=list)
+    jobs: list[CollectJobConfig] = Field(default_factory=new_list)
     #: how ``crawlhub agent`` downloads (crawlhub.agents.config)
     agent: AgentSection = Field(default_factory=AgentSection)
     #: the download center (crawlhub.center.config)
@@ -216,7 +217,7 @@ class CrawlhubConfig(_Section):
 
     _config_path: Path | None = PrivateAttr(default=None)
     _settings: Settings | None = PrivateAttr(default=None)
-    _files: list[str] = PrivateAttr(default_factory=list)
+    _files: list[str] = PrivateAttr(default_factory=new_list)
     _origins: dict[tuple[str, ...], str] = PrivateAttr(default_factory=dict)
 
     @field_validator("storage", "server", "routing", "failure", "logging", "agent",

@@ -12,6 +12,7 @@ from pathlib import Path
 from dotenv import dotenv_values
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from crawlhub.core.configtypes import new_list
 from crawlhub.core.errors import ConfigError
 
 ENV_PREFIX = "crawlhub_"
@@ -40,7 +41,7 @@ class Settings(BaseModel):
     values: dict[str, str] = Field(default_factory=dict)
 
     # Highest precedence first: (where, as a format string taking NAME/name; name -> value).
-    _layers: list[tuple[str, dict[str, str]]] = PrivateAttr(default_factory=list)
+    _layers: list[tuple[str, dict[str, str]]] = PrivateAttr(default_factory=new_list)
 
     def get(self, name: str) -> str | None:
         """The value of setting ``name`` (case-insensitive), or None when no layer sets it."""

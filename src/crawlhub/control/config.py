@@ -54,7 +54,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from crawlhub.core.configtypes import Duration
+from crawlhub.core.configtypes import Duration, new_list
 from crawlhub.core.redact import redact_url
 
 DEFAULT_TAG_PATTERN = "release/{name}/{version}"
@@ -79,7 +79,7 @@ class ControlSection(BaseModel):
     runs_dir: str = "{data_dir}/runs"
     scheduler: bool = True
     grace: Duration = Field(default=10.0, gt=0)
-    allowed_env: list[str] = Field(default_factory=list, max_length=100)
+    allowed_env: list[str] = Field(default_factory=new_list, max_length=100)
     log_max_age: Duration = Field(default=7 * 86400.0, gt=0)
     log_max_lines: int = Field(default=5_000_000, ge=1000)
     # -- alerts (crawlhub.control.alerts) --
@@ -89,7 +89,7 @@ class ControlSection(BaseModel):
     alert_interval: Duration = Field(default=600.0, ge=0)
     alert_timeout: Duration = Field(default=10.0, gt=0)
     alert_poll: Duration = Field(default=15.0, gt=0)
-    alert_allowed_hosts: list[str] = Field(default_factory=list, max_length=1000)
+    alert_allowed_hosts: list[str] = Field(default_factory=new_list, max_length=1000)
     alert_denied_networks: list[str] = Field(
         default_factory=lambda: list(DEFAULT_DENIED_NETWORKS), max_length=1000)
     queue_stall_after: Duration = Field(default=600.0, gt=0)

@@ -18,6 +18,13 @@ def _optional_duration(value: Any) -> float | None:
     return None if value is None else parse_duration(value)
 
 
+def new_list() -> list[Any]:
+    """``[]``, as a ``default_factory``: pydantic reads the signature of every factory, and
+    ``list``'s is parsed from text by the tokenizer (~0.1 ms a field, the first ~5 ms;
+    together ~8 ms of ``crawlhub serve``'s start-up). A function's is read at once."""
+    return []
+
+
 def as_list(value: Any) -> Any:
     """``None`` -> ``[]``; one scalar -> ``[scalar]``; anything else unchanged."""
     if value is None:

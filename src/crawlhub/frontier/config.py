@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from crawlhub.core.configtypes import Duration
+from crawlhub.core.configtypes import Duration, new_list
 
 #: Query parameters no page depends on: JSONP callbacks, cache busters, campaign tags.
 DEFAULT_VOLATILE_PARAMS: tuple[str, ...] = (
@@ -42,9 +42,9 @@ class DomainKeyRules(_Model):
     """Key rules of one domain and its subdomains (the most specific domain wins)."""
 
     #: Parameters never dropped (glob patterns, case-insensitive).
-    keep_params: StrList = Field(default_factory=list)
+    keep_params: StrList = Field(default_factory=new_list)
     #: Parameters dropped on this domain, in addition to the global ones.
-    drop_params: StrList = Field(default_factory=list)
+    drop_params: StrList = Field(default_factory=new_list)
     #: When set, every parameter not matching one of these is dropped (an allowlist).
     only_params: StrList | None = None
     #: False: the path is lower-cased in the key (servers that ignore path case).
@@ -59,9 +59,9 @@ class KeyConfig(_Model):
     #: Dropped everywhere (glob patterns, case-insensitive). Replaces the defaults.
     volatile_params: StrList = Field(default_factory=lambda: list(DEFAULT_VOLATILE_PARAMS))
     #: Dropped everywhere, in addition to ``volatile_params``.
-    drop_params: StrList = Field(default_factory=list)
+    drop_params: StrList = Field(default_factory=new_list)
     #: Never dropped (wins over every drop rule).
-    keep_params: StrList = Field(default_factory=list)
+    keep_params: StrList = Field(default_factory=new_list)
     #: Drop a parameter whose value looks like a Unix time in seconds or milliseconds
     #: between 2000 and 2050 (``t=1700000000``, ``_=1700000000123``).
     drop_timestamp_values: bool = True

@@ -18,7 +18,14 @@ from pydantic import (
     model_validator,
 )
 
-from crawlhub.core.configtypes import FreeMapping, OptionalDuration, StatusList, StrList, as_list
+from crawlhub.core.configtypes import (
+    FreeMapping,
+    OptionalDuration,
+    StatusList,
+    StrList,
+    as_list,
+    new_list,
+)
 from crawlhub.core.configtypes import Section as _Section
 from crawlhub.core.errors import ConfigError
 from crawlhub.core.task import BUILTIN_KEY_SET
@@ -74,7 +81,7 @@ class _Entry(_Section):
 
     name: str = Field(min_length=1)
     disable: bool = False
-    selector: Annotated[list[str], BeforeValidator(_selector_list)] = Field(default_factory=list)
+    selector: Annotated[list[str], BeforeValidator(_selector_list)] = Field(default_factory=new_list)
     init: FreeMapping = Field(default_factory=dict)
 
     _source_file: str | None = PrivateAttr(default=None)
@@ -112,7 +119,7 @@ class InboundConfig(_Entry):
     #: "http", "redis", "kafka", "kafka.KafkaInbound", "module.path:Class", ...
     class_: str = Field(alias="class", min_length=1)
     convert: Annotated[list[ConvertConfig], BeforeValidator(_convert_list)] = Field(
-        default_factory=list
+        default_factory=new_list
     )
     threads: int = Field(default=1, ge=1)
     derive: bool = False
@@ -132,8 +139,8 @@ class OutboundConfig(_Entry):
     priority: int = 0
     rt_priority: int | None = None
     retry_limits: int = Field(default=3, ge=0)
-    dont_retry_status: StatusList = Field(default_factory=list)
-    direct_failback_status: StatusList = Field(default_factory=list)
+    dont_retry_status: StatusList = Field(default_factory=new_list)
+    direct_failback_status: StatusList = Field(default_factory=new_list)
     failback: str | None = None
     reset_retry_times: bool = False
     max_lag: int = -1

@@ -12,6 +12,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from crawlhub.core.configtypes import new_list
+
 
 def key_list(value: Any) -> Any:
     """``key: id`` and ``key: [shop_id, id]`` both work."""
@@ -31,7 +33,7 @@ class SinkConfig(SinkModel):
     name: str | None = None
     key: list[str] = Field(default_factory=lambda: ["id"], min_length=1)
     #: Fields stored but not hashed: a change in them alone is not an update.
-    hash_exclude: list[str] = Field(default_factory=list)
+    hash_exclude: list[str] = Field(default_factory=new_list)
 
     @field_validator("key", mode="before")
     @classmethod

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import xxhash
 from pydantic import Field, field_validator
 
+from crawlhub.core.configtypes import new_list
 from crawlhub.core.errors import SinkError
 from crawlhub.sinks.base import SinkModel, key_list
 from crawlhub.sinks.records import (
@@ -46,7 +47,7 @@ class PgTableConfig(SinkModel):
     types: dict[str, str] = Field(default_factory=dict)
     create: bool = True
     mode: Literal["upsert", "scd2"] = "upsert"
-    hash_exclude: list[str] = Field(default_factory=list)
+    hash_exclude: list[str] = Field(default_factory=new_list)
 
     @field_validator("key", mode="before")
     @classmethod

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from crawlhub.backends.backend import Backend
+from crawlhub.core.configtypes import new_list
 from crawlhub.core.errors import SinkError
 from crawlhub.core.extras import require
 from crawlhub.core.redact import redact_url
@@ -36,7 +37,7 @@ class PostgresSinkConfig(SinkConfig):
 
     type: Literal["postgres"] = "postgres"
     url: str
-    tables: list[PgTableConfig] = Field(default_factory=list)
+    tables: list[PgTableConfig] = Field(default_factory=new_list)
     route_field: str | None = None
     parallel_workers: int = Field(default=4, ge=1)
     #: Every run is a full snapshot: rows not delivered get ``deleted_at`` at close.

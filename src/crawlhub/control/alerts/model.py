@@ -24,6 +24,7 @@ from pydantic import (
 
 from crawlhub.control.secrets import Secret
 from crawlhub.core import names
+from crawlhub.core.configtypes import new_list
 from crawlhub.core.errors import CrawlhubError
 
 EventKind = Literal["run_failed", "run_no_items", "run_over_time", "agent_dead",
@@ -156,14 +157,14 @@ class RouteSpec(_RouteFields):
     kind: TargetKind = Field(description="webhook (Slack-compatible JSON) or email (SMTP)")
     url: SecretStr | None = Field(None, description="webhook: its http(s) URL; a secret,"
                                   " stored encrypted and never shown again")
-    to: list[Address] = Field(default_factory=list, max_length=MAX_RECIPIENTS,
+    to: list[Address] = Field(default_factory=new_list, max_length=MAX_RECIPIENTS,
                               description="email: the recipients")
     events: list[EventKind] = Field(default_factory=lambda: list(EVENT_KINDS), min_length=1,
                                     description="the events this route gets (default: all)")
-    jobs: list[Pattern] = Field(default_factory=list, max_length=MAX_PATTERNS,
+    jobs: list[Pattern] = Field(default_factory=new_list, max_length=MAX_PATTERNS,
                                 description="run events: job names or glob patterns"
                                 " (empty: every job)")
-    queues: list[Pattern] = Field(default_factory=list, max_length=MAX_PATTERNS,
+    queues: list[Pattern] = Field(default_factory=new_list, max_length=MAX_PATTERNS,
                                   description="queue_stalled: queue names or glob patterns"
                                   " (empty: every queue)")
     enabled: bool = True

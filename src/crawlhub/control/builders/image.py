@@ -35,6 +35,7 @@ from crawlhub.control.builders.artifact import Artifact, BuildFailed
 from crawlhub.control.builders.baseimage import BASE_IMAGE
 from crawlhub.control.builders.context import BuildContext, BuilderOptions, packaged, relative
 from crawlhub.control.builders.process import run_process
+from crawlhub.core.configtypes import new_list
 
 DEFAULT_BASE = BASE_IMAGE
 _REF_RE = re.compile(r"^[a-z0-9][a-z0-9._/:-]{0,250}$")
@@ -59,7 +60,7 @@ class ImageBuilder:
                                   " (default crawlhub/<project>)")
         keep: int = Field(5, ge=1, le=1000, description="images of the project kept")
         engine: str = Field("podman", description="the engine's program (podman, docker)")
-        pip_args: list[str] = Field(default_factory=list, max_length=50, description="more"
+        pip_args: list[str] = Field(default_factory=new_list, max_length=50, description="more"
                                     " pip install arguments of the recipe (--no-index,"
                                     " --find-links DIR, --index-url URL: not for secrets)")
 

@@ -16,6 +16,7 @@ from pydantic import Field
 
 from crawlhub.control.builders.artifact import Artifact, BuildFailed
 from crawlhub.control.builders.context import BuildContext, BuilderOptions, packaged
+from crawlhub.core.configtypes import new_list
 
 
 def _pip_can_target() -> bool:
@@ -49,7 +50,7 @@ class VenvBuilder:
         install: Literal["auto", "project", "requirements", "none"] = Field(
             "auto", description="auto: the project when it has pyproject.toml or"
             " setup.py, else requirements.txt when present, else nothing")
-        pip_args: list[str] = Field(default_factory=list, max_length=50,
+        pip_args: list[str] = Field(default_factory=new_list, max_length=50,
                                     description="extra arguments of pip install")
         sdk: bool = Field(True, description="make crawlhub importable in the venv, with"
                           " its dependencies and Scrapy as the server has them (a .pth"

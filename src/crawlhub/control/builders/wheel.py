@@ -10,6 +10,7 @@ from pydantic import Field
 
 from crawlhub.control.builders.artifact import Artifact, BuildFailed
 from crawlhub.control.builders.context import BuildContext, BuilderOptions, packaged
+from crawlhub.core.configtypes import new_list
 
 
 class WheelBuilder:
@@ -19,7 +20,7 @@ class WheelBuilder:
     name: ClassVar[str] = "wheel"
 
     class Options(BuilderOptions):
-        pip_args: list[str] = Field(default_factory=list, max_length=50,
+        pip_args: list[str] = Field(default_factory=new_list, max_length=50,
                                     description="extra arguments of pip wheel")
 
     def __init__(self, options: Options) -> None:

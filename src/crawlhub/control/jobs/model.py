@@ -29,6 +29,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from crawlhub.core.configtypes import new_list
 from crawlhub.core.errors import CrawlhubError
 from crawlhub.core.names import check_name
 
@@ -141,9 +142,9 @@ class JobSpec(BaseModel):
     #: the artifact's version; "latest" is the successful build of the highest version
     version: str | None = None
     #: argv: the program and its arguments (for ``crawl``: the arguments of crawlhub crawl)
-    command: list[str] = Field(default_factory=list, max_length=1000)
+    command: list[str] = Field(default_factory=new_list, max_length=1000)
     #: more arguments appended to ``command`` (kept apart so a UI can edit them alone)
-    args: list[str] = Field(default_factory=list, max_length=1000)
+    args: list[str] = Field(default_factory=new_list, max_length=1000)
     cron: str | None = None
     #: the zone cron times are read in
     timezone: str = "UTC"

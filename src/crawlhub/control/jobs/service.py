@@ -28,6 +28,7 @@ from crawlhub.control.jobs.model import (
 from crawlhub.control.jobs.runner import Runner
 from crawlhub.control.jobs.store import STALE_AFTER, JobStore
 from crawlhub.core import jobprotocol as protocol
+from crawlhub.core.configtypes import new_list
 from crawlhub.core.errors import ConflictError
 
 if TYPE_CHECKING:
@@ -69,17 +70,17 @@ class JobView(BaseModel):
     source: str = "api"
     #: the desired state on the control channel: run, pause or exit
     desired: str = protocol.RUN
-    running: list[str] = Field(default_factory=list)
+    running: list[str] = Field(default_factory=new_list)
     #: the runs among ``running`` whose pause took effect (the job acknowledged it, or
     #: its processes were stopped)
-    paused: list[str] = Field(default_factory=list)
+    paused: list[str] = Field(default_factory=new_list)
     last_run: RunRecord | None = None
     next_fire: float | None = None
 
 
 class RunView(BaseModel):
     run: RunRecord
-    tasks: list[TaskRecord] = Field(default_factory=list)
+    tasks: list[TaskRecord] = Field(default_factory=new_list)
     queue: QueueInfo | None = None
 
 
