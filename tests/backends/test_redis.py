@@ -107,3 +107,34 @@ def test_pack_command_writes_the_bytes_redis_py_writes() -> None:
     assert b"".join(pack_command(args, cache)) == expected  # the names from the cache
     with pytest.raises(TypeError, match="NoneType"):
         pack_command(("XADD", None), cache)
+
+
+async def test_a_batch_past_its_deadline_drops_its_connection_and_the_next_batch_reads_its_own(
+    redis_url: str,
+) -> None:
+    """write_commands reads a batch's replies under one deadline (socket_timeout): a reply
+    that does not come in time is a TimeoutError, and the late reply cannot reach the next
+    batch, whose connection is a fresh one."""
+    from redis.exceptions import ResponseError
+    from redis.exceptions import TimeoutError as RedisTimeout
+
+    from crawlhub.backends.redis import write_commands
+
+    client = redis_client(redis_url, name="batch", socket_timeout=0.3)
+    names: dict[str, bytes] = {}
+    key = f"batch-test-{id(names)}"
+    try:
+        replies = await (await write_commands(
+            client, [("SET", key, b"v"), ("INCR", key), ("GET", key)], names))
+        assert replies[0] is True or replies[0] == b"OK"
+        assert isinstance(replies[1], ResponseError) and replies[2] == b"v"
+        # BLPOP on an empty list answers after 2 s: past the 0.3 s deadline
+        pending = await write_commands(client, [("PING",), ("BLPOP", f"{key}-empty", b"2")],
+                                       names)
+        with pytest.raises(RedisTimeout, match="2 replies"):
+            await pending
+        assert await (await write_commands(client, [("ECHO", b"mine"), ("GET", key)],
+                                           names)) == [b"mine", b"v"]
+    finally:
+        await client.delete(key, f"{key}-empty")
+        await client.aclose()
