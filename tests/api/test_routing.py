@@ -100,3 +100,39 @@ def test_a_deferred_route_used_on_its_own_is_built_whole_on_first_use() -> None:
         assert "no_such_thing" in str(exc)
     else:
         raise AssertionError("an unknown attribute was answered")
+
+
+def test_models_made_in_deferred_builds_are_built_on_first_use_and_only_those() -> None:
+    from pydantic import ValidationError
+
+    from crawlhub.api import deferred_builds
+    from crawlhub.api.models import Health
+
+    with deferred_builds():
+        class Late(BaseModel):
+            size: int
+
+    class Eager(BaseModel):
+        size: int
+
+    assert (Late.__pydantic_complete__, Eager.__pydantic_complete__) == (False, True)
+    assert Late(size="3").size == 3 and Late.__pydantic_complete__
+    try:
+        Late(size="x")
+    except ValidationError as exc:
+        assert exc.errors()[0]["loc"] == ("size",)
+    else:
+        raise AssertionError("a bad size was taken")
+    # an error inside the window restores pydantic's default
+    try:
+        with deferred_builds():
+            raise RuntimeError("boom")
+    except RuntimeError:
+        pass
+
+    class After(BaseModel):
+        size: int
+
+    assert After.__pydantic_complete__
+    # the API's own models, imported by crawlhub.app.asgi inside the window, work alike
+    assert Health.model_json_schema()["title"] == "Health"
