@@ -120,7 +120,7 @@ async def test_a_batch_past_its_deadline_drops_its_connection_and_the_next_batch
 
     from crawlhub.backends.redis import write_commands
 
-    client = redis_client(redis_url, name="batch", socket_timeout=0.3)
+    client = redis_client(redis_url, name="batch", socket_timeout=1.0)
     names: dict[str, bytes] = {}
     key = f"batch-test-{id(names)}"
     try:
@@ -128,8 +128,8 @@ async def test_a_batch_past_its_deadline_drops_its_connection_and_the_next_batch
             client, [("SET", key, b"v"), ("INCR", key), ("GET", key)], names))
         assert replies[0] is True or replies[0] == b"OK"
         assert isinstance(replies[1], ResponseError) and replies[2] == b"v"
-        # BLPOP on an empty list answers after 2 s: past the 0.3 s deadline
-        pending = await write_commands(client, [("PING",), ("BLPOP", f"{key}-empty", b"2")],
+        # BLPOP on an empty list answers after 5 s: past the 1 s deadline
+        pending = await write_commands(client, [("PING",), ("BLPOP", f"{key}-empty", b"5")],
                                        names)
         with pytest.raises(RedisTimeout, match="2 replies"):
             await pending
