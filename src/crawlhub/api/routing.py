@@ -81,14 +81,19 @@ class DeferredRoute(fastapi_routing.APIRoute):
         self.description = description.split("\f")[0].strip()
 
     def __getattr__(self, name: str) -> Any:
-        # only for attributes not set above: build the route, then answer
-        deferred = self.__dict__.pop("_deferred", None)
-        if deferred is None or name.startswith("__"):
-            if deferred is not None:
-                self.__dict__["_deferred"] = deferred
+        # only for attributes not set above: build the route, then answer (popped first:
+        # what the build itself reads must not start another build)
+        deferred = None if name.startswith("__") else self.__dict__.pop("_deferred", None)
+        if deferred is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         path, endpoint, kwargs = deferred
-        fastapi_routing.APIRoute.__init__(self, path, endpoint, **kwargs)
+        before = dict(self.__dict__)
+        try:
+            fastapi_routing.APIRoute.__init__(self, path, endpoint, **kwargs)
+        except BaseException:  # refused: back as it was, so every use is refused alike
+            self.__dict__.clear()
+            self.__dict__.update(before, _deferred=deferred)
+            raise
         return getattr(self, name)
 
 

@@ -217,13 +217,12 @@ async def _replies(pool: Any, conn: Any, n: int) -> list[Any]:
                     out.append(await conn.read_response(timeout=math.inf))
                 except ResponseError as exc:  # read whole: the next replies follow it
                     out.append(exc)
-    except TimeoutError:
+    except BaseException as exc:  # replies may be left on it: drop the connection
         with contextlib.suppress(Exception):
             await conn.disconnect()
-        raise RedisTimeout(f"Timeout reading {n} replies from Redis ({deadline} s)") from None
-    except BaseException:
-        with contextlib.suppress(Exception):
-            await conn.disconnect()
+        if isinstance(exc, TimeoutError):  # the batch's deadline
+            raise RedisTimeout(f"Timeout reading {n} replies from Redis ({deadline} s)"
+                               ) from None
         raise
     finally:
         await pool.release(conn)
