@@ -138,3 +138,59 @@ async def test_a_batch_past_its_deadline_drops_its_connection_and_the_next_batch
     finally:
         await client.delete(key, f"{key}-empty")
         await client.aclose()
+
+
+async def test_a_write_to_a_frozen_server_times_out_and_the_next_batch_goes_through() -> None:
+    """write_commands writes without redis-py's wait_for: a write the server does not
+    take (its process stopped, the socket's buffers full) still ends at the connection's
+    socket_timeout, as redis-py's TimeoutError, and the connection is dropped; once the
+    server runs again the next batch is answered on a fresh connection."""
+    import os
+    import signal
+    import time
+
+    from redis.exceptions import TimeoutError as RedisTimeout
+
+    from crawlhub.backends.redis import write_commands
+
+    names: dict[str, bytes] = {}
+    with throwaway_valkey() as server:
+        client = redis_client(server.url, name="frozen", socket_timeout=1.0)
+        try:
+            assert await (await write_commands(client, [("PING",)], names)) == [b"PONG"]
+            pid = server._process.pid
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                start = time.monotonic()
+                with pytest.raises(RedisTimeout, match="writing"):
+                    # far more than the kernel's socket buffers hold
+                    await write_commands(client, [("SET", "big", b"x" * (64 << 20))], names)
+                assert time.monotonic() - start < 30
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert await (await write_commands(client, [("ECHO", b"again")], names)) \
+                == [b"again"]
+            assert await client.exists("big") == 0  # the cut write stored nothing
+        finally:
+            await client.aclose()
+
+
+async def test_a_write_on_a_connection_the_server_closed_is_a_connection_error() -> None:
+    """A server that went away under a pooled connection: the write (or the read of its
+    reply) raises redis-py's ConnectionError, which crawlhub reports as an outage; the
+    server back, the next batch is answered."""
+    from crawlhub.backends.redis import write_commands
+
+    names: dict[str, bytes] = {}
+    with throwaway_valkey() as server:
+        client = redis_client(server.url, name="closed", retries=0)
+        try:
+            assert await (await write_commands(client, [("PING",)], names)) == [b"PONG"]
+            server.stop()
+            with pytest.raises((RedisConnectionError, ConnectionError, OSError)):
+                await (await write_commands(client, [("PING",)], names))
+            server.start()
+            assert await (await write_commands(client, [("ECHO", b"back")], names)) \
+                == [b"back"]
+        finally:
+            await client.aclose()

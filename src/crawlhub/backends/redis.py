@@ -192,13 +192,41 @@ async def write_commands(redis: Any, commands: Sequence[Sequence[Any]],
     pool = redis.connection_pool
     conn = await pool.get_connection()
     try:
-        await conn.send_packed_command(packed)
+        await _send(conn, packed)
     except BaseException:
         with contextlib.suppress(Exception):
             await conn.disconnect()
         await pool.release(conn)
         raise
     return _replies(pool, conn, len(commands))
+
+
+async def _send(conn: Any, packed: list[bytes]) -> None:
+    """redis-py's ``send_packed_command`` without its ``wait_for`` on every write (a
+    task and a timer: ~35 us of CPU a command on the 2-core machine, a third of a
+    round trip's): the bytes go to the transport at once, and only a drain that must
+    wait (the socket's buffer full) waits under the connection's ``socket_timeout``.
+    Errors as redis-py raises them; the caller drops the connection."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeout
+
+    writer = getattr(conn, "_writer", None)
+    if writer is None or not conn.is_connected:  # not redis-py's layout: its own way
+        await conn.send_packed_command(packed)
+        return
+    if conn.health_check_interval:
+        await conn.check_health()  # a PING when one is due, as redis-py sends
+    try:
+        writer.writelines(packed)
+        if writer.transport.get_write_buffer_size() or writer.transport.is_closing():
+            async with asyncio.timeout(conn.socket_timeout):
+                await writer.drain()
+        else:
+            await writer.drain()  # raises at once for a connection lost meanwhile
+    except TimeoutError:
+        raise RedisTimeout("Timeout writing to socket") from None
+    except OSError as exc:
+        raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
 
 
 async def _replies(pool: Any, conn: Any, n: int) -> list[Any]:
