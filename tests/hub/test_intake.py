@@ -442,6 +442,78 @@ async def test_a_long_batch_pushes_each_task_once_across_its_scripts(
     assert sorted(p["n"] for p in await drain(svc, "o")) == list(range(n - 1))
 
 
+async def test_a_long_batch_with_a_too_deep_task_at_its_end_writes_nothing(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    """A plain batch is routed and sent chunk by chunk, but every task's depth is seen
+    before the first chunk goes: a too-deep task at the end refuses the whole batch."""
+    from crawlhub.core.jsoncodec import MAX_DEPTH, TooDeepError
+    from crawlhub.hub.intake import STREAM_CHUNK
+
+    svc = await open_services(make_config(outbound=[{"name": "o"}]))
+    deep: Any = "x"
+    for _ in range(MAX_DEPTH + 1):
+        deep = [deep]
+    tasks = [{"n": i} for i in range(3 * STREAM_CHUNK)] + [{"n": -1, "deep": deep}]
+    with pytest.raises(TooDeepError):
+        await svc.hub.submit(tasks)
+    assert await svc.queues.queue("o").length() == 0
+    assert await svc.state.pending() == 0
+
+
+async def test_a_long_batch_for_an_outbound_at_max_lag_writes_nothing_for_any_outbound(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    """Not streamed when an outbound has a max_lag: the tasks for another outbound at the
+    head of the batch are not pushed before backpressure refuses the batch."""
+    from crawlhub.core.errors import BackpressureError
+    from crawlhub.hub.intake import STREAM_CHUNK
+
+    svc = await open_services(make_config(outbound=[
+        {"name": "full", "selector": ["k == 'full'"], "max_lag": 1},
+        {"name": "free"}]))
+    await svc.hub.submit([{"k": "full"}])
+    with pytest.raises(BackpressureError):
+        await svc.hub.submit([{"k": "free"}] * (3 * STREAM_CHUNK) + [{"k": "full"}])
+    assert await svc.queues.queue("free").length() == 0
+    assert await svc.queues.queue("full").length() == 1
+
+
+@pytest.mark.parametrize("backend", ["redis"])  # the one-script push: the Redis ledger's
+async def test_a_chunk_that_cannot_be_sent_leaves_the_chunks_before_it_routed_and_the_rest_safe_to_retry(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    """A batch streamed as several scripts whose second cannot be sent: the first
+    chunk's tasks are routed, the others answered unavailable with nothing kept, and
+    the client's retry of those routes each once."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from crawlhub.hub.intake import STREAM_CHUNK
+
+    svc = await open_services(make_config(outbound=[{"name": "o"}]))
+    state: Any = svc.hub.state
+    send = state.intake_push_sent
+    calls = 0
+
+    async def second_fails(*args: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise RedisConnectionError("Connection reset by peer")
+        return await send(*args)
+
+    state.intake_push_sent = second_fails
+    tasks = [{"n": i, "task_uuid": f"u{i}"} for i in range(3 * STREAM_CHUNK)]
+    results = await svc.hub.submit(tasks)
+    statuses = [r.status for r in results]
+    assert statuses[:STREAM_CHUNK] == ["routed"] * STREAM_CHUNK
+    assert set(statuses[STREAM_CHUNK:]) <= {"unavailable", "routed"}
+    lost = [t for t, r in zip(tasks, results, strict=True) if r.status == "unavailable"]
+    assert lost and all("nothing of it was kept" in (r.reason or "") for r in results
+                        if r.status == "unavailable")
+    state.intake_push_sent = send
+    again = await svc.hub.submit(lost)
+    assert {r.status for r in again} == {"routed"}
+    assert sorted(p["n"] for p in await drain(svc, "o")) == list(range(3 * STREAM_CHUNK))
+
+
 async def test_a_push_after_a_script_flush_loads_its_script_and_pushes_once(
         throwaway: Throwaway, open_services: Opener, tmp_path: Path) -> None:
     from crawlhub.config.schema import CrawlhubConfig

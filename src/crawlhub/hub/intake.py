@@ -36,7 +36,8 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from contextlib import suppress
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from crawlhub.backends.errors import is_unavailable, unavailable
@@ -83,6 +84,8 @@ BEAT_EVERY = 0.5
 RECOVER_EVERY = 1.0
 #: Tasks per script of the one-script push (a batch goes as several, overlapped).
 FUSED_CHUNK = 50
+#: Tasks a plain batch is routed and sent in at a time (see ``IntakeStage._stream``).
+STREAM_CHUNK = 34
 #: Records of dead processes one recovery step claims at most.
 CLAIM_BATCH = 500
 #: Push marks (SQLite queues) a process drops with one push at most.
@@ -136,6 +139,28 @@ class _Todo:
     intake: Intake
     #: the task is known to hold no NaN or infinity (see ``submit``)
     finite: bool = False
+
+
+@dataclass(slots=True)
+class _FusedPush:
+    """One-script pushes on their way: per script sent, the positions of its tasks and
+    the future of its answer; why tasks that cannot be stored were not sent (by
+    position); the error that stopped the sending, if one did."""
+
+    sent: list[tuple[list[int], asyncio.Future[list[bool]]]] = field(default_factory=list)
+    refused: dict[int, str] = field(default_factory=dict)
+    error: BaseException | None = None
+
+
+@dataclass(slots=True)
+class _Sending:
+    """A chunk of a batch between :meth:`IntakeStage._intake_send` and ``_intake_done``."""
+
+    now: float
+    gates: dict[int, tuple[str, Entry]]
+    fused: list[_Todo]
+    rest: list[_Todo]
+    fused_push: _FusedPush | None
 
 
 def _same_redis(a: str, b: str) -> bool:
@@ -206,43 +231,20 @@ class IntakeStage(DispatchStage):
         parser refuses those numbers, :func:`crawlhub.api.deps.objects` the depth), so
         the tasks are not walked again."""
         results: list[SubmitResult] = [SubmitResult() for _ in tasks]
-        plans: list[tuple[int, Task, OutboundRule]] = []
-        for i, raw in enumerate(tasks):
-            task = Task(raw)
-            finite = True
-            if not checked:
-                # One pass checks the depth (refused at once) and sees any NaN (refused
-                # alone below): the entries of the tasks routed need no second walk.
-                deep, finite = jsoncodec.json_shape(task)
+        prepared = [Task(raw) for raw in tasks]
+        finite: list[bool] | None = None
+        if not checked:
+            # One pass over the whole batch before anything is written: a task too deep
+            # refuses the batch; one holding a NaN is refused alone (``_plan``). The
+            # entries of the tasks routed need no second walk.
+            finite = []
+            for task in prepared:
+                deep, ok = jsoncodec.json_shape(task)
                 if deep:
                     raise TooDeepError("the task")
-            task.ensure_identity(self.submitter, checked=True)
-            task.pop(RESULT_KEY, None)
-            results[i].task_uuid = task.task_uuid
-            if not finite:  # refused alone on every backend, never stored as null
-                results[i].status, results[i].reason = "rejected", (
-                    "cannot be stored: NaN and Infinity are not JSON; send null or a number"
-                    " instead")
-                self.metrics.rejected.inc()
-                continue
-            problem = extract_problem(task.get("extract"))
-            if problem is not None:
-                results[i].status, results[i].reason = "rejected", problem
-                self.metrics.rejected.inc()
-                continue
-            rule = self.router.first(task)
-            if rule is None:
-                results[i].status = "rejected"
-                results[i].reason = self.router.route(task).reason
-                self.metrics.rejected.inc()
-                continue
-            plans.append((i, task, rule))
-        # Backpressure first: a task refused here must not have been admitted already.
-        await self._check_lag(plans, wait=wait)
-        while True:
-            failed = await self._intake(plans, results, frontier, wait=wait)
-            if not failed:
-                return results
+                finite.append(ok)
+        plans, failed = await self._stream(prepared, finite, results, frontier, wait=wait)
+        while failed:
             if not wait or not all(is_unavailable(e) for e in failed.values()):
                 break
             # An inbound source waits the outage out and sends the same tasks again: the
@@ -254,6 +256,9 @@ class IntakeStage(DispatchStage):
             for i, task, _ in plans:
                 results[i] = SubmitResult(task_uuid=task.task_uuid)
                 task["routed_count"] = task.routed_count - 1  # stamped again on the way
+            failed = await self._intake(plans, results, frontier, wait=wait)
+        if not failed:
+            return results
         error = next(iter(failed.values()))
         if wait or not any(results[i].status in ("routed", "already_routed")
                            for i, _, _ in plans):
@@ -261,6 +266,79 @@ class IntakeStage(DispatchStage):
             # and were pushed are answered already_routed then)
             raise unavailable(error) if is_unavailable(error) else error
         return results
+
+    async def _stream(self, prepared: Sequence[Task], finite: Sequence[bool] | None,
+                      results: list[SubmitResult], frontier: str | None, *, wait: bool
+                      ) -> tuple[list[tuple[int, Task, OutboundRule]], dict[int, BaseException]]:
+        """Route the batch and take it in: its plans, and the errors of the tasks whose
+        push failed (by index).
+
+        A plain batch (no outbound with ``max_lag``, a frontier or a token scope, no
+        inbound frontier) goes in chunks of STREAM_CHUNK: each chunk is routed and its
+        script sent before the next is routed, so Redis pushes one chunk while Python
+        routes the next. Any other batch is routed whole first: backpressure refuses it
+        before anything is written, and a frontier sees its repeats together."""
+        n = len(prepared)
+        step = n or 1
+        if n > STREAM_CHUNK and frontier is None and not any(
+                r.max_lag > 0 or r.frontier or r.token_scope for r in self.router.rules):
+            step = STREAM_CHUNK
+        plans: list[tuple[int, Task, OutboundRule]] = []
+        sending: list[_Sending] = []
+        failed: dict[int, BaseException] = {}
+        try:
+            for start in range(0, n, step):
+                part = self._plan(prepared, finite, results, start, min(start + step, n))
+                plans += part
+                if step == n:
+                    # Backpressure first: a task refused here must not have been admitted.
+                    await self._check_lag(part, wait=wait)
+                sending.append(await self._intake_send(part, results, frontier, wait=wait))
+        except BaseException:
+            # the chunks sent answer first (their tasks stand), then the error goes on
+            for sent in sending:
+                with suppress(Exception):
+                    await self._intake_done(sent, results)
+            raise
+        for sent in sending:
+            failed.update(await self._intake_done(sent, results))
+        return plans, failed
+
+    def _plan(self, prepared: Sequence[Task], finite: Sequence[bool] | None,
+              results: list[SubmitResult], start: int, stop: int
+              ) -> list[tuple[int, Task, OutboundRule]]:
+        """Give ``prepared[start:stop]`` their identity and outbound; a task no outbound
+        takes, or that cannot be stored, is answered ``rejected`` here."""
+        plans: list[tuple[int, Task, OutboundRule]] = []
+        first = self.router.first
+        submitter = self.submitter
+        for i in range(start, stop):
+            task = prepared[i]
+            task.ensure_identity(submitter, checked=True)
+            task.pop(RESULT_KEY, None)
+            result = results[i]
+            result.task_uuid = task.task_uuid
+            if finite is not None and not finite[i]:
+                # refused alone on every backend, never stored as null
+                result.status, result.reason = "rejected", (
+                    "cannot be stored: NaN and Infinity are not JSON; send null or a number"
+                    " instead")
+                self.metrics.rejected.inc()
+                continue
+            if "extract" in task:
+                problem = extract_problem(task["extract"])
+                if problem is not None:
+                    result.status, result.reason = "rejected", problem
+                    self.metrics.rejected.inc()
+                    continue
+            rule = first(task)
+            if rule is None:
+                result.status = "rejected"
+                result.reason = self.router.route(task).reason
+                self.metrics.rejected.inc()
+                continue
+            plans.append((i, task, rule))
+        return plans
 
     async def _check_lag(self, plans: Sequence[tuple[int, Task, OutboundRule]], *,
                          wait: bool) -> None:
@@ -288,6 +366,13 @@ class IntakeStage(DispatchStage):
         returns the errors of the tasks whose push failed (by index). Every task here
         holds no NaN or infinity (``submit`` refused those): their entries are encoded
         without a second look."""
+        return await self._intake_done(
+            await self._intake_send(plans, results, inbound_frontier, wait=wait), results)
+
+    async def _intake_send(self, plans: Sequence[tuple[int, Task, OutboundRule]],
+                           results: list[SubmitResult], inbound_frontier: str | None, *,
+                           wait: bool) -> _Sending:
+        """:meth:`_intake` up to the one-script pushes sent (see :meth:`_intake_done`)."""
         now = self.clock()
         gates = self._gates(plans, results, inbound_frontier, now)
         groups: dict[str, list[tuple[int, Task]]] = defaultdict(list)
@@ -312,16 +397,28 @@ class IntakeStage(DispatchStage):
                 todo.append(_Todo(i, rule.stamp(task), rule, Intake(
                     task, name, deadline, gate_of(gate[0], gate[1].segment, gate[1].key)
                     if gate else None), finite=True))
-        failed: dict[int, BaseException] = {}
         # Ungated tasks for queues on the ledger's own Redis: record and push, one script.
-        fused = [t for t in todo if t.intake.gate is None and self._fused(t.rule.name)]
-        if fused:
+        fused: list[_Todo] = []
+        rest: list[_Todo] = []
+        for t in todo:
+            (fused if t.intake.gate is None and self._fused(t.rule.name) else rest).append(t)
+        return _Sending(now, gates, fused, rest,
+                        await self._send_fused("new", fused, now) if fused else None)
+
+    async def _intake_done(self, sending: _Sending, results: list[SubmitResult]
+                           ) -> dict[int, BaseException]:
+        """Wait for the one-script pushes :meth:`_intake_send` sent, answer their tasks,
+        then take the rest in by the general path. Returns the errors of the tasks whose
+        push failed (by index)."""
+        failed: dict[int, BaseException] = {}
+        if sending.fused_push is not None:
             error: BaseException | None = None
             try:
-                pushed, refused = await self._push_fused("new", fused, now)
+                pushed, refused = await self._fused_answers(sending.fused, sending.fused_push,
+                                                            sending.now)
             except _PartlyPushed as partly:
                 error, pushed, refused = partly.error, partly.pushed, partly.refused
-            for k, (t, ok) in enumerate(zip(fused, pushed, strict=True)):
+            for k, (t, ok) in enumerate(zip(sending.fused, pushed, strict=True)):
                 if ok:
                     results[t.index].outbound = t.rule.name
                 elif k in refused:
@@ -334,9 +431,9 @@ class IntakeStage(DispatchStage):
                     failed[t.index] = error
                 else:
                     self._already_routed(results[t.index])
-        rest = [t for t in todo if not (t.intake.gate is None and self._fused(t.rule.name))]
-        if rest:
-            failed.update(await self._record_and_push(rest, gates, results, now))
+        if sending.rest:
+            failed.update(await self._record_and_push(sending.rest, sending.gates, results,
+                                                      sending.now))
         return failed
 
     def _gates(self, plans: Sequence[tuple[int, Task, OutboundRule]],
@@ -571,28 +668,39 @@ class IntakeStage(DispatchStage):
                           ) -> tuple[list[bool], dict[int, str]]:
         """Record (``new``) or mark pushed (``commit``) and push, in one script on the
         Redis that holds both the ledger and the queues. Returns per task whether it
-        was pushed, and why (by position) those that cannot be stored were not.
+        was pushed, and why (by position) those that cannot be stored were not."""
+        return await self._fused_answers(todo, await self._send_fused(mode, todo, now), now)
 
-        A long batch goes as scripts of FUSED_CHUNK tasks: each is sent before the next
-        is encoded, so Redis runs one while Python prepares the next. A chunk that
-        fails raises once every chunk sent has answered (the others' tasks stand)."""
+    async def _send_fused(self, mode: str, todo: Sequence[_Todo], now: float) -> _FusedPush:
+        """:meth:`_push_fused` up to its scripts sent. A long batch goes as scripts of
+        FUSED_CHUNK tasks: each is sent before the next is encoded, so Redis runs one
+        while Python prepares the next. A chunk that cannot be sent stops the sending
+        (its error is kept for :meth:`_fused_answers`)."""
         state: Any = self.state
-        pushed = [False] * len(todo)
-        refused: dict[int, str] = {}
-        sent: list[tuple[list[int], Any]] = []
-        error: BaseException | None = None
+        push = _FusedPush()
         for start in range(0, len(todo), FUSED_CHUNK):
             part = range(start, min(start + FUSED_CHUNK, len(todo)))
-            items, groups, registry, positions = self._fused_items(mode, todo, part, refused)
+            items, groups, registry, positions = self._fused_items(mode, todo, part,
+                                                                   push.refused)
             if not items:
                 continue
             try:
-                sent.append((positions, await state.intake_push_sent(mode, items, groups,
-                                                                     registry, now)))
+                push.sent.append((positions, await state.intake_push_sent(
+                    mode, items, groups, registry, now)))
             except Exception as exc:
-                error = exc
+                push.error = exc
                 break
-        for positions, reply in sent:
+        return push
+
+    async def _fused_answers(self, todo: Sequence[_Todo], push: _FusedPush, now: float
+                             ) -> tuple[list[bool], dict[int, str]]:
+        """The answers of the scripts :meth:`_send_fused` sent: per task whether it was
+        pushed, and why those that cannot be stored were not. A chunk that failed raises
+        :class:`_PartlyPushed` once every chunk sent has answered (the others' tasks
+        stand)."""
+        pushed = [False] * len(todo)
+        error = push.error
+        for positions, reply in push.sent:
             try:
                 flags = await reply
             except Exception as exc:
@@ -602,8 +710,8 @@ class IntakeStage(DispatchStage):
                 pushed[k] = ok
         self._dispatched([t for t, ok in zip(todo, pushed, strict=True) if ok], now)
         if error is not None:
-            raise _PartlyPushed(error, pushed, refused)
-        return pushed, refused
+            raise _PartlyPushed(error, pushed, push.refused)
+        return pushed, push.refused
 
     def _fused_items(self, mode: str, todo: Sequence[_Todo], part: Iterable[int],
                      refused: dict[int, str]
