@@ -3,8 +3,9 @@ taskHUB-style Redis list) against Celery 5 publishing the same tasks with a rout
 
 In process, each row also gives where a task's time goes: the hub's CPU per task (this
 process) and, on Redis, the server's CPU per task (INFO cpu). The two overlap only in
-part (a batch's scripts run while the next chunk is encoded), so the slower of them
-bounds what this design can reach on this machine: the "bound" line.
+part (a chunk's script runs while the next chunk is routed and encoded; the last one's
+is waited for), so the slower of them bounds what this design can reach on this
+machine: the "bound" line.
 
 Run: /work/venv/bin/python bench/route.py [--n 20000] [--redis-url redis://...]
 """
