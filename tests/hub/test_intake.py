@@ -477,6 +477,29 @@ async def test_a_long_batch_for_an_outbound_at_max_lag_writes_nothing_for_any_ou
     assert await svc.queues.queue("full").length() == 1
 
 
+@pytest.mark.parametrize("backend", ["sqlite"])  # the general path: record, push, mark
+async def test_a_long_batch_on_the_general_path_is_recorded_in_one_step_not_per_chunk(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    """Only the one-script push streams: a long batch for a SQLite queue is recorded,
+    pushed and marked pushed once (three round trips), not once per chunk."""
+    from crawlhub.hub.intake import STREAM_CHUNK
+
+    svc = await open_services(make_config(outbound=[{"name": "o"}]))
+    state: Any = svc.hub.state
+    begin = state.intake_begin
+    sizes: list[int] = []
+
+    async def counted(items: Any, *args: Any) -> Any:
+        sizes.append(len(items))
+        return await begin(items, *args)
+
+    state.intake_begin = counted
+    results = await svc.hub.submit([{"n": i} for i in range(3 * STREAM_CHUNK)])
+    assert {r.status for r in results} == {"routed"}
+    assert sizes == [3 * STREAM_CHUNK]
+    assert await svc.queues.queue("o").length() == 3 * STREAM_CHUNK
+
+
 @pytest.mark.parametrize("backend", ["redis"])  # the one-script push: the Redis ledger's
 async def test_a_chunk_that_cannot_be_sent_leaves_the_chunks_before_it_routed_and_the_rest_safe_to_retry(
         make_config: Callable[..., Any], open_services: Opener) -> None:

@@ -273,15 +273,16 @@ class IntakeStage(DispatchStage):
         """Route the batch and take it in: its plans, and the errors of the tasks whose
         push failed (by index).
 
-        A plain batch (no outbound with ``max_lag``, a frontier or a token scope, no
-        inbound frontier) goes in chunks of STREAM_CHUNK: each chunk is routed and its
-        script sent before the next is routed, so Redis pushes one chunk while Python
-        routes the next. Any other batch is routed whole first: backpressure refuses it
-        before anything is written, and a frontier sees its repeats together."""
+        A plain batch goes in chunks of STREAM_CHUNK: each chunk is routed and its script
+        sent before the next is routed, so Redis pushes one chunk while Python routes the
+        next. Plain: every enabled outbound is a queue on the ledger's Redis (the
+        one-script push) with no ``max_lag``, frontier or token scope, and no inbound
+        frontier. Any other batch is routed whole first, as one chunk: backpressure
+        refuses it before anything is written, a frontier sees its repeats together, and
+        the general path's three round trips are paid once."""
         n = len(prepared)
         step = n or 1
-        if n > STREAM_CHUNK and frontier is None and not any(
-                r.max_lag > 0 or r.frontier or r.token_scope for r in self.router.rules):
+        if n > STREAM_CHUNK and frontier is None and self._plain():
             step = STREAM_CHUNK
         plans: list[tuple[int, Task, OutboundRule]] = []
         sending: list[_Sending] = []
@@ -303,6 +304,11 @@ class IntakeStage(DispatchStage):
         for sent in sending:
             failed.update(await self._intake_done(sent, results))
         return plans, failed
+
+    def _plain(self) -> bool:
+        """Whether every enabled outbound takes a batch streamed (see :meth:`_stream`)."""
+        return all(self._fused(r.name) and r.max_lag <= 0 and not r.frontier
+                   and not r.token_scope for r in self.router.rules if not r.disabled)
 
     def _plan(self, prepared: Sequence[Task], finite: Sequence[bool] | None,
               results: list[SubmitResult], start: int, stop: int
