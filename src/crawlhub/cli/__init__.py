@@ -193,12 +193,12 @@ def serve(
     and so is a bind other machines reach without server.token (unless
     server.insecure_no_token: true).
     """
-    import gc
+    from crawlhub.core import heap
 
     # Start-up allocates much and frees little (modules, models, routes): the cyclic
-    # collector would only scan it again and again (~40 ms of serve's ~0.45 s start-up).
-    # It runs again once the app is built, over what serving allocates.
-    gc.disable()
+    # collector pauses (~40 ms of serve's ~0.45 s start-up) and runs again once the app
+    # is built, over what serving allocates (see crawlhub.core.heap).
+    heap.starting()
     try:
         import uvicorn
 
@@ -220,14 +220,12 @@ def serve(
             f"  data: {Path(cfg.data_dir).resolve()}  queues: {_scheme(cfg.storage.queues)}")
         app_ = create_app(cfg)
     except BaseException:  # a refused config or port ends the command, not the collector
-        gc.enable()
+        heap.resume()
         raise
     # What is imported and built by now lives as long as the server: out of the cyclic
     # collector's sight, its full collections scan only what serving allocates (one
     # over a heap this size took ~70 ms, 10% of POST /task/'s time in bench/route.py).
-    # No gc.collect() first: it would cost start-up as much; what garbage there is stays.
-    gc.freeze()
-    gc.enable()
+    heap.started()
     asgi = _StartupErrors(app_)
     server = uvicorn.Server(uvicorn.Config(asgi, host=cfg.server.bind, port=cfg.server.port,
                                            log_level=cfg.logging.level.lower(),
@@ -764,6 +762,9 @@ def load_all_commands() -> Any:
 
 
 def main() -> None:
+    from crawlhub.core import heap
+
+    heap.own()  # this process is crawlhub's: its long-running commands tune the collector
     try:
         app()
     except CrawlhubError as exc:  # one a command did not catch: still no traceback

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, get_config
+from crawlhub.core import heap
 from crawlhub.core.errors import ConfigError, CrawlhubError
 from crawlhub.core.redact import redact_url
 
@@ -95,23 +96,28 @@ def agent_command(
     """Lease and fetch URL tasks, or serve the download center."""
     from crawlhub.cli.crawl import read_sink
 
-    cfg = get_config(config, data_dir, sets)
+    heap.starting()  # until the agent runs (see crawlhub.core.heap)
     try:
-        rules = _extract(extract)
-        settings = agent_settings(cfg.agent, queues=queue, concurrency=concurrency,
-                                  sink=read_sink(sink), timeout=timeout, lease=lease,
-                                  robots=robots, per_domain=per_domain, delay=delay,
-                                  revalidate=revalidate, emit_unchanged=emit_unchanged)
-        if center is not None:
-            from crawlhub.cli.center import center_url
+        cfg = get_config(config, data_dir, sets)
+        try:
+            rules = _extract(extract)
+            settings = agent_settings(cfg.agent, queues=queue, concurrency=concurrency,
+                                      sink=read_sink(sink), timeout=timeout, lease=lease,
+                                      robots=robots, per_domain=per_domain, delay=delay,
+                                      revalidate=revalidate, emit_unchanged=emit_unchanged)
+            if center is not None:
+                from crawlhub.cli.center import center_url
 
-            url = center_url(cfg, None if center == "config" else center)
-            asyncio.run(_serve_center(cfg, settings, url, agent_id))
-            return
-        asyncio.run(_run(cfg, settings, rules))
-    except CrawlhubError as exc:
-        err.print(f"[bold red]error[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+                url = center_url(cfg, None if center == "config" else center)
+                asyncio.run(_serve_center(cfg, settings, url, agent_id))
+                return
+            asyncio.run(_run(cfg, settings, rules))
+        except CrawlhubError as exc:
+            err.print(f"[bold red]error[/] {escape(str(exc))}", highlight=False,
+                      soft_wrap=True)
+            raise typer.Exit(2) from None
+    finally:
+        heap.resume()
 
 
 def agent_settings(section: Any, *, queues: list[str] | None = None,
@@ -227,6 +233,7 @@ async def _run(cfg: Any, settings: Any, rules: Any) -> None:
         loop.add_signal_handler(sig, stop.set)
     await hub.start()
     err.print(f"agent {agent.agent_id}: leasing from {', '.join(names)}", highlight=False)
+    heap.started()
     try:
         await agent.run(stop)
         await agent.drain()
@@ -278,6 +285,7 @@ async def _serve_center(cfg: Any, settings: Any, url: str, agent_id: str | None)
         loop.add_signal_handler(sig, stop.set)
     err.print(f"agent {worker.agent_id}: serving the download center on {redact_url(url)}",
               highlight=False)
+    heap.started()
     try:
         await worker.run(stop)
     finally:

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from crawlhub.cli import ConfigOpt, DataDirOpt, SetOpt, get_config
+from crawlhub.core import heap
 from crawlhub.core.errors import ConfigError, CrawlhubError
 from crawlhub.core.redact import redact_url
 
@@ -38,13 +39,18 @@ def center_command(
     config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt = None,
 ) -> None:
     """Run a download center: agents for jobs, downloads routed."""
-    cfg = get_config(config, data_dir, sets)
+    heap.starting()  # until the center runs (see crawlhub.core.heap)
     try:
-        url = center_url(cfg, center)
-        asyncio.run(_run(cfg, url, center_id))
-    except CrawlhubError as exc:
-        err.print(f"[bold red]error[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+        cfg = get_config(config, data_dir, sets)
+        try:
+            url = center_url(cfg, center)
+            asyncio.run(_run(cfg, url, center_id))
+        except CrawlhubError as exc:
+            err.print(f"[bold red]error[/] {escape(str(exc))}", highlight=False,
+                      soft_wrap=True)
+            raise typer.Exit(2) from None
+    finally:
+        heap.resume()
 
 
 async def _run(cfg: Any, url: str, center_id: str | None) -> None:
@@ -64,6 +70,7 @@ async def _run(cfg: Any, url: str, center_id: str | None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     err.print(f"center {center.center_id}: serving on {redact_url(url)}", highlight=False)
+    heap.started()
     try:
         await center.run(stop)
     finally:

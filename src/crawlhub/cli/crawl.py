@@ -117,6 +117,10 @@ def crawl_command(
     continues, fetching nothing again that is already in --out. SIGTERM (and a job
     runner's exit) stops it cleanly: the pages in flight are written first.
     """
+    from crawlhub.core import heap
+
+    # until the crawl runs (see crawlhub.core.heap; an exit before ends the process)
+    heap.starting()
     from crawlhub.app.crawl import Crawl, CrawlOptions, CrawlProgress
 
     bad = [u for u in urls if not u.startswith(("http://", "https://"))]
@@ -172,6 +176,7 @@ def crawl_command(
         bar = not quiet and err.is_terminal
         run = (lambda: _run_with_bar(crawl, term)) if bar else (
             lambda: asyncio.run(_interruptible(crawl.run(), term)))
+        heap.started()
         progress = run()
         if term.interrupted:  # Ctrl-C whose cancel the crawl absorbed
             raise KeyboardInterrupt
