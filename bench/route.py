@@ -38,6 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from crawlhub.config.schema import CrawlhubConfig
+from crawlhub.core import heap
 from crawlhub.services import Services
 
 BATCH = 100
@@ -450,6 +451,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--selector-seconds", type=float, default=0.5,
                         help="seconds per selector measurement")
     args = parser.parse_args(argv)
+    # The cyclic collector as crawlhub's own processes run it (`crawlhub serve` hosts
+    # the hub: crawlhub.core.heap), for this whole process: the in-process rows and
+    # Celery's publishing alike.
+    heap.own()
+    heap.started()
     n = max(args.n, 2 * BATCH)
     tasks = make_tasks(n + BATCH)  # the first batch warms up
     tag = f"bench-route-{uuid.uuid4().hex[:8]}:"
