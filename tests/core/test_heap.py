@@ -8,6 +8,7 @@ import gc
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -16,7 +17,7 @@ from crawlhub.core import heap
 
 
 def test_a_command_run_inside_another_program_leaves_its_collector_alone(
-        tmp_path: object) -> None:
+        tmp_path: Path) -> None:
     before = gc.get_threshold(), gc.isenabled(), gc.get_freeze_count()
     heap.starting()
     assert gc.isenabled()
@@ -24,7 +25,8 @@ def test_a_command_run_inside_another_program_leaves_its_collector_alone(
     heap.resume()
     # a crawl run in this process (no console script): an unreachable start URL
     result = CliRunner().invoke(app, ["crawl", "http://127.0.0.1:9/", "--data-dir",
-                                      str(tmp_path), "--quiet"])
+                                      str(tmp_path / "data"), "--out",
+                                      str(tmp_path / "items.jsonl"), "--quiet"])
     assert result.exit_code in (0, 1), result.output
     assert (gc.get_threshold(), gc.isenabled(), gc.get_freeze_count()) == before
 

@@ -91,6 +91,9 @@ def collect_command(
         raise typer.Exit(2)
     cli = cli_overrides(pipeline_workers, pipeline_batch_size, pipeline_rate_min, pipeline_rate_max)
     token = CancellationToken()
+    from crawlhub.core import heap
+
+    heap.started()  # the collector as the other long-running commands run it
     try:
         with ctrl_c_cancels(token):
             result = asyncio.run(
