@@ -477,6 +477,46 @@ async def test_a_long_batch_for_an_outbound_at_max_lag_writes_nothing_for_any_ou
     assert await svc.queues.queue("full").length() == 1
 
 
+async def test_tasks_that_cannot_be_stored_in_a_later_chunk_are_refused_alone(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    """Hostile tasks deep in a streamed batch (a NaN, an infinity, a lone surrogate) are
+    refused alone, like at its head; every other task of every chunk is routed once."""
+    import math
+
+    from crawlhub.hub.intake import STREAM_CHUNK
+
+    svc = await open_services(make_config(outbound=[{"name": "o"}]))
+    n = 3 * STREAM_CHUNK
+    tasks: list[dict[str, Any]] = [{"n": i} for i in range(n)]
+    bad = {n - 1: {"n": math.nan}, n - 3: {"n": {"in": [math.inf]}},
+           2 * STREAM_CHUNK + 1: {"n": "\ud800"}}
+    for i, task in bad.items():
+        tasks[i] = task
+    results = await svc.hub.submit(tasks)
+    for i, result in enumerate(results):
+        assert result.status == ("rejected" if i in bad else "routed"), (i, result)
+    assert all("cannot be stored" in (results[i].reason or "") for i in bad)
+    assert sorted(p["n"] for p in await drain(svc, "o")) == \
+        sorted(i for i in range(n) if i not in bad)
+
+
+async def test_a_task_no_store_can_hold_is_refused_alone_on_the_general_path(
+        make_config: Callable[..., Any], open_services: Opener) -> None:
+    """Behind a frontier (record, admit, push): a task holding a lone surrogate is refused
+    alone, the others routed; before, the whole batch raised UnicodeEncodeError from the
+    ledger's write (an in-process caller's batch; the HTTP API refuses such a body)."""
+    svc = await open_services(make_config(frontier={"web": {}},
+                                          outbound=[{"name": "pages", "frontier": "web"}]))
+    results = await svc.hub.submit([{"url": "http://x/1"}, {"url": "http://x/2", "t": "\ud800"},
+                                    {"url": "http://x/3"}])
+    assert [r.status for r in results] == ["routed", "rejected", "routed"]
+    assert "cannot be stored" in (results[1].reason or "")
+    assert sorted(p["url"] for p in await drain(svc, "pages")) == ["http://x/1", "http://x/3"]
+    # the URL was not admitted for it: the same URL, storable, is routed
+    [again] = await svc.hub.submit([{"url": "http://x/2"}])
+    assert again.status == "routed"
+
+
 @pytest.mark.parametrize("backend", ["sqlite"])  # the general path: record, push, mark
 async def test_a_long_batch_on_the_general_path_is_recorded_in_one_step_not_per_chunk(
         make_config: Callable[..., Any], open_services: Opener) -> None:

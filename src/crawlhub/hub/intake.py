@@ -407,7 +407,17 @@ class IntakeStage(DispatchStage):
         fused: list[_Todo] = []
         rest: list[_Todo] = []
         for t in todo:
-            (fused if t.intake.gate is None and self._fused(t.rule.name) else rest).append(t)
+            if t.intake.gate is None and self._fused(t.rule.name):
+                fused.append(t)  # (its entry is encoded, or refused, with its push)
+                continue
+            try:  # the general path's entry, encoded once here: a task no store can hold
+                t.intake.raw = t.intake.dumpb_strict(finite=t.finite)
+            except (ValueError, TypeError) as exc:  # (a lone surrogate) is refused alone
+                results[t.index].status = "rejected"
+                results[t.index].reason = f"cannot be stored: {exc}"
+                self.metrics.rejected.inc()
+                continue
+            rest.append(t)
         return _Sending(now, gates, fused, rest,
                         await self._send_fused("new", fused, now) if fused else None)
 

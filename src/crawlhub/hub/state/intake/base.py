@@ -34,6 +34,10 @@ class Intake:
         """The ledger entry (the layout of hub/state.py, plus ``g``: the gate)."""
         return jsoncodec.dumps(self._entry())
 
+    def entry_text(self) -> str:
+        """The ledger entry as text: the one encoded already (``raw``), else encoded now."""
+        return self.raw.decode() if self.raw is not None else self.dumps()
+
     def dumpb_strict(self, *, finite: bool = False) -> bytes:
         """The ledger entry as UTF-8 bytes; NaN and infinities raise ValueError instead
         of becoming null (``finite``: the task is known to hold neither, see

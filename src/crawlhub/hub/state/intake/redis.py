@@ -62,7 +62,7 @@ class RedisIntake:
                            ) -> list[str]:
         k = self._keys
         ids, id_lens = _packed([i.uuid for i in items])
-        entries, entry_lens = _packed([i.dumps() for i in items])
+        entries, entry_lens = _packed([i.entry_text() for i in items])
         gates, gate_lens = _packed([i.gate or "" for i in items])
         flags = await self._script("begin")(
             keys=[k["ledger"], k["retention"], k["unpushed"], k["gates"], k["owners"],

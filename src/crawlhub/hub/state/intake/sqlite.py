@@ -44,7 +44,7 @@ class SqliteIntake:
                            ) -> list[str]:
         """Record ``items`` unpushed, owned by ``owner``, where their uuid is new (see
         the module docstring for the answers), in one transaction; ``owner`` beats."""
-        rows = [(i.uuid, i.dumps(), i.gate) for i in items]
+        rows = [(i.uuid, i.entry_text(), i.gate) for i in items]
         expires = now + self.retention
 
         def begin(conn: sqlite3.Connection) -> list[str]:
