@@ -19,10 +19,9 @@ from crawlhub.core import heap
 def test_a_command_run_inside_another_program_leaves_its_collector_alone(
         tmp_path: Path) -> None:
     before = gc.get_threshold(), gc.isenabled(), gc.get_freeze_count()
-    heap.starting()
-    assert gc.isenabled()
-    heap.started()
-    heap.resume()
+    with heap.starting():
+        assert gc.isenabled()
+        heap.started()
     # a crawl run in this process (no console script): an unreachable start URL
     result = CliRunner().invoke(app, ["crawl", "http://127.0.0.1:9/", "--data-dir",
                                       str(tmp_path / "data"), "--out",
@@ -38,16 +37,19 @@ def test_crawlhubs_own_process_pauses_the_collector_at_start_then_freezes_and_tu
         from crawlhub.core import heap
 
         heap.own()
-        heap.starting()
-        assert not gc.isenabled()
-        built = [[i] for i in range(1000)]  # what start-up builds
-        heap.started()
-        assert gc.isenabled()
+        with heap.starting():
+            assert not gc.isenabled()
+            built = [[i] for i in range(1000)]  # what start-up builds
+            heap.started()
+            assert gc.isenabled()
         assert gc.get_threshold()[0] == heap.YOUNG_THRESHOLD
         assert gc.get_freeze_count() >= len(built)
-        heap.starting()
-        heap.resume()  # a command that ends before it started: the collector runs
-        assert gc.isenabled()
+        try:
+            with heap.starting():
+                raise SystemExit(2)  # a command that ends before it started
+        except SystemExit:
+            pass
+        assert gc.isenabled()  # the collector runs
         print("ok")
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

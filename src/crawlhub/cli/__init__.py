@@ -198,8 +198,7 @@ def serve(
     # Start-up allocates much and frees little (modules, models, routes): the cyclic
     # collector pauses (~40 ms of serve's ~0.45 s start-up) and runs again once the app
     # is built, over what serving allocates (see crawlhub.core.heap).
-    heap.starting()
-    try:
+    with heap.starting():
         import uvicorn
 
         from crawlhub.app.asgi import create_app
@@ -219,13 +218,11 @@ def serve(
         say(f"crawlhub {cfg.project}: http://{cfg.server.bind}:{cfg.server.port}"
             f"  data: {Path(cfg.data_dir).resolve()}  queues: {_scheme(cfg.storage.queues)}")
         app_ = create_app(cfg)
-    except BaseException:  # a refused config or port ends the command, not the collector
-        heap.resume()
-        raise
-    # What is imported and built by now lives as long as the server: out of the cyclic
-    # collector's sight, its full collections scan only what serving allocates (one
-    # over a heap this size took ~70 ms, 10% of POST /task/'s time in bench/route.py).
-    heap.started()
+        # What is imported and built by now lives as long as the server: out of the
+        # cyclic collector's sight, its full collections scan only what serving allocates
+        # (one over a heap this size took ~70 ms, 10% of POST /task/'s time in
+        # bench/route.py). A refused config or port ends the command, not the collector.
+        heap.started()
     asgi = _StartupErrors(app_)
     server = uvicorn.Server(uvicorn.Config(asgi, host=cfg.server.bind, port=cfg.server.port,
                                            log_level=cfg.logging.level.lower(),

@@ -96,8 +96,7 @@ def agent_command(
     """Lease and fetch URL tasks, or serve the download center."""
     from crawlhub.cli.crawl import read_sink
 
-    heap.starting()  # until the agent runs (see crawlhub.core.heap)
-    try:
+    with heap.starting():  # until the agent runs (see crawlhub.core.heap)
         cfg = get_config(config, data_dir, sets)
         try:
             rules = _extract(extract)
@@ -116,8 +115,6 @@ def agent_command(
             err.print(f"[bold red]error[/] {escape(str(exc))}", highlight=False,
                       soft_wrap=True)
             raise typer.Exit(2) from None
-    finally:
-        heap.resume()
 
 
 def agent_settings(section: Any, *, queues: list[str] | None = None,

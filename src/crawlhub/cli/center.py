@@ -39,8 +39,7 @@ def center_command(
     config: ConfigOpt = None, data_dir: DataDirOpt = None, sets: SetOpt = None,
 ) -> None:
     """Run a download center: agents for jobs, downloads routed."""
-    heap.starting()  # until the center runs (see crawlhub.core.heap)
-    try:
+    with heap.starting():  # until the center runs (see crawlhub.core.heap)
         cfg = get_config(config, data_dir, sets)
         try:
             url = center_url(cfg, center)
@@ -49,8 +48,6 @@ def center_command(
             err.print(f"[bold red]error[/] {escape(str(exc))}", highlight=False,
                       soft_wrap=True)
             raise typer.Exit(2) from None
-    finally:
-        heap.resume()
 
 
 async def _run(cfg: Any, url: str, center_id: str | None) -> None:

@@ -22,6 +22,7 @@ from crawlhub.collect.build import new_run
 from crawlhub.collect.lease import DEFAULT_LEASE_TTL, JobRunning
 from crawlhub.collect.service import metadata_url_for
 from crawlhub.collect.store import open_metadata_store
+from crawlhub.core import heap
 from crawlhub.core.errors import ConfigError, CrawlhubError
 from crawlhub.fetch.cancel import CancellationToken, ctrl_c_cancels
 from crawlhub.pipeline.config import cli_overrides
@@ -91,8 +92,6 @@ def collect_command(
         raise typer.Exit(2)
     cli = cli_overrides(pipeline_workers, pipeline_batch_size, pipeline_rate_min, pipeline_rate_max)
     token = CancellationToken()
-    from crawlhub.core import heap
-
     heap.started()  # the collector as the other long-running commands run it
     try:
         with ctrl_c_cancels(token):

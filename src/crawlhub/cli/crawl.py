@@ -119,9 +119,8 @@ def crawl_command(
     """
     from crawlhub.core import heap
 
-    # until the crawl runs (see crawlhub.core.heap; an exit before ends the process)
-    heap.starting()
-    from crawlhub.app.crawl import Crawl, CrawlOptions, CrawlProgress
+    with heap.starting():  # the crawl's start-up is mostly this import (crawlhub.core.heap)
+        from crawlhub.app.crawl import Crawl, CrawlOptions, CrawlProgress
 
     bad = [u for u in urls if not u.startswith(("http://", "https://"))]
     if bad:

@@ -1,10 +1,10 @@
 """The cyclic garbage collector in crawlhub's long-running commands (``serve``,
-``agent``, ``center``, ``crawl``).
+``agent``, ``center``, ``crawl``, ``collect``).
 
 Start-up allocates much and frees little (modules, models, routes, clients): the
 collector would only scan it again and again, so it is paused while a command starts
-(:func:`starting`). Once started (:func:`started`), what start-up built is moved out
-of its sight (``gc.freeze``: a full collection then scans only what the command
+(``with`` :func:`starting`). Once started (:func:`started`), what start-up built is
+moved out of its sight (``gc.freeze``: a full collection then scans only what the command
 allocated since), and the youngest generation is collected every
 :data:`YOUNG_THRESHOLD` allocations instead of 700: most of what a download, a lease
 or a request allocates is freed by reference counting before a collection would look
@@ -20,6 +20,8 @@ leaves that program's collector as it is.
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 #: Allocations between two collections of the youngest generation once a command runs
 #: (CPython's default: 700). Cyclic garbage waits at most this many allocations longer.
@@ -34,11 +36,18 @@ def own() -> None:
     _owned = True
 
 
-def starting() -> None:
-    """A long-running command starts: the collector pauses until :func:`started` (or
-    :func:`resume`, which the command calls however it ends)."""
-    if _owned:
-        gc.disable()
+@contextmanager
+def starting() -> Iterator[None]:
+    """A long-running command starts: the collector pauses until :func:`started` (called
+    inside the block) or until the block ends, however it ends."""
+    if not _owned:
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()  # (already, after started())
 
 
 def started() -> None:
@@ -51,9 +60,3 @@ def started() -> None:
     young, middle, old = gc.get_threshold()
     gc.set_threshold(max(young, YOUNG_THRESHOLD), middle, old)
     gc.enable()
-
-
-def resume() -> None:
-    """The collector runs again (a command that ended, or failed, before :func:`started`)."""
-    if _owned:
-        gc.enable()

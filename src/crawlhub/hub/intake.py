@@ -305,6 +305,10 @@ class IntakeStage(DispatchStage):
             failed.update(await self._intake_done(sent, results))
         return plans, failed
 
+    def _rejected(self, result: SubmitResult, reason: str) -> None:
+        result.status, result.reason = "rejected", reason
+        self.metrics.rejected.inc()
+
     def _plain(self) -> bool:
         """Whether every enabled outbound takes a batch streamed (see :meth:`_stream`)."""
         return all(self._fused(r.name) and r.max_lag <= 0 and not r.frontier
@@ -326,22 +330,17 @@ class IntakeStage(DispatchStage):
             result.task_uuid = task.task_uuid
             if finite is not None and not finite[i]:
                 # refused alone on every backend, never stored as null
-                result.status, result.reason = "rejected", (
-                    "cannot be stored: NaN and Infinity are not JSON; send null or a number"
-                    " instead")
-                self.metrics.rejected.inc()
+                self._rejected(result, "cannot be stored: NaN and Infinity are not JSON;"
+                                       " send null or a number instead")
                 continue
             if "extract" in task:
                 problem = extract_problem(task["extract"])
                 if problem is not None:
-                    result.status, result.reason = "rejected", problem
-                    self.metrics.rejected.inc()
+                    self._rejected(result, problem)
                     continue
             rule = first(task)
             if rule is None:
-                result.status = "rejected"
-                result.reason = self.router.route(task).reason
-                self.metrics.rejected.inc()
+                self._rejected(result, self.router.route(task).reason)
                 continue
             plans.append((i, task, rule))
         return plans
@@ -413,9 +412,7 @@ class IntakeStage(DispatchStage):
             try:  # the general path's entry, encoded once here: a task no store can hold
                 t.intake.raw = t.intake.dumpb_strict(finite=t.finite)
             except (ValueError, TypeError) as exc:  # (a lone surrogate) is refused alone
-                results[t.index].status = "rejected"
-                results[t.index].reason = f"cannot be stored: {exc}"
-                self.metrics.rejected.inc()
+                self._rejected(results[t.index], f"cannot be stored: {exc}")
                 continue
             rest.append(t)
         return _Sending(now, gates, fused, rest,

@@ -38,6 +38,10 @@ class Intake:
         """The ledger entry as text: the one encoded already (``raw``), else encoded now."""
         return self.raw.decode() if self.raw is not None else self.dumps()
 
+    def entry_bytes(self) -> bytes:
+        """:meth:`entry_text` as UTF-8 bytes (``raw`` as it is)."""
+        return self.raw if self.raw is not None else self.dumps().encode()
+
     def dumpb_strict(self, *, finite: bool = False) -> bytes:
         """The ledger entry as UTF-8 bytes; NaN and infinities raise ValueError instead
         of becoming null (``finite``: the task is known to hold neither, see

@@ -31,8 +31,8 @@ def _push_script() -> str:
 _U32 = struct.Struct("<I").pack
 
 
-def _packed(parts: Sequence[str]) -> tuple[bytes, str]:
-    blobs = [p.encode() for p in parts]
+def _packed(parts: Sequence[str | bytes]) -> tuple[bytes, str]:
+    blobs = [p if isinstance(p, bytes) else p.encode() for p in parts]
     return b"".join(blobs), ",".join(str(len(b)) for b in blobs) or ""
 
 
@@ -62,7 +62,7 @@ class RedisIntake:
                            ) -> list[str]:
         k = self._keys
         ids, id_lens = _packed([i.uuid for i in items])
-        entries, entry_lens = _packed([i.entry_text() for i in items])
+        entries, entry_lens = _packed([i.entry_bytes() for i in items])
         gates, gate_lens = _packed([i.gate or "" for i in items])
         flags = await self._script("begin")(
             keys=[k["ledger"], k["retention"], k["unpushed"], k["gates"], k["owners"],
@@ -143,7 +143,7 @@ class RedisIntake:
         add = parts.extend
         for intake, group, payload, priority in items:
             uuid = intake.uuid.encode()
-            entry = (intake.raw or intake.dumps().encode()) if new else b""
+            entry = intake.entry_bytes() if new else b""
             deadline = b"" if intake.deadline is None else repr(intake.deadline).encode()
             data = payload if isinstance(payload, bytes) else payload.encode()
             prio = b"%d" % priority
