@@ -4,6 +4,8 @@ directly still whole."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 from fastapi import FastAPI
@@ -168,3 +170,37 @@ def test_no_model_of_crawlhub_takes_the_builtin_list_as_a_default_factory() -> N
              for name, field in m.model_fields.items() if field.default_factory is list]
     assert found == []
     assert any(m.__module__ == "crawlhub.config.schema" for m in models(BaseModel))
+
+
+def test_serving_imports_no_pydantic_v1_and_a_v1_model_is_still_told_apart(tmp_path: Any) -> None:
+    """FastAPI's probe for pydantic v1 models imports ``pydantic.v1`` (30-50 ms of
+    serve's start-up): a served request imports it no more, and once something imports
+    it, FastAPI tells a v1 model apart as before (its routes and its encoder)."""
+    script = """
+import sys, warnings
+from fastapi.testclient import TestClient
+from crawlhub.app.asgi import create_app
+from crawlhub.config import default_config
+cfg = default_config(None, overrides={"data_dir": sys.argv[1]})
+with TestClient(create_app(cfg)) as client:
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/queues/").status_code == 200
+    assert client.get("/openapi.json").status_code == 200
+print("pydantic.v1" in sys.modules)
+import fastapi._compat.shared as shared
+import fastapi.encoders as encoders
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from pydantic import v1
+    class Old(v1.BaseModel):
+        size: int
+for probe, obj in ((shared.is_pydantic_v1_model_class, Old),
+                   (encoders.is_pydantic_v1_model_instance, Old(size=3))):
+    print(probe(obj), probe.__wrapped__(obj), probe(int), probe(3))
+print(shared.annotation_is_pydantic_v1(list[Old]))
+"""
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:4] == ["False", "True True False False",
+                                           "True True False False", "True"]

@@ -3,15 +3,18 @@
 The ASGI app that mounts them (with the web page) is :func:`crawlhub.app.asgi.create_app`.
 
 Importing this package imports FastAPI with the build of its OpenAPI models deferred
-(:func:`import_fastapi`).
+(:func:`import_fastapi`), and without its probe for pydantic v1 models importing
+``pydantic.v1`` (:func:`skip_v1_probe`).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 
 @contextmanager
@@ -54,4 +57,27 @@ def import_fastapi() -> None:
         importlib.import_module("fastapi")  # (fastapi.openapi.models with it)
 
 
+def skip_v1_probe() -> None:
+    """FastAPI asks of each route's models, and of each object it encodes, whether it is
+    a pydantic v1 model by importing ``pydantic.v1`` (its ``is_pydantic_v1_model_*``):
+    30-50 ms, paid by ``crawlhub serve``'s first request. No object can be a v1 model
+    before ``pydantic.v1`` is imported, so until then the probe answers no at once;
+    after, it asks FastAPI's. Does nothing where FastAPI has no such probe."""
+    for module_name, name in (("fastapi._compat.shared", "is_pydantic_v1_model_class"),
+                              ("fastapi.encoders", "is_pydantic_v1_model_instance")):
+        module = sys.modules.get(module_name)
+        probe = getattr(module, name, None)
+        if callable(probe) and not hasattr(probe, "__wrapped__"):
+            setattr(module, name, _unless_v1_imported(probe))
+
+
+def _unless_v1_imported(probe: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    @functools.wraps(probe)
+    def without_v1(obj: Any) -> bool:
+        return "pydantic.v1" in sys.modules and probe(obj)
+
+    return without_v1
+
+
 import_fastapi()
+skip_v1_probe()
