@@ -98,3 +98,5 @@ async def test_an_unusable_url_is_rejected_alone(
     assert [r.status for r in results] == ["routed", "rejected", "routed"]
     assert "frontier 'web'" in (results[1].reason or "")
     assert await svc.queues.queue("o").length() == 2
+    # counted as every refusal is (it was not, before)
+    assert svc.hub.metrics.registry.get_sample_value("crawlhub_tasks_rejected_total") == 1

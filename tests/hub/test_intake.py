@@ -496,6 +496,8 @@ async def test_tasks_that_cannot_be_stored_in_a_later_chunk_are_refused_alone(
     for i, result in enumerate(results):
         assert result.status == ("rejected" if i in bad else "routed"), (i, result)
     assert all("cannot be stored" in (results[i].reason or "") for i in bad)
+    # counted as every refusal is, on the one-script push too (it was not, before)
+    assert svc.hub.metrics.registry.get_sample_value("crawlhub_tasks_rejected_total") == 3
     assert sorted(p["n"] for p in await drain(svc, "o")) == \
         sorted(i for i in range(n) if i not in bad)
 
@@ -512,6 +514,7 @@ async def test_a_task_no_store_can_hold_is_refused_alone_on_the_general_path(
     assert [r.status for r in results] == ["routed", "rejected", "routed"]
     assert "cannot be stored" in (results[1].reason or "")
     assert sorted(p["url"] for p in await drain(svc, "pages")) == ["http://x/1", "http://x/3"]
+    assert svc.hub.metrics.registry.get_sample_value("crawlhub_tasks_rejected_total") == 1
     # the URL was not admitted for it: the same URL, storable, is routed
     [again] = await svc.hub.submit([{"url": "http://x/2"}])
     assert again.status == "routed"

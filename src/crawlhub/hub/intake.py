@@ -435,8 +435,7 @@ class IntakeStage(DispatchStage):
                 if ok:
                     results[t.index].outbound = t.rule.name
                 elif k in refused:
-                    results[t.index].status = "rejected"
-                    results[t.index].reason = refused[k]
+                    self._rejected(results[t.index], refused[k])
                 elif error is not None:
                     # (a chunk that failed, or whose answer was lost: not recorded, or
                     # recorded and pushed - then a retry of it is already_routed)
@@ -471,8 +470,7 @@ class IntakeStage(DispatchStage):
                         entries += frontier.task_entries([task], now)
                     except FrontierError as exc:
                         entries.append(None)
-                        results[i].status = "rejected"
-                        results[i].reason = f"frontier {name!r}: {exc}"
+                        self._rejected(results[i], f"frontier {name!r}: {exc}")
             for (i, _), entry in zip(members, entries, strict=True):
                 if entry is not None:
                     gates[i] = (name, entry)
