@@ -3,7 +3,7 @@
 
 Start-up allocates much and frees little (modules, models, routes, clients): the
 collector would only scan it again and again, so it is paused while a command starts
-(``with`` :func:`starting`). Once started (:func:`started`), what start-up built is
+(``with`` :func:`starting`; ``collect`` takes only what follows). Once started (:func:`started`), what start-up built is
 moved out of its sight (``gc.freeze``: a full collection then scans only what the command
 allocated since), and the youngest generation is collected every
 :data:`YOUNG_THRESHOLD` allocations instead of 700: most of what a download, a lease
