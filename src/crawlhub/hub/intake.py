@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -139,6 +139,9 @@ class _Todo:
     intake: Intake
     #: the task is known to hold no NaN or infinity (see ``submit``)
     finite: bool = False
+    #: this process drew its uuid in this submit and tried no push of it before: no
+    #: ledger holds it (the one-step push then needs no look at the ledger)
+    fresh: bool = False
 
 
 @dataclass(slots=True)
@@ -287,14 +290,17 @@ class IntakeStage(DispatchStage):
         plans: list[tuple[int, Task, OutboundRule]] = []
         sending: list[_Sending] = []
         failed: dict[int, BaseException] = {}
+        drawn: set[int] = set()
         try:
             for start in range(0, n, step):
-                part = self._plan(prepared, finite, results, start, min(start + step, n))
+                part = self._plan(prepared, finite, results, start, min(start + step, n),
+                                  drawn)
                 plans += part
                 if step == n:
                     # Backpressure first: a task refused here must not have been admitted.
                     await self._check_lag(part, wait=wait)
-                sending.append(await self._intake_send(part, results, frontier, wait=wait))
+                sending.append(await self._intake_send(part, results, frontier, wait=wait,
+                                                       drawn=drawn))
         except BaseException:
             # the chunks sent answer first (their tasks stand), then the error goes on
             for sent in sending:
@@ -315,15 +321,18 @@ class IntakeStage(DispatchStage):
                    and not r.token_scope for r in self.router.rules if not r.disabled)
 
     def _plan(self, prepared: Sequence[Task], finite: Sequence[bool] | None,
-              results: list[SubmitResult], start: int, stop: int
+              results: list[SubmitResult], start: int, stop: int, drawn: set[int]
               ) -> list[tuple[int, Task, OutboundRule]]:
         """Give ``prepared[start:stop]`` their identity and outbound; a task no outbound
-        takes, or that cannot be stored, is answered ``rejected`` here."""
+        takes, or that cannot be stored, is answered ``rejected`` here. Adds to ``drawn``
+        the index of each task that came without a uuid (it gets a new one)."""
         plans: list[tuple[int, Task, OutboundRule]] = []
         first = self.router.first
         submitter = self.submitter
         for i in range(start, stop):
             task = prepared[i]
+            if not task.get("task_uuid"):
+                drawn.add(i)
             task.ensure_identity(submitter, checked=True)
             task.pop(RESULT_KEY, None)
             result = results[i]
@@ -376,8 +385,9 @@ class IntakeStage(DispatchStage):
 
     async def _intake_send(self, plans: Sequence[tuple[int, Task, OutboundRule]],
                            results: list[SubmitResult], inbound_frontier: str | None, *,
-                           wait: bool) -> _Sending:
-        """:meth:`_intake` up to the one-script pushes sent (see :meth:`_intake_done`)."""
+                           wait: bool, drawn: Container[int] = ()) -> _Sending:
+        """:meth:`_intake` up to the one-script pushes sent (see :meth:`_intake_done`).
+        ``drawn``: the indexes of tasks whose uuids were drawn for this first try."""
         now = self.clock()
         gates = self._gates(plans, results, inbound_frontier, now)
         groups: dict[str, list[tuple[int, Task]]] = defaultdict(list)
@@ -401,7 +411,7 @@ class IntakeStage(DispatchStage):
                 gate = gates.get(i)
                 todo.append(_Todo(i, rule.stamp(task), rule, Intake(
                     task, name, deadline, gate_of(gate[0], gate[1].segment, gate[1].key)
-                    if gate else None), finite=True))
+                    if gate else None), finite=True, fresh=i in drawn))
         # Ungated tasks for queues on the ledger's own Redis: record and push, one script.
         fused: list[_Todo] = []
         rest: list[_Todo] = []
@@ -695,9 +705,10 @@ class IntakeStage(DispatchStage):
                                                                    push.refused)
             if not items:
                 continue
+            fresh = mode == "new" and all(todo[k].fresh for k in positions)
             try:
                 push.sent.append((positions, await state.intake_push_sent(
-                    mode, items, groups, registry, now)))
+                    mode, items, groups, registry, now, fresh=fresh)))
             except Exception as exc:
                 push.error = exc
                 break

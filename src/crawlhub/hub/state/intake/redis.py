@@ -6,11 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from crawlhub.backends.redis import lua, write_commands
+from crawlhub.backends.redis import (
+    give_back,
+    lua,
+    socket_of,
+    take_connection,
+    write_commands,
+    write_on,
+)
 from crawlhub.hub.state.intake.base import Intake, QueueGroup
+from crawlhub.hub.state.intake.ids import QueueIds
 
 _BEGIN = lua(__package__, "split.lua", "begin.lua")
 
@@ -31,6 +41,28 @@ def _push_script() -> str:
 _U32 = struct.Struct("<I").pack
 
 
+def _bulk(value: bytes) -> bytes:
+    """``value`` as one bulk string of Redis's protocol (RESP)."""
+    return b"$%d\r\n%b\r\n" % (len(value), value)
+
+
+_HEADS: dict[tuple[bytes, str], bytes] = {}
+
+
+def _command(name: bytes, key: str, argc: int) -> bytes:
+    """The head of a command of ``argc`` arguments after its key, in RESP."""
+    head = _HEADS.get((name, key))
+    if head is None:
+        head = _bulk(name) + _bulk(key.encode())
+        if len(_HEADS) < 10_000:
+            _HEADS[name, key] = head
+    return b"*%d\r\n%b" % (argc + 2, head)
+
+
+_MULTI, _EXEC = b"*1\r\n$5\r\nMULTI\r\n", b"*1\r\n$4\r\nEXEC\r\n"
+_ZERO, _TOTAL = _bulk(b"0"), _bulk(b"total")
+
+
 def _packed(parts: Sequence[str | bytes]) -> tuple[bytes, str]:
     blobs = [p if isinstance(p, bytes) else p.encode() for p in parts]
     return b"".join(blobs), ",".join(str(len(b)) for b in blobs) or ""
@@ -46,6 +78,10 @@ class RedisIntake:
     _intake_scripts: dict[str, Any] | None = None
     #: the push script's str arguments in Redis's protocol (``pack_command``)
     _resp_cache: dict[str, bytes]
+    #: the blocks of queue ids this process holds, by the queue's ``seq`` key (ids.py)
+    _queue_ids: dict[str, QueueIds] | None = None
+    #: the socket each connection of the pool had when this process last pushed on it
+    _sockets: weakref.WeakKeyDictionary[Any, Any] | None = None
 
     def _script(self, name: str) -> Any:
         if self._intake_scripts is None:
@@ -168,23 +204,206 @@ class RedisIntake:
 
     async def intake_push_sent(self, mode: str,
                                items: Sequence[tuple[Intake, int, bytes | str, int]],
-                               groups: Sequence[QueueGroup], registry: str, now: float
-                               ) -> asyncio.Future[list[bool]]:
+                               groups: Sequence[QueueGroup], registry: str, now: float,
+                               *, fresh: bool = False) -> asyncio.Future[list[bool]]:
         """:meth:`intake_push`, returning once the script is on its way to Redis: the
-        future gives its answer, so the caller can prepare the next batch meanwhile."""
+        future gives its answer, so the caller can prepare the next batch meanwhile.
+
+        ``fresh`` (mode ``new``): this process drew every item's uuid for this push, so
+        no ledger holds any of them. Then, while the process holds enough queue ids
+        (ids.py), the push is plain commands in one ``MULTI``/``EXEC``, atomic as the
+        script is and about half its work on the server (no Lua, no lookup of the uuids);
+        the script's pushes ask for those ids in the same write."""
+        if self._queue_ids is None:
+            self._queue_ids = {}
+        clock = time.monotonic()
+        if fresh and mode == "new":
+            conn = await take_connection(self._redis)
+            try:
+                self._check_socket(conn)
+                native = self._native_push(items, groups, registry, now, clock)
+            except BaseException:
+                await give_back(self._redis, conn)
+                raise
+            if native is None:
+                await give_back(self._redis, conn)
+            else:
+                packed, n, asked = native
+                try:
+                    replies = await write_on(self._redis, conn, packed, n)
+                except BaseException:
+                    self._drop_ids()
+                    raise
+                return asyncio.ensure_future(self._native_reply(replies, len(items), asked))
         keys, args = self._push_call(mode, items, groups, registry, now)
         script = self._script("push")
-        replies = await write_commands(
-            self._redis, [("EVALSHA", script.sha, len(keys), *keys, *args)], self._resp_cache)
-        return asyncio.ensure_future(self._push_reply(replies, script, keys, args))
+        commands: list[tuple[Any, ...]] = [("EVALSHA", script.sha, len(keys), *keys, *args)]
+        asks: list[tuple[QueueIds, int, int]] = []
+        counts = [0] * len(groups)
+        for item in items:
+            counts[item[1]] += 1
+        for group, n in zip(groups, counts, strict=True):
+            if not n:
+                continue
+            ids = self._ids_of(group)
+            ids.drop()  # the script takes ids after the blocks held: spend them no more
+            if fresh and mode == "new" and (n > 1 or clock - ids.used_at < 1.0):
+                size = ids.ask(clock)
+                asks.append((ids, size, ids.epoch))
+                commands.append(("INCRBY", group.keys[4], size))
+            ids.used_at = clock
+        try:
+            replies = await write_commands(self._redis, commands, self._resp_cache)
+        except BaseException:
+            for ids, _, epoch in asks:
+                ids.lost(epoch)
+            raise
+        return asyncio.ensure_future(self._push_reply(replies, script, keys, args, asks))
 
-    async def _push_reply(self, replies: Any, script: Any, keys: list[str], args: list[Any]
-                          ) -> list[bool]:
+    def _check_socket(self, conn: Any) -> None:
+        """Spend no id held or asked before ``conn`` connected again (or first). A Redis
+        server restarted may have lost the ``INCRBY`` that drew them and hand them out
+        again; every connection made before the restart reconnects after it, and a
+        push takes its ids only once its connection is known to be this one."""
+        if self._sockets is None:
+            self._sockets = weakref.WeakKeyDictionary()
+        sock = socket_of(conn)
+        if sock is None or self._sockets.get(conn) is not sock:
+            self._sockets[conn] = sock
+            self._drop_ids()
+
+    def _drop_ids(self) -> None:
+        for ids in (self._queue_ids or {}).values():
+            ids.drop()
+
+    def _ids_of(self, group: QueueGroup) -> QueueIds:
+        assert self._queue_ids is not None
+        ids = self._queue_ids.get(group.keys[4])
+        if ids is None:
+            ids = self._queue_ids[group.keys[4]] = QueueIds()
+        return ids
+
+    def _native_push(self, items: Sequence[tuple[Intake, int, bytes | str, int]],
+                     groups: Sequence[QueueGroup], registry: str, now: float, clock: float
+                     ) -> tuple[list[bytes], int, list[tuple[QueueIds, int, int]]] | None:
+        """The push script's ``new`` mode for items no ledger holds, as plain commands in
+        one ``MULTI``/``EXEC`` (RESP, the number of replies, the asks for ids made), or
+        None when this process lacks the queue ids it needs."""
+        per: list[list[tuple[Intake, int, bytes | str, int]]] = [[] for _ in groups]
+        for item in items:
+            per[item[1]].append(item)
+        held = [self._ids_of(g) for g in groups]
+        for ids, members in zip(held, per, strict=True):
+            if members and ids.available(clock) < len(members):
+                return None
+        k = self._keys
+        expiry = _bulk(repr(now + self.retention).encode())
+        ledger: list[bytes] = []
+        kept: list[bytes] = []
+        timed: list[bytes] = []
+        for intake, _, _, _ in items:
+            uuid = b"$32\r\n%b\r\n" % intake.task["task_uuid"].encode()
+            if len(uuid) != 39:  # (a uuid drawn here has 32 digits: another one's text)
+                uuid = _bulk(intake.uuid.encode())
+            entry = intake.entry_bytes()
+            ledger += (uuid, b"$%d\r\n" % len(entry), entry, b"\r\n")
+            kept += (expiry, uuid)
+            if intake.deadline is not None:
+                timed += (_bulk(repr(intake.deadline).encode()), uuid)
+        n = len(items)
+        out = [_MULTI, _command(b"HSET", k["ledger"], 2 * n), *ledger,
+               _command(b"ZADD", k["retention"], 2 * n), *kept]
+        commands = 3
+        if timed:
+            out += (_command(b"ZADD", k["deadlines"], len(timed)), *timed)
+            commands += 1
+        names: list[bytes] = []
+        asks: list[tuple[QueueIds, int, int]] = []
+        asking: list[bytes] = []
+        for group, ids, members in zip(groups, held, per, strict=True):
+            m = len(members)
+            if not m:
+                continue
+            ready, payloads, priorities, stats, seq = group.keys
+            scores: list[bytes] = []
+            bodies: list[bytes] = []
+            prios: list[bytes] = []
+            for num, (_, _, payload, priority) in zip(ids.take(m), members, strict=True):
+                member = b"$16\r\n%016d\r\n" % num
+                data = payload if isinstance(payload, bytes) else payload.encode()
+                if priority:
+                    scores += (_bulk(b"%d" % -priority), member)
+                    prios += (member, _bulk(b"%d" % priority))
+                else:
+                    scores += (_ZERO, member)
+                    prios += (member, _ZERO)
+                bodies += (member, b"$%d\r\n" % len(data), data, b"\r\n")
+            out += (_command(b"ZADD", ready, 2 * m), *scores,
+                    _command(b"HSET", payloads, 2 * m), *bodies,
+                    _command(b"HSET", priorities, 2 * m), *prios,
+                    _command(b"HINCRBY", stats, 2), _TOTAL, _bulk(b"%d" % m),
+                    _command(b"HINCRBY", k["counters"], 2),
+                    _bulk(f"{group.outbound}\x1ftotal".encode()), _bulk(b"%d" % m))
+            commands += 5
+            if group.limit > 0:
+                out += (_command(b"HSET", stats, 2), _bulk(b"max_attempts"),
+                        _bulk(b"%d" % group.limit))
+                commands += 1
+            names.append(_bulk(group.queue.encode()))
+            ids.used_at = clock
+            if not ids.asked and ids.available(clock) < ids.size // 2:
+                size = ids.ask(clock)
+                asks.append((ids, size, ids.epoch))
+                asking += (_command(b"INCRBY", seq, 1), _bulk(b"%d" % size))
+        # the asks last: their answers are the transaction's last (_native_reply)
+        out += (_command(b"SADD", registry, len(names)), *names, *asking, _EXEC)
+        commands += 2 + len(asks)
+        return out, commands, asks
+
+    async def _native_reply(self, replies: Any, n: int,
+                            asks: list[tuple[QueueIds, int, int]]) -> list[bool]:
+        from redis.exceptions import ResponseError
+
+        try:
+            answers = await replies
+            for answer in answers:
+                if isinstance(answer, Exception):
+                    raise answer  # (EXECABORT: nothing was done)
+            done = answers[-1]
+            if not isinstance(done, list):  # (only a WATCH aborts one: none is set)
+                raise ResponseError(f"the push's transaction answered {done!r}")
+            for result in done:
+                if isinstance(result, Exception):
+                    raise result
+        except BaseException:
+            self._drop_ids()  # (whatever happened to the server, draw afresh)
+            raise
+        clock = time.monotonic()
+        for (ids, size, epoch), last in zip(asks, done[len(done) - len(asks):], strict=True):
+            ids.got(int(last), size, epoch, clock)
+        return [True] * n
+
+    async def _push_reply(self, replies: Any, script: Any, keys: list[str], args: list[Any],
+                          asks: Sequence[tuple[QueueIds, int, int]] = ()) -> list[bool]:
         from redis.exceptions import NoScriptError
 
-        (flags,) = await replies
+        try:
+            flags, *given = await replies
+        except BaseException:
+            for ids, _, epoch in asks:
+                ids.lost(epoch)
+            raise
+        clock = time.monotonic()
+        for (ids, size, epoch), last in zip(asks, given, strict=True):
+            if isinstance(last, Exception):
+                ids.lost(epoch)
+            else:
+                ids.got(int(last), size, epoch, clock)
         if isinstance(flags, NoScriptError):
-            # a server that has not seen it yet (it did nothing): load, run
+            # a server that has not seen it yet (it did nothing): load, run; it takes
+            # ids after the blocks just drawn, which are then spent no more
+            for ids, _, _ in asks:
+                ids.drop()
             flags = await script(keys=keys, args=args)
         elif isinstance(flags, Exception):
             raise flags
