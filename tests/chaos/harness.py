@@ -52,10 +52,17 @@ class ChaosSpec:
     redis_restarts: int = 1
     seed: int = 0
     timeout: float = 900.0  # the whole run, seconds
+    #: tasks carry their own task_uuid; without one, a task is known by its ``n`` and a
+    #: resent one may be pushed twice (nothing tells the hub it was sent before)
+    uuids: bool = True
 
     @property
     def label(self) -> str:
-        return f"{self.backend}{' + frontier' if self.frontier else ''}"
+        return (f"{self.backend}{' + frontier' if self.frontier else ''}"
+                f"{'' if self.uuids else ', no task_uuid'}")
+
+    def key(self, task: dict[str, Any]) -> str:
+        return str(task["task_uuid"] if self.uuids else task["n"])
 
 
 @dataclass
@@ -65,6 +72,9 @@ class ChaosReport:
     found: int = 0  # distinct submitted uuids found in the queue afterwards
     lost: int = 0
     doubled: int = 0  # queue messages beyond one per uuid
+    #: tasks sent again after an answer that did not take them or never came (without
+    #: a task_uuid, each may be pushed twice)
+    resent: int = 0
     kills: int = 0
     redis_restarts: int = 0
     requests: int = 0
@@ -183,11 +193,15 @@ def write_config(spec: ChaosSpec, workdir: Path, redis_url: str | None,
 def make_batches(spec: ChaosSpec) -> list[list[dict[str, Any]]]:
     tasks = [{"task_uuid": uuid.uuid4().hex, "url": f"http://127.0.0.1/chaos/{i}", "n": i}
              for i in range(spec.tasks)]
+    if not spec.uuids:
+        for task in tasks:
+            del task["task_uuid"]
     return [tasks[i:i + spec.batch] for i in range(0, len(tasks), spec.batch)]
 
 
 async def client(server: Server, batches: asyncio.Queue[list[dict[str, Any]]],
                  report: ChaosReport, taken: set[str]) -> None:
+    key = report.spec.key
     """Post batches until none is left; a batch is retried (whole, or the tasks the
     answer did not take) until every task in it is taken."""
     timeout = aiohttp.ClientTimeout(total=30)
@@ -208,11 +222,13 @@ async def client(server: Server, batches: asyncio.Queue[list[dict[str, Any]]],
                         retry_after = resp.headers.get("Retry-After")
                 except (aiohttp.ClientError, TimeoutError, ValueError):
                     report.failures["connection"] += 1
+                    report.resent += len(batch)
                     await asyncio.sleep(0.1)
                     continue
                 if status != 200:
                     report.failures[str(status)] += 1
                 if status not in (200, 207):
+                    report.resent += len(batch)
                     await asyncio.sleep(min(float(retry_after or 0.2), 0.5))
                     continue
                 answers = body["tasks"] if isinstance(body, dict) and "tasks" in body else body
@@ -222,12 +238,14 @@ async def client(server: Server, batches: asyncio.Queue[list[dict[str, Any]]],
                 for task, answer in zip(batch, answers, strict=True):
                     report.statuses[answer["status"]] += 1
                     if answer["status"] in TAKEN:
-                        assert answer["task_uuid"] == task["task_uuid"], answer
-                        if task["task_uuid"] not in taken:
-                            taken.add(task["task_uuid"])
+                        assert answer["task_uuid"] == task.get("task_uuid",
+                                                               answer["task_uuid"]), answer
+                        if key(task) not in taken:
+                            taken.add(key(task))
                             report.answered += 1
                     else:
                         again.append(task)
+                report.resent += len(again)
                 if again:
                     await asyncio.sleep(0.1)
                 batch = again
@@ -245,7 +263,7 @@ async def count_queue(spec: ChaosSpec, queues_url: str, prefix: str) -> Counter[
         messages = await queue.lease(spec.tasks * 3 + 1000, 600)
         if messages:
             await queue.nack([m.id for m in messages])
-        return Counter(m.payload.get("task_uuid") for m in messages)
+        return Counter(spec.key(m.payload) for m in messages)
     finally:
         await backend.close()
 

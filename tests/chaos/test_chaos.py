@@ -31,3 +31,20 @@ async def test_sigkills_and_a_redis_restart_lose_and_double_nothing(
     # Outages are answered 503 (207 when part of a list was taken) or cut connections,
     # never a 5xx of another kind.
     assert set(report.failures) <= {"503", "207", "connection"}, summary
+
+
+async def test_tasks_without_a_uuid_answered_200_survive_sigkills_and_a_redis_restart(
+        tmp_path: Path) -> None:
+    """Tasks that carry no task_uuid go into Redis by MULTI (hub/state/intake/ids.py):
+    every one answered routed is in the queue. Nothing tells the hub a resent one was
+    sent before, so only those can be there twice."""
+    spec = ChaosSpec(backend="redis", tasks=6_000, batch=50, kills=3, redis_restarts=1,
+                     seed=7, uuids=False)
+    report = await run_chaos(spec, log_dir=tmp_path)
+    summary = (f"{spec.label}: answered {report.answered}, found {report.found},"
+               f" lost {report.lost} {report.lost_sample}, doubled {report.doubled},"
+               f" resent {report.resent}, failures {report.failures_text()}")
+    assert report.kills == spec.kills and report.redis_restarts == 1, summary
+    assert report.answered == report.found == spec.tasks, summary
+    assert report.lost == 0, summary
+    assert report.doubled <= report.resent, summary
