@@ -263,3 +263,22 @@ def test_queue_ids_spend_blocks_in_order_and_drop_the_old_and_the_forged() -> No
     assert ids.size == MAX_BLOCK
     ids.ask(100.0)
     assert ids.size == MIN_BLOCK
+
+
+def test_an_entry_around_its_params_reads_as_the_entry_of_its_task() -> None:
+    """The one-step push encodes a task once when its params are the task itself
+    (hub/intake.py _fused_items): that entry decodes to what the task's own entry
+    does, for each outbound, deadline and gate, and a deadline that is not finite is
+    refused as dumpb_strict refuses it."""
+    from crawlhub.core import jsoncodec
+    from crawlhub.hub.state.intake.base import Intake
+
+    task = {"n": 1, "name": "测试", "deep": {"a": [1, 2.5, None]}, "task_uuid": "u1"}
+    for outbound, deadline, gate in [("a", None, None), ("a", 12.5, None),
+                                     ("b", 12.5, "f\x1f3\x1fk"), ("a", None, None)]:
+        intake = Intake(task, outbound, deadline, gate)
+        around = intake.entry_around(jsoncodec.dumpb(task))
+        assert json.loads(around) == json.loads(intake.dumpb_strict(finite=True))
+        assert Intake.loads(around) == Intake.loads(intake.dumpb_strict(finite=True))
+    with pytest.raises(ValueError, match="not finite"):
+        Intake(task, "a", float("inf")).entry_around(jsoncodec.dumpb(task))

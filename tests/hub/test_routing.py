@@ -113,6 +113,25 @@ def test_params_default_to_every_user_key_without_result() -> None:
     assert params["a"] == 1 and params["b"] == [1, 2] and "task_result" not in params
 
 
+def test_params_keep_the_task_order_then_static_then_every_builtin_in_order() -> None:
+    """The layout a worker reads: the task's own keys in its order (a built-in one given
+    early moves to the end, the result code is never sent), the static params, then
+    every built-in key in BUILTIN_KEYS order, None where the task has none."""
+    r = rule(name="all", task_src=7)
+    task = Task({"b": 1, "priority": 3, "a": [1], "task_result": 1000, "outbound": "x",
+                 "z": None})
+    params = r.params(task)
+    assert list(params) == ["b", "a", "z", "task_src", *BUILTIN_KEYS]
+    assert params["priority"] == 3 and params["outbound"] == "x" and params["task_src"] == 7
+    assert params["task_uuid"] is None and params["submitter"] is None
+    assert task == {"b": 1, "priority": 3, "a": [1], "task_result": 1000, "outbound": "x",
+                    "z": None}  # (the task itself is not changed)
+    # a static param never shadows a built-in key's value
+    stamped = dispatched(r, b=2)
+    assert list(r.params(stamped))[:2] == ["b", "task_src"]
+    assert r.params(stamped)["outbound"] == "all"
+
+
 def test_normal_task_uses_priority_and_rt_task_rt_priority() -> None:
     assert CAPTCHA.priority_for({"rt": False}) == 1000
     assert CAPTCHA.priority_for({"rt": True}) == 2000

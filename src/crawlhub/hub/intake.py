@@ -762,11 +762,22 @@ class IntakeStage(DispatchStage):
                 if mode == "new":
                     # The entry holds the whole task: checked strictly (no NaN) once, its
                     # params are encoded as they are (checked through the entry).
-                    t.intake.raw = t.intake.dumpb_strict(finite=t.finite)
+                    rule = t.rule
+                    params = rule.params(t.task)
+                    if t.finite and len(params) == len(t.task) and rule.task_params is None \
+                            and not rule.static_params and not rule.task_params_wrapped \
+                            and t.intake.gate is None:
+                        # params are the task itself (every key, no other): its entry
+                        # holds them as encoded once (their order is the params')
+                        encoded = jsoncodec.dumpb(params)
+                        t.intake.raw = t.intake.entry_around(encoded)
+                    else:
+                        t.intake.raw = t.intake.dumpb_strict(finite=t.finite)
+                        encoded = jsoncodec.dumpb(params)
+                    payload: bytes | str = encoded
                     if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
                         raise QueueError(f"priority must be an int in [{PRIORITY_MIN},"
                                          f" {PRIORITY_MAX}], got {priority}")
-                    payload: bytes | str = jsoncodec.dumpb(t.rule.params(t.task))
                 else:
                     payload, priority = encode_item((t.rule.params(t.task), priority),
                                                     len(items), groups[g].queue)

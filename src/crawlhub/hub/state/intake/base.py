@@ -13,6 +13,10 @@ from crawlhub.core import jsoncodec
 NEW, TOOK_OVER, RECORDED_AGAIN, ALREADY_ROUTED, GATE_HELD = "N", "T", "R", "A", "D"
 
 
+#: an entry's keys after its task, and their JSON, by their values (Intake.entry_around)
+_tails: dict[tuple[str, float | None, str | None], bytes] = {}
+
+
 @dataclass(slots=True)
 class Intake:
     """One task on its way in: its ledger entry, and the frontier gate it holds (if any)."""
@@ -48,6 +52,21 @@ class Intake:
         ``jsoncodec.json_shape``), as does text UTF-8 cannot carry."""
         return jsoncodec.dumpb_strict(self._entry(), finite=finite and (
             self.deadline is None or math.isfinite(self.deadline)))
+
+    def entry_around(self, task_json: bytes) -> bytes:
+        """The entry :meth:`dumpb_strict` writes, around the task encoded already
+        (``task_json``: finite, strict JSON of ``self.task``'s keys and values)."""
+        key = (self.outbound, self.deadline, self.gate)
+        tail = _tails.get(key)
+        if tail is None:  # (a batch's tasks for one outbound share theirs: encoded once)
+            if self.deadline is not None and not math.isfinite(self.deadline):
+                raise ValueError("NaN and Infinity are not JSON; the deadline is not finite")
+            if len(_tails) >= 256:
+                _tails.clear()
+            tail = _tails[key] = b",%b" % jsoncodec.dumpb({
+                "o": self.outbound, "d": self.deadline,
+                **({"g": self.gate} if self.gate else {})})[1:]
+        return b'{"t":%b%b' % (task_json, tail)
 
     def _entry(self) -> dict[str, Any]:
         data: dict[str, Any] = {"t": self.task, "o": self.outbound, "d": self.deadline}
