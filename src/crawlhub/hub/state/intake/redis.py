@@ -80,6 +80,8 @@ class RedisIntake:
     _resp_cache: dict[str, bytes]
     #: the blocks of queue ids this process holds, by the queue's ``seq`` key (ids.py)
     _queue_ids: dict[str, QueueIds] | None = None
+    #: each queue group's fixed parts of the MULTI push (_heads)
+    _group_heads: dict[tuple[Any, ...], tuple[bytes, ...]] | None = None
     #: the socket each connection of the pool had when this process last pushed on it
     _sockets: weakref.WeakKeyDictionary[Any, Any] | None = None
 
@@ -276,6 +278,31 @@ class RedisIntake:
         for ids in (self._queue_ids or {}).values():
             ids.drop()
 
+    def _heads(self, group: QueueGroup) -> tuple[bytes, ...]:
+        """A queue group's fixed parts of the MULTI push, in RESP, built once: the ZADD
+        of ready, the HSET of payloads and the HSET of priorities (each after the count
+        of arguments); the HINCRBY of its stats' total and of its outbound's counter
+        (each before the count); the HSET of its delivery limit (or nothing); its name
+        for the registry; the INCRBY of its ids (before the size)."""
+        if self._group_heads is None:
+            self._group_heads = {}
+        key = (*group.keys, group.outbound, group.limit, group.queue)
+        heads = self._group_heads.get(key)
+        if heads is None:
+            ready, payloads, priorities, stats, seq = group.keys
+            heads = self._group_heads[key] = (
+                _bulk(b"ZADD") + _bulk(ready.encode()),
+                _bulk(b"HSET") + _bulk(payloads.encode()),
+                _bulk(b"HSET") + _bulk(priorities.encode()),
+                _command(b"HINCRBY", stats, 2) + _TOTAL,
+                _command(b"HINCRBY", self._keys["counters"], 2)
+                + _bulk(f"{group.outbound}\x1ftotal".encode()),
+                _command(b"HSET", stats, 2) + _bulk(b"max_attempts")
+                + _bulk(b"%d" % group.limit) if group.limit > 0 else b"",
+                _bulk(group.queue.encode()),
+                _command(b"INCRBY", seq, 1))
+        return heads
+
     def _ids_of(self, group: QueueGroup) -> QueueIds:
         assert self._queue_ids is not None
         ids = self._queue_ids.get(group.keys[4])
@@ -324,7 +351,7 @@ class RedisIntake:
             m = len(members)
             if not m:
                 continue
-            ready, payloads, priorities, stats, seq = group.keys
+            heads = self._heads(group)
             scores: list[bytes] = []
             bodies: list[bytes] = []
             prios: list[bytes] = []
@@ -338,23 +365,17 @@ class RedisIntake:
                     scores += (_ZERO, member)
                     prios += (member, _ZERO)
                 bodies += (member, b"$%d\r\n" % len(data), data, b"\r\n")
-            out += (_command(b"ZADD", ready, 2 * m), *scores,
-                    _command(b"HSET", payloads, 2 * m), *bodies,
-                    _command(b"HSET", priorities, 2 * m), *prios,
-                    _command(b"HINCRBY", stats, 2), _TOTAL, _bulk(b"%d" % m),
-                    _command(b"HINCRBY", k["counters"], 2),
-                    _bulk(f"{group.outbound}\x1ftotal".encode()), _bulk(b"%d" % m))
-            commands += 5
-            if group.limit > 0:
-                out += (_command(b"HSET", stats, 2), _bulk(b"max_attempts"),
-                        _bulk(b"%d" % group.limit))
-                commands += 1
-            names.append(_bulk(group.queue.encode()))
+            count = _bulk(b"%d" % m)
+            argc = b"*%d\r\n" % (2 * m + 2)
+            out += (argc, heads[0], *scores, argc, heads[1], *bodies, argc, heads[2], *prios,
+                    heads[3], count, heads[4], count, heads[5])
+            commands += 5 + (group.limit > 0)
+            names.append(heads[6])
             ids.used_at = clock
             if not ids.asked and ids.available(clock) < ids.size // 2:
                 size = ids.ask(clock)
                 asks.append((ids, size, ids.epoch))
-                asking += (_command(b"INCRBY", seq, 1), _bulk(b"%d" % size))
+                asking += (heads[7], _bulk(b"%d" % size))
         # the asks last: their answers are the transaction's last (_native_reply)
         out += (_command(b"SADD", registry, len(names)), *names, *asking, _EXEC)
         commands += 2 + len(asks)
