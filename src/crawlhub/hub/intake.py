@@ -23,7 +23,10 @@ caller that knows the process is dead (``crawlhub crawl``: its data dir's lock).
 Cost per batch: 3 round trips (record, push, mark pushed), 4 with a frontier (+ admit).
 When the ledger and the queue outbounds share one Redis server, an ungated batch is
 recorded and pushed by one Lua script (1 round trip) and a gated one is recorded,
-admitted, then pushed and marked pushed by one script (3). A kill after a push and
+admitted, then pushed and marked pushed by one script (3). Tasks that came without a
+``task_uuid`` (this process drew theirs: no ledger holds them, nothing to look up) go
+as plain commands in one ``MULTI``/``EXEC`` instead, with queue ids drawn ahead
+(hub/state/intake/ids.py): as atomic, about half the server's work. A kill after a push and
 before its mark cannot push a task twice there, nor on a SQLite queue, whose push
 stores the task uuids as marks in the same transaction (recovery asks it first; the
 marks go with a later push). Only a ``redis_list`` outbound, or queues on another Redis
