@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -282,3 +283,38 @@ def test_an_entry_around_its_params_reads_as_the_entry_of_its_task() -> None:
         assert Intake.loads(around) == Intake.loads(intake.dumpb_strict(finite=True))
     with pytest.raises(ValueError, match="not finite"):
         Intake(task, "a", float("inf")).entry_around(jsoncodec.dumpb(task))
+
+
+async def test_an_ask_for_ids_that_fails_costs_the_ids_not_the_push(
+        redis_url: str, unique_name: str, tmp_path: Path, open_services: Opener) -> None:
+    """A queue's id counter that is not a number (written over by hand): the MULTI whose
+    INCRBY fails still pushed its tasks, and they are answered routed (answered
+    unavailable, a client would send them again: twice in the queue)."""
+    prefix = f"{unique_name}:"
+    try:
+        svc = await open_services(config(redis_url, prefix, tmp_path))
+        multi = count_multi(svc)
+        await submit_all(svc, tasks(300))
+        held = svc.hub.state._queue_ids
+        client = redis.Redis.from_url(redis_url)
+        try:
+            for name in ("urgent", "limited", "rest"):
+                client.set(queue_keys(prefix, name)["seq"], "not a number")
+            before, asked_at = multi[0], [ids.asked_at for ids in held.values()]
+            sent = 0
+            # push by MULTI while the blocks held last, each asking for more (and failing)
+            while all(ids.available(time.monotonic()) >= 40 for ids in held.values()):
+                results = await svc.hub.submit(tasks(30, 1000 + sent))
+                assert {r.status for r in results} == {"routed"}
+                sent += 30
+            assert multi[0] > before and sent > 0
+            # asks were made meanwhile, and each came back failed (none is pending)
+            assert [ids.asked_at for ids in held.values()] != asked_at
+            assert not any(ids.asked for ids in held.values())
+            found = sum(client.hlen(queue_keys(prefix, name)["payloads"])
+                        for name in ("urgent", "limited", "rest"))
+        finally:
+            client.close()
+        assert found == 300 + sent
+    finally:
+        await delete_prefix(redis_url, prefix)

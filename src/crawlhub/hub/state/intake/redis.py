@@ -391,17 +391,23 @@ class RedisIntake:
                 if isinstance(answer, Exception):
                     raise answer  # (EXECABORT: nothing was done)
             done = answers[-1]
-            if not isinstance(done, list):  # (only a WATCH aborts one: none is set)
+            if not isinstance(done, list) or len(done) < len(asks):
+                # (only a WATCH aborts one, and none is set)
                 raise ResponseError(f"the push's transaction answered {done!r}")
-            for result in done:
+            pushed, given = done[:len(done) - len(asks)], done[len(done) - len(asks):]
+            for result in pushed:
                 if isinstance(result, Exception):
                     raise result
         except BaseException:
             self._drop_ids()  # (whatever happened to the server, draw afresh)
             raise
         clock = time.monotonic()
-        for (ids, size, epoch), last in zip(asks, done[len(done) - len(asks):], strict=True):
-            ids.got(int(last), size, epoch, clock)
+        for (ids, size, epoch), last in zip(asks, given, strict=True):
+            # an ask that failed (its seq key not a number) costs its ids, not the push
+            if isinstance(last, int) and not isinstance(last, bool):
+                ids.got(last, size, epoch, clock)
+            else:
+                ids.lost(epoch)
         return [True] * n
 
     async def _push_reply(self, replies: Any, script: Any, keys: list[str], args: list[Any],
