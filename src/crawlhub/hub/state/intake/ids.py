@@ -11,7 +11,10 @@ was drawn: a block is spent only within :data:`BLOCK_TTL` of its drawing, so tas
 hub processes push to one queue keep their order of arrival to within that time. One
 process spends its blocks in the order it drew them, and when a push by script takes
 ids for a queue (past the blocks it holds) it drops those blocks and any block asked
-before, so its own tasks keep the order it pushed them in.
+before, so its own tasks keep the order it pushed them in. A process also drops every
+block it holds when a connection it pushes on has connected again
+(``RedisIntake._check_socket``): a Redis server restarted without the ``INCRBY`` that
+drew them would hand them out again.
 """
 
 from __future__ import annotations
