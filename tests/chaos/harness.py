@@ -201,9 +201,9 @@ def make_batches(spec: ChaosSpec) -> list[list[dict[str, Any]]]:
 
 async def client(server: Server, batches: asyncio.Queue[list[dict[str, Any]]],
                  report: ChaosReport, taken: set[str]) -> None:
-    key = report.spec.key
     """Post batches until none is left; a batch is retried (whole, or the tasks the
     answer did not take) until every task in it is taken."""
+    key = report.spec.key
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         while True:

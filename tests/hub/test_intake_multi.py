@@ -17,7 +17,6 @@ import pytest
 import redis
 
 from crawlhub.config.schema import CrawlhubConfig
-from crawlhub.core.errors import BackendUnavailable
 from crawlhub.core.keys import hub_keys, queue_keys
 from crawlhub.hub.state.intake import ids as ids_module
 from crawlhub.hub.state.intake.ids import BLOCK_TTL, MAX_BLOCK, MIN_BLOCK, QueueIds
@@ -96,24 +95,11 @@ def snapshot(url: str, prefix: str) -> dict[str, Any]:
         client.close()
 
 
-async def submit_all(svc: Any, batch: list[dict[str, Any]], size: int = 100, *,
-                     retry: bool = False) -> None:
-    """Submit in batches of ``size``; each task routed (``retry``: once a task answered
-    unavailable, of which nothing was kept, is sent again, as a client would)."""
+async def submit_all(svc: Any, batch: list[dict[str, Any]], size: int = 100) -> None:
+    """Submit in batches of ``size``; each task routed."""
     for start in range(0, len(batch), size):
-        todo = batch[start:start + size]
-        for _ in range(5 if retry else 1):
-            try:
-                results = await svc.hub.submit(todo)
-            except BackendUnavailable:  # (none of them pushed)
-                if not retry:
-                    raise
-                continue
-            assert {r.status for r in results} <= {"routed", "unavailable"}
-            todo = [t for t, r in zip(todo, results, strict=True) if r.status == "unavailable"]
-            if not todo or not retry:
-                break
-        assert not todo
+        results = await svc.hub.submit(batch[start:start + size])
+        assert {r.status for r in results} == {"routed"}
 
 
 async def test_the_multi_push_leaves_what_the_script_push_leaves(
@@ -235,13 +221,13 @@ def test_queue_ids_spend_blocks_in_order_and_drop_the_old_and_the_forged() -> No
     assert ids.available(0.0) == 0
     size = ids.ask(0.0)
     assert size == MIN_BLOCK and ids.asked
-    ids.got(size, size, ids.epoch, 0.0)  # INCRBY seq 64 -> 64: ids 1..64
+    ids.got(size, size, ids.epoch)  # INCRBY seq 64 -> 64: ids 1..64
     assert not ids.asked and ids.available(0.0) == 64
     assert ids.take(10) == list(range(1, 11))
     # asked again soon: a bigger block; spent after the first, across the seam
     again = ids.ask(0.1)
     assert again == 2 * MIN_BLOCK
-    ids.got(1000, again, ids.epoch, 0.1)
+    ids.got(1000, again, ids.epoch)
     assert ids.take(60) == [*range(11, 65), *range(1000 - again + 1, 1000 - again + 7)]
     # a block older than BLOCK_TTL is not spent
     assert ids.available(0.1 + BLOCK_TTL + 0.01) == 0
@@ -249,11 +235,11 @@ def test_queue_ids_spend_blocks_in_order_and_drop_the_old_and_the_forged() -> No
     ids.ask(5.0)
     epoch = ids.epoch
     ids.drop()
-    ids.got(5000, MIN_BLOCK, epoch, 5.0)
+    ids.got(5000, MIN_BLOCK, epoch)
     assert ids.available(5.0) == 0 and not ids.asked
     # nor one that cannot be an INCRBY's of that size (a forged or misplaced reply)
     size = ids.ask(9.0)
-    ids.got(1, size, ids.epoch, 9.0)
+    ids.got(1, size, ids.epoch)
     assert ids.available(9.0) == 0 and not ids.asked
     # an ask whose write failed can be made again; sizes stay within bounds
     ids.ask(9.1)

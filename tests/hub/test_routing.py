@@ -126,7 +126,7 @@ def test_params_keep_the_task_order_then_static_then_every_builtin_in_order() ->
     assert params["task_uuid"] is None and params["submitter"] is None
     assert task == {"b": 1, "priority": 3, "a": [1], "task_result": 1000, "outbound": "x",
                     "z": None}  # (the task itself is not changed)
-    # a static param never shadows a built-in key's value
+    # a stamped task: its own keys, the static params, then the built-ins (its own values)
     stamped = dispatched(r, b=2)
     assert list(r.params(stamped))[:2] == ["b", "task_src"]
     assert r.params(stamped)["outbound"] == "all"

@@ -26,8 +26,8 @@ recorded and pushed by one Lua script (1 round trip) and a gated one is recorded
 admitted, then pushed and marked pushed by one script (3). Tasks that came without a
 ``task_uuid`` (this process drew theirs: no ledger holds them, nothing to look up) go
 as plain commands in one ``MULTI``/``EXEC`` instead, with queue ids drawn ahead
-(hub/state/intake/ids.py): as atomic, about half the server's work. A kill after a push and
-before its mark cannot push a task twice there, nor on a SQLite queue, whose push
+(hub/state/intake/ids.py): as atomic, about half the server's work. A kill after a
+push and before its mark cannot push a task twice there, nor on a SQLite queue, whose push
 stores the task uuids as marks in the same transaction (recovery asks it first; the
 marks go with a later push). Only a ``redis_list`` outbound, or queues on another Redis
 than the ledger, are at least once in that window.
@@ -768,8 +768,7 @@ class IntakeStage(DispatchStage):
                     rule = t.rule
                     params = rule.params(t.task)
                     if t.finite and len(params) == len(t.task) and rule.task_params is None \
-                            and not rule.static_params and not rule.task_params_wrapped \
-                            and t.intake.gate is None:
+                            and not rule.static_params and not rule.task_params_wrapped:
                         # params are the task itself (every key, no other): its entry
                         # holds them as encoded once (their order is the params')
                         encoded = jsoncodec.dumpb(params)

@@ -76,13 +76,13 @@ class QueueIds:
         self.asked, self.asked_at = True, now
         return self.size
 
-    def got(self, last: int, size: int, epoch: int, now: float) -> None:
+    def got(self, last: int, size: int, epoch: int) -> None:
         """The answer to an ask made in ``epoch``: ``INCRBY`` gave ``last``, the block's
-        last id."""
+        last id. The block's age counts from the ask (no later than the drawing)."""
         if epoch == self.epoch:
             self.asked = False
             if last >= size:  # (else not the answer of an INCRBY of size: none is kept)
-                self.blocks.append([last - size + 1, last + 1, now])
+                self.blocks.append([last - size + 1, last + 1, self.asked_at])
 
     def lost(self, epoch: int) -> None:
         """An ask made in ``epoch`` whose answer will not come (its write failed)."""

@@ -20,7 +20,7 @@ from crawlhub.backends.redis import (
     write_on,
 )
 from crawlhub.hub.state.intake.base import Intake, QueueGroup
-from crawlhub.hub.state.intake.ids import QueueIds
+from crawlhub.hub.state.intake.ids import BLOCK_TTL, QueueIds
 
 _BEGIN = lua(__package__, "split.lua", "begin.lua")
 
@@ -249,7 +249,7 @@ class RedisIntake:
                 continue
             ids = self._ids_of(group)
             ids.drop()  # the script takes ids after the blocks held: spend them no more
-            if fresh and mode == "new" and (n > 1 or clock - ids.used_at < 1.0):
+            if fresh and mode == "new" and (n > 1 or clock - ids.used_at < BLOCK_TTL):
                 size = ids.ask(clock)
                 asks.append((ids, size, ids.epoch))
                 commands.append(("INCRBY", group.keys[4], size))
@@ -330,7 +330,7 @@ class RedisIntake:
         timed: list[bytes] = []
         for intake, _, _, _ in items:
             uuid = b"$32\r\n%b\r\n" % intake.task["task_uuid"].encode()
-            if len(uuid) != 39:  # (a uuid drawn here has 32 digits: another one's text)
+            if len(uuid) != 39:  # (one drawn here is 32 hex digits; frame any other alone)
                 uuid = _bulk(intake.uuid.encode())
             entry = intake.entry_bytes()
             ledger += (uuid, b"$%d\r\n" % len(entry), entry, b"\r\n")
@@ -401,11 +401,10 @@ class RedisIntake:
         except BaseException:
             self._drop_ids()  # (whatever happened to the server, draw afresh)
             raise
-        clock = time.monotonic()
         for (ids, size, epoch), last in zip(asks, given, strict=True):
             # an ask that failed (its seq key not a number) costs its ids, not the push
             if isinstance(last, int) and not isinstance(last, bool):
-                ids.got(last, size, epoch, clock)
+                ids.got(last, size, epoch)
             else:
                 ids.lost(epoch)
         return [True] * n
@@ -420,12 +419,11 @@ class RedisIntake:
             for ids, _, epoch in asks:
                 ids.lost(epoch)
             raise
-        clock = time.monotonic()
         for (ids, size, epoch), last in zip(asks, given, strict=True):
             if isinstance(last, Exception):
                 ids.lost(epoch)
             else:
-                ids.got(int(last), size, epoch, clock)
+                ids.got(int(last), size, epoch)
         if isinstance(flags, NoScriptError):
             # a server that has not seen it yet (it did nothing): load, run; it takes
             # ids after the blocks just drawn, which are then spent no more
