@@ -537,9 +537,16 @@ async def test_a_chunk_that_cannot_be_sent_leaves_the_chunks_before_it_routed_an
     lost = [t for t, r in zip(tasks, results, strict=True) if r.status == "unavailable"]
     assert all("nothing of it was kept" in (r.reason or "") for r in results
                if r.status == "unavailable")
+
+    def dispatched() -> float | None:  # only the tasks pushed count as dispatched
+        return svc.hub.metrics.registry.get_sample_value("crawlhub_tasks_dispatched_total",
+                                                         {"outbound": "o"})
+
+    assert dispatched() == 2 * STREAM_CHUNK
     state.intake_push_sent = send
     again = await svc.hub.submit(lost)
     assert {r.status for r in again} == {"routed"}
+    assert dispatched() == 3 * STREAM_CHUNK
     assert sorted(p["n"] for p in await drain(svc, "o")) == list(range(3 * STREAM_CHUNK))
 
 
