@@ -200,7 +200,8 @@ async def test_ids_held_across_a_redis_restart_that_lost_them_are_not_spent(
     shutil.rmtree(throwaway.dir)  # (its snapshot: the restarted server starts empty)
     Path(throwaway.dir).mkdir()
     throwaway.start()
-    # redis-py's pool connects again, silently, where it finds a connection closed
+    # every connection of the holder's pool new (the intake connects a kept one again
+    # once it sees it closed; redis-py's pool hands its own out as they are)
     await holder.hub.state._redis.connection_pool.disconnect()
     fresh = await open_services(config(throwaway.url, "x:", tmp_path / "fresh"))
     await submit_all(fresh, tasks(600, 1000))
@@ -304,3 +305,68 @@ async def test_an_ask_for_ids_that_fails_costs_the_ids_not_the_push(
         assert found == 300 + sent
     finally:
         await delete_prefix(redis_url, prefix)
+
+
+async def test_multi_pushes_keep_their_connections_and_no_more_than_held(
+        redis_url: str, unique_name: str, tmp_path: Path, open_services: Opener,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MULTI push gives its connection back to the intake, not to redis-py's pool
+    (whose take and give back cost ~8 us a chunk): once warm, sequential batches take
+    none from the pool; 12 batches at once are all routed, each chunk on a connection
+    of its own, and the intake keeps at most HELD of them afterwards."""
+    from crawlhub.hub.state.intake import redis as intake_redis
+
+    prefix = f"{unique_name}:"
+    try:
+        svc = await open_services(config(redis_url, prefix, tmp_path))
+        multi = count_multi(svc)
+        state = svc.hub.state
+        await submit_all(svc, tasks(600))  # (warm: the queue ids drawn, connections kept)
+        taken = [0]
+        take = intake_redis.take_connection
+
+        async def counting(redis: Any) -> Any:
+            taken[0] += 1
+            return await take(redis)
+
+        monkeypatch.setattr(intake_redis, "take_connection", counting)
+        before = multi[0]
+        await submit_all(svc, tasks(600, 1000))
+        assert multi[0] - before >= 12 and taken[0] == 0
+        batches = [tasks(100, 10_000 + 100 * k) for k in range(12)]
+        answers = await asyncio.gather(*(svc.hub.submit(b) for b in batches))
+        assert {r.status for a in answers for r in a} == {"routed"}
+        assert taken[0] > 0  # (more chunks in flight than connections kept)
+        assert 0 < len(state._held) <= intake_redis.HELD
+        assert len({id(c) for c in state._held}) == len(state._held)
+        found = []
+        for name in ("urgent", "limited", "rest"):
+            found += [m.payload["n"] for m in await svc.queues.queue(name).lease(5000, 60)]
+        assert sorted(found) == [*range(600), *range(1000, 1600), *range(10_000, 11_200)]
+    finally:
+        await delete_prefix(redis_url, prefix)
+
+
+async def test_a_kept_connection_the_server_closed_is_not_pushed_on(
+        throwaway: Throwaway, tmp_path: Path, open_services: Opener) -> None:
+    """The server restarts while the intake keeps connections: the next pushes find
+    them closed (end of stream) and connect them again, as they do one of redis-py's
+    pool (which hands its closed ones out unchecked while its maintenance notifications
+    are on): every task after the restart is routed, none answered unavailable, and
+    each is in its queue."""
+    svc = await open_services(config(throwaway.url, "x:", tmp_path))
+    await submit_all(svc, tasks(300))
+    kept = list(svc.hub.state._held)
+    assert kept, "no connection kept: the test would prove nothing"
+    throwaway.stop()
+    throwaway.start()  # (empty: the tasks routed before are gone with their ids' counter)
+    await asyncio.sleep(0.2)  # (the event loop reads each kept connection's end)
+    await submit_all(svc, tasks(300, 1000))
+    assert all(c.is_connected for c in svc.hub.state._held)
+    client = redis.Redis.from_url(throwaway.url)
+    try:
+        found = sorted(json.loads(p)["n"] for name in ("urgent", "limited", "rest")
+                       for p in client.hvals(queue_keys("x:", name)["payloads"]))
+    finally:
+        client.close()
+    assert found == list(range(1000, 1300))  # (none written over by an id spent twice)

@@ -216,9 +216,12 @@ def socket_of(conn: Any) -> Any:
     return getattr(conn, "_writer", None)
 
 
-async def write_on(redis: Any, conn: Any, packed: list[bytes], n: int
+async def write_on(redis: Any, conn: Any, packed: list[bytes], n: int,
+                   keep: Callable[[Any], bool] | None = None
                    ) -> Coroutine[Any, Any, list[Any]]:
-    """:func:`write_packed` on ``conn``, taken by :func:`take_connection`."""
+    """:func:`write_packed` on ``conn``, taken by :func:`take_connection`. ``keep``: once
+    every reply is read, ``conn`` goes to ``keep`` first (True: kept there, not given
+    back to the pool); a connection dropped on an error always goes back to the pool."""
     pool = redis.connection_pool
     try:
         await _send(conn, packed)
@@ -227,7 +230,7 @@ async def write_on(redis: Any, conn: Any, packed: list[bytes], n: int
             await conn.disconnect()
         await pool.release(conn)
         raise
-    return _replies(pool, conn, n)
+    return _replies(pool, conn, n, keep)
 
 
 async def _send(conn: Any, packed: list[bytes]) -> None:
@@ -284,7 +287,8 @@ async def _pushed_over(reply: Any, reader: Any, parser: Any) -> Any:
     return reply
 
 
-async def _replies(pool: Any, conn: Any, n: int) -> list[Any]:
+async def _replies(pool: Any, conn: Any, n: int,
+                   keep: Callable[[Any], bool] | None = None) -> list[Any]:
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import ResponseError
     from redis.exceptions import TimeoutError as RedisTimeout
@@ -319,11 +323,12 @@ async def _replies(pool: Any, conn: Any, n: int) -> list[Any]:
     except BaseException as exc:  # replies may be left on it: drop the connection
         with contextlib.suppress(Exception):
             await conn.disconnect()
+        await pool.release(conn)
         if isinstance(exc, TimeoutError):  # the batch's deadline
             raise RedisTimeout(f"Timeout reading {n} replies from Redis ({deadline} s)"
                                ) from None
         raise
-    finally:
+    if keep is None or not keep(conn):
         await pool.release(conn)
     return out
 

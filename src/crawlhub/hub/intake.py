@@ -294,6 +294,9 @@ class IntakeStage(DispatchStage):
         sending: list[_Sending] = []
         failed: dict[int, BaseException] = {}
         drawn: set[int] = set()
+        # the tasks the chunks' one-script pushes pushed: counted once for the batch
+        # (metrics, rates), not once per chunk
+        pushed: list[_Todo] = []
         try:
             for start in range(0, n, step):
                 part = self._plan(prepared, finite, results, start, min(start + step, n),
@@ -308,10 +311,14 @@ class IntakeStage(DispatchStage):
             # the chunks sent answer first (their tasks stand), then the error goes on
             for sent in sending:
                 with suppress(Exception):
-                    await self._intake_done(sent, results)
+                    await self._intake_done(sent, results, pushed)
+            self._dispatched(pushed, self.clock())
             raise
-        for sent in sending:
-            failed.update(await self._intake_done(sent, results))
+        try:
+            for sent in sending:
+                failed.update(await self._intake_done(sent, results, pushed))
+        finally:
+            self._dispatched(pushed, self.clock())
         return plans, failed
 
     def _rejected(self, result: SubmitResult, reason: str) -> None:
@@ -404,7 +411,8 @@ class IntakeStage(DispatchStage):
             rule = rules[name]
             if name not in self.transports:
                 raise CrawlhubError(f"outbound {name!r} is disabled or has no transport")
-            allowed = await self._take_tokens(rule, len(members), wait=wait)
+            allowed = (await self._take_tokens(rule, len(members), wait=wait)
+                       if rule.token_per_second and rule.token_scope else len(members))
             for i, _ in members[allowed:]:
                 results[i].status = "deferred"
                 results[i].reason = (f"token scope {rule.token_scope!r} allows"
@@ -431,17 +439,19 @@ class IntakeStage(DispatchStage):
         return _Sending(now, gates, fused, rest,
                         await self._send_fused("new", fused, now) if fused else None)
 
-    async def _intake_done(self, sending: _Sending, results: list[SubmitResult]
+    async def _intake_done(self, sending: _Sending, results: list[SubmitResult],
+                           pushed_out: list[_Todo] | None = None
                            ) -> dict[int, BaseException]:
         """Wait for the one-script pushes :meth:`_intake_send` sent, answer their tasks,
         then take the rest in by the general path. Returns the errors of the tasks whose
-        push failed (by index)."""
+        push failed (by index). ``pushed_out``: where the tasks those pushes pushed go,
+        for the caller to count (:meth:`_dispatched`); without it they are counted here."""
         failed: dict[int, BaseException] = {}
         if sending.fused_push is not None:
             error: BaseException | None = None
             try:
                 pushed, refused = await self._fused_answers(sending.fused, sending.fused_push,
-                                                            sending.now)
+                                                            sending.now, pushed_out)
             except _PartlyPushed as partly:
                 error, pushed, refused = partly.error, partly.pushed, partly.refused
             for k, (t, ok) in enumerate(zip(sending.fused, pushed, strict=True)):
@@ -717,7 +727,8 @@ class IntakeStage(DispatchStage):
                 break
         return push
 
-    async def _fused_answers(self, todo: Sequence[_Todo], push: _FusedPush, now: float
+    async def _fused_answers(self, todo: Sequence[_Todo], push: _FusedPush, now: float,
+                             pushed_out: list[_Todo] | None = None
                              ) -> tuple[list[bool], dict[int, str]]:
         """The answers of the scripts :meth:`_send_fused` sent: per task whether it was
         pushed, and why those that cannot be stored were not. A chunk that failed raises
@@ -733,7 +744,11 @@ class IntakeStage(DispatchStage):
                 continue
             for k, ok in zip(positions, flags, strict=True):
                 pushed[k] = ok
-        self._dispatched([t for t, ok in zip(todo, pushed, strict=True) if ok], now)
+        done = [t for t, ok in zip(todo, pushed, strict=True) if ok]
+        if pushed_out is None:
+            self._dispatched(done, now)
+        else:
+            pushed_out += done
         if error is not None:
             raise _PartlyPushed(error, pushed, push.refused)
         return pushed, push.refused

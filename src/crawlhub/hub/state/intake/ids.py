@@ -50,6 +50,9 @@ class QueueIds:
         blocks = self.blocks
         while blocks and now - blocks[0][2] > BLOCK_TTL:
             blocks.popleft()
+        if len(blocks) == 1:  # (the usual case: one block, no generator to sum)
+            block = blocks[0]
+            return int(block[1] - block[0])
         return int(sum(b[1] - b[0] for b in blocks))
 
     def take(self, n: int) -> list[int]:
