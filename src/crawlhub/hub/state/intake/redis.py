@@ -422,8 +422,6 @@ class RedisIntake:
 
     async def _native_reply(self, replies: Any, n: int,
                             asks: list[tuple[QueueIds, int, int]]) -> list[bool]:
-        from redis.exceptions import ResponseError
-
         try:
             answers = await replies
             for answer in answers:
@@ -432,6 +430,8 @@ class RedisIntake:
             done = answers[-1]
             if not isinstance(done, list) or len(done) < len(asks):
                 # (only a WATCH aborts one, and none is set)
+                from redis.exceptions import ResponseError
+
                 raise ResponseError(f"the push's transaction answered {done!r}")
             pushed, given = done[:len(done) - len(asks)], done[len(done) - len(asks):]
             for result in pushed:
