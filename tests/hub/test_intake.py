@@ -504,19 +504,22 @@ async def test_a_long_batch_on_the_general_path_is_recorded_in_one_step_not_per_
 
 @pytest.mark.parametrize("backend", ["redis"])  # the one-script push: the Redis ledger's
 @pytest.mark.parametrize("uuids", [True, False], ids=["given-uuids", "drawn-uuids"])
-async def test_a_chunk_that_cannot_be_sent_leaves_the_chunks_before_it_routed_and_the_rest_safe_to_retry(
+async def test_a_chunk_that_cannot_be_sent_leaves_the_chunks_around_it_routed_and_it_safe_to_retry(
         make_config: Callable[..., Any], open_services: Opener, uuids: bool) -> None:
-    """A batch streamed as several scripts whose second cannot be sent: the first and
-    third chunks' tasks are routed, the second's answered unavailable with nothing
+    """A batch streamed as several pushes whose second cannot be sent: the first and
+    later chunks' tasks are routed, the second's answered unavailable with nothing
     kept, and the client's retry of those routes each once. Tasks without a uuid go
     as plain commands in a MULTI (hub/state/intake/ids.py), the others by script."""
     from redis.exceptions import ConnectionError as RedisConnectionError
 
-    from crawlhub.hub.intake import STREAM_CHUNK
+    from crawlhub.hub.intake import STREAM_CHUNK, stream_chunks
 
     svc = await open_services(make_config(outbound=[{"name": "o"}]))
     state: Any = svc.hub.state
     send = state.intake_push_sent
+    n = 3 * STREAM_CHUNK
+    sizes = stream_chunks(n)
+    assert len(sizes) >= 3
     calls = 0
 
     async def second_fails(*args: Any, **kwargs: Any) -> Any:
@@ -527,13 +530,13 @@ async def test_a_chunk_that_cannot_be_sent_leaves_the_chunks_before_it_routed_an
         return await send(*args, **kwargs)
 
     state.intake_push_sent = second_fails
-    tasks = [{"n": i, **({"task_uuid": f"u{i}"} if uuids else {})}
-             for i in range(3 * STREAM_CHUNK)]
+    tasks = [{"n": i, **({"task_uuid": f"u{i}"} if uuids else {})} for i in range(n)]
     results = await svc.hub.submit(tasks)
     statuses = [r.status for r in results]
     # the chunk that could not be sent is unavailable; the chunks around it are routed
-    assert statuses == (["routed"] * STREAM_CHUNK + ["unavailable"] * STREAM_CHUNK
-                        + ["routed"] * STREAM_CHUNK)
+    first, second = sizes[:2]
+    assert statuses == (["routed"] * first + ["unavailable"] * second
+                        + ["routed"] * (n - first - second))
     lost = [t for t, r in zip(tasks, results, strict=True) if r.status == "unavailable"]
     assert all("nothing of it was kept" in (r.reason or "") for r in results
                if r.status == "unavailable")
@@ -542,12 +545,12 @@ async def test_a_chunk_that_cannot_be_sent_leaves_the_chunks_before_it_routed_an
         return svc.hub.metrics.registry.get_sample_value("crawlhub_tasks_dispatched_total",
                                                          {"outbound": "o"})
 
-    assert dispatched() == 2 * STREAM_CHUNK
+    assert dispatched() == n - second
     state.intake_push_sent = send
     again = await svc.hub.submit(lost)
     assert {r.status for r in again} == {"routed"}
-    assert dispatched() == 3 * STREAM_CHUNK
-    assert sorted(p["n"] for p in await drain(svc, "o")) == list(range(3 * STREAM_CHUNK))
+    assert dispatched() == n
+    assert sorted(p["n"] for p in await drain(svc, "o")) == list(range(n))
 
 
 async def test_a_push_after_a_script_flush_loads_its_script_and_pushes_once(
@@ -622,3 +625,21 @@ async def test_a_task_holding_nan_is_never_stored_as_null(
     assert [r.status for r in results] == ["routed", "rejected", "rejected", "routed"]
     assert "NaN and Infinity are not JSON" in (results[1].reason or "")
     assert sorted(repr(p["n"]) for p in await drain(svc, "o")) == ["1", "None"]
+
+
+def test_a_plain_batch_streams_in_chunks_that_end_small_and_each_fit_one_push() -> None:
+    """Every size up to 1,200: the chunks add up to the batch, none is empty or more
+    than one push holds (FUSED_CHUNK), a batch over STREAM_MIN ends with STREAM_TAIL,
+    and one of STREAM_MIN or fewer goes whole."""
+    from crawlhub.hub.intake import FUSED_CHUNK, STREAM_MIN, STREAM_TAIL, stream_chunks
+
+    assert stream_chunks(100) == [50, 35, 15]
+    for n in range(1, 1201):
+        sizes = stream_chunks(n)
+        assert sum(sizes) == n and all(0 < s <= FUSED_CHUNK for s in sizes), (n, sizes)
+        if n <= STREAM_MIN:
+            assert sizes == [n]
+        elif n >= sum(STREAM_TAIL) + STREAM_TAIL[-1]:
+            assert tuple(sizes[-len(STREAM_TAIL):]) == STREAM_TAIL, (n, sizes)
+        else:
+            assert sizes[-1] == STREAM_TAIL[-1], (n, sizes)

@@ -87,8 +87,43 @@ BEAT_EVERY = 0.5
 RECOVER_EVERY = 1.0
 #: Tasks per script of the one-script push (a batch goes as several, overlapped).
 FUSED_CHUNK = 50
-#: Tasks a plain batch is routed and sent in at a time (see ``IntakeStage._stream``).
-STREAM_CHUNK = 34
+#: Tasks a plain batch is routed and sent in at a time, and the smaller chunks it ends
+#: with, last one last (see :func:`stream_chunks`); a batch of at most STREAM_MIN tasks
+#: goes whole.
+STREAM_CHUNK = 50
+STREAM_TAIL = (35, 15)
+STREAM_MIN = 34
+
+
+def stream_chunks(n: int) -> list[int]:
+    """The sizes of the chunks a plain batch of ``n`` tasks is streamed in (see
+    ``IntakeStage._stream``): STREAM_CHUNK each, ending with STREAM_TAIL's smaller ones
+    (none under the last's size). Redis pushes each chunk while Python routes and
+    encodes the next, faster than Python does, so what the batch waits for at its end is
+    the push of its last chunk: a small one. A batch of 100 goes as 50, 35 and 15:
+    ~7% faster than as 34, 34 and 32, with batches of each plan alternating."""
+    if n <= STREAM_MIN:
+        return [n]
+    least = STREAM_TAIL[-1]
+    sizes: list[int] = []  # from the end
+    left = n
+    for size in reversed(STREAM_TAIL):
+        if left - size < least:
+            break
+        sizes.append(size)
+        left -= size
+    while left > STREAM_CHUNK:
+        sizes.append(STREAM_CHUNK)
+        left -= STREAM_CHUNK
+    if left < least and sizes:  # (too small to go alone: with the chunk after it)
+        merged = sizes.pop() + left
+        if merged > STREAM_CHUNK:  # (in two, each at most STREAM_CHUNK: one push each)
+            sizes.append(merged - merged // 2)
+            merged //= 2
+        sizes.append(merged)
+    elif left:
+        sizes.append(left)
+    return sizes[::-1]
 #: Records of dead processes one recovery step claims at most.
 CLAIM_BATCH = 500
 #: Push marks (SQLite queues) a process drops with one push at most.
@@ -279,17 +314,15 @@ class IntakeStage(DispatchStage):
         """Route the batch and take it in: its plans, and the errors of the tasks whose
         push failed (by index).
 
-        A plain batch goes in chunks of STREAM_CHUNK: each chunk is routed and its script
-        sent before the next is routed, so Redis pushes one chunk while Python routes the
-        next. Plain: every enabled outbound is a queue on the ledger's Redis (the
+        A plain batch goes in chunks (:func:`stream_chunks`): each chunk is routed and
+        its push sent before the next is routed, so Redis pushes one chunk while Python
+        routes the next. Plain: every enabled outbound is a queue on the ledger's Redis (the
         one-script push) with no ``max_lag``, frontier or token scope, and no inbound
         frontier. Any other batch is routed whole first, as one chunk: backpressure
         refuses it before anything is written, a frontier sees its repeats together, and
         the general path's three round trips are paid once."""
         n = len(prepared)
-        step = n or 1
-        if n > STREAM_CHUNK and frontier is None and self._plain():
-            step = STREAM_CHUNK
+        sizes = (stream_chunks(n) if frontier is None and self._plain() else [n]) if n else []
         plans: list[tuple[int, Task, OutboundRule]] = []
         sending: list[_Sending] = []
         failed: dict[int, BaseException] = {}
@@ -298,11 +331,12 @@ class IntakeStage(DispatchStage):
         # (metrics, rates), not once per chunk
         pushed: list[_Todo] = []
         try:
-            for start in range(0, n, step):
-                part = self._plan(prepared, finite, results, start, min(start + step, n),
-                                  drawn)
+            start = 0
+            for size in sizes:
+                part = self._plan(prepared, finite, results, start, start + size, drawn)
+                start += size
                 plans += part
-                if step == n:
+                if size == n:
                     # Backpressure first: a task refused here must not have been admitted.
                     await self._check_lag(part, wait=wait)
                 sending.append(await self._intake_send(part, results, frontier, wait=wait,
