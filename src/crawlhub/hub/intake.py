@@ -322,7 +322,8 @@ class IntakeStage(DispatchStage):
         refuses it before anything is written, a frontier sees its repeats together, and
         the general path's three round trips are paid once."""
         n = len(prepared)
-        sizes = (stream_chunks(n) if frontier is None and self._plain() else [n]) if n else []
+        plain = frontier is None and self._plain()
+        sizes = (stream_chunks(n) if plain else [n]) if n else []
         plans: list[tuple[int, Task, OutboundRule]] = []
         sending: list[_Sending] = []
         failed: dict[int, BaseException] = {}
@@ -340,7 +341,7 @@ class IntakeStage(DispatchStage):
                     # Backpressure first: a task refused here must not have been admitted.
                     await self._check_lag(part, wait=wait)
                 sending.append(await self._intake_send(part, results, frontier, wait=wait,
-                                                       drawn=drawn))
+                                                       drawn=drawn, plain=plain))
         except BaseException:
             # the chunks sent answer first (their tasks stand), then the error goes on
             for sent in sending:
@@ -380,7 +381,7 @@ class IntakeStage(DispatchStage):
             task.ensure_identity(submitter, checked=True)
             task.pop(RESULT_KEY, None)
             result = results[i]
-            result.task_uuid = task.task_uuid
+            result.task_uuid = task["task_uuid"]  # (a str, ensure_identity saw to it)
             if finite is not None and not finite[i]:
                 # refused alone on every backend, never stored as null
                 self._rejected(result, "cannot be stored: NaN and Infinity are not JSON;"
@@ -429,11 +430,13 @@ class IntakeStage(DispatchStage):
 
     async def _intake_send(self, plans: Sequence[tuple[int, Task, OutboundRule]],
                            results: list[SubmitResult], inbound_frontier: str | None, *,
-                           wait: bool, drawn: Container[int] = ()) -> _Sending:
+                           wait: bool, drawn: Container[int] = (), plain: bool = False
+                           ) -> _Sending:
         """:meth:`_intake` up to the one-script pushes sent (see :meth:`_intake_done`).
-        ``drawn``: the indexes of tasks whose uuids were drawn for this first try."""
+        ``drawn``: the indexes of tasks whose uuids were drawn for this first try.
+        ``plain``: every outbound is fused, none gated (see :meth:`_stream`)."""
         now = self.clock()
-        gates = self._gates(plans, results, inbound_frontier, now)
+        gates = {} if plain else self._gates(plans, results, inbound_frontier, now)
         groups: dict[str, list[tuple[int, Task]]] = defaultdict(list)
         rules: dict[str, OutboundRule] = {}
         for i, task, rule in plans:
@@ -458,9 +461,9 @@ class IntakeStage(DispatchStage):
                     task, name, deadline, gate_of(gate[0], gate[1].segment, gate[1].key)
                     if gate else None), finite=True, fresh=i in drawn))
         # Ungated tasks for queues on the ledger's own Redis: record and push, one script.
-        fused: list[_Todo] = []
+        fused: list[_Todo] = todo if plain else []
         rest: list[_Todo] = []
-        for t in todo:
+        for t in () if plain else todo:
             if t.intake.gate is None and self._fused(t.rule.name):
                 fused.append(t)  # (its entry is encoded, or refused, with its push)
                 continue
