@@ -370,3 +370,44 @@ async def test_a_kept_connection_the_server_closed_is_not_pushed_on(
     finally:
         client.close()
     assert found == list(range(1000, 1300))  # (none written over by an id spent twice)
+
+
+async def test_a_whole_task_payload_has_the_params_order_on_both_pushes(
+        redis_url: str, unique_name: str, tmp_path: Path, open_services: Opener) -> None:
+    """An outbound that sends the whole task: its payload and the ledger entry's task
+    read as ``OutboundRule.params`` orders them (the task's own keys in its order, then
+    every built-in key in BUILTIN_KEYS's order), on the MULTI push (the task's built-in
+    keys moved last in place) as on the script's, also for built-in keys a client gave
+    first (rt, priority)."""
+    from crawlhub.core.task import BUILTIN_KEYS
+
+    prefix = f"{unique_name}:"
+    try:
+        svc = await open_services(config(redis_url, prefix, tmp_path))
+        multi = count_multi(svc)
+        batch = [{"rt": False, "priority": 2, "n": i, "kind": "c", "deep": {"z": 1, "a": [1]}}
+                 for i in range(200)]
+        # drawn uuids: the first batch asks the queue's ids (by script), the next goes
+        # by MULTI
+        await submit_all(svc, batch[:50])
+        before = multi[0]
+        await submit_all(svc, batch[50:100])
+        assert multi[0] > before
+        await submit_all(svc, [{**t, "task_uuid": f"u{t['n']}"} for t in batch[100:]])
+        expected = ["n", "kind", "deep", *BUILTIN_KEYS]
+        client = redis.Redis.from_url(redis_url)
+        try:
+            payloads = client.hvals(queue_keys(prefix, "rest")["payloads"])
+            entries = client.hvals(hub_keys(prefix)["ledger"])
+        finally:
+            client.close()
+        assert len(payloads) == len(entries) == 200
+        for raw in payloads:
+            assert list(json.loads(raw)) == expected, raw
+        for raw in entries:
+            assert list(json.loads(raw)["t"]) == expected, raw
+        by_n = {json.loads(p)["n"]: json.loads(p) for p in payloads}
+        assert by_n[5]["deep"] == {"z": 1, "a": [1]} and by_n[5]["rt"] is False
+        assert by_n[5]["priority"] == 0  # (the outbound's: stamp sets it)
+    finally:
+        await delete_prefix(redis_url, prefix)

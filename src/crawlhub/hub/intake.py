@@ -55,7 +55,7 @@ from crawlhub.core.errors import (
 from crawlhub.core.jsoncodec import TooDeepError
 from crawlhub.core.keys import DEFAULT_PREFIX, queue_keys, queue_registry
 from crawlhub.core.redact import redact_url
-from crawlhub.core.task import RESULT_KEY, Task
+from crawlhub.core.task import BUILTIN_KEYS, RESULT_KEY, Task
 from crawlhub.frontier.store import Entry
 from crawlhub.hub.dispatch import DispatchStage, _int
 from crawlhub.hub.outbounds import QueueOutbound
@@ -124,6 +124,21 @@ def stream_chunks(n: int) -> list[int]:
     elif left:
         sizes.append(left)
     return sizes[::-1]
+def _builtins_last(task: Task) -> bool:
+    """Move every built-in key of ``task`` to its end, in BUILTIN_KEYS's order, so the
+    task reads as the params of an outbound that sends the whole task
+    (``OutboundRule.params``): True, or False when one is missing (its params then hold
+    it as null: the task is not them). The task of a plain intake holds them all
+    (``ensure_identity`` and ``stamp``); moving them costs no copy of the task."""
+    pop = task.pop
+    try:
+        for key in BUILTIN_KEYS:
+            task[key] = pop(key)
+    except KeyError:
+        return False
+    return True
+
+
 #: Records of dead processes one recovery step claims at most.
 CLAIM_BATCH = 500
 #: Push marks (SQLite queues) a process drops with one push at most.
@@ -818,14 +833,14 @@ class IntakeStage(DispatchStage):
                     # The entry holds the whole task: checked strictly (no NaN) once, its
                     # params are encoded as they are (checked through the entry).
                     rule = t.rule
-                    params = rule.params(t.task)
-                    if t.finite and len(params) == len(t.task) and rule.task_params is None \
-                            and not rule.static_params and not rule.task_params_wrapped:
-                        # params are the task itself (every key, no other): its entry
-                        # holds them as encoded once (their order is the params')
-                        encoded = jsoncodec.dumpb(params)
+                    if t.finite and rule.task_params is None and not rule.static_params \
+                            and not rule.task_params_wrapped and _builtins_last(t.task):
+                        # params are the task itself (every key, the built-in ones last,
+                        # in their order): its entry holds them as encoded once
+                        encoded = jsoncodec.dumpb(t.task)
                         t.intake.raw = t.intake.entry_around(encoded)
                     else:
+                        params = rule.params(t.task)
                         t.intake.raw = t.intake.dumpb_strict(finite=t.finite)
                         encoded = jsoncodec.dumpb(params)
                     payload: bytes | str = encoded
