@@ -31,7 +31,7 @@ async def test_every_key_lives_under_the_prefix_and_purge_keeps_only_the_id_coun
     backend: RedisQueueBackend, redis_url: str
 ) -> None:
     q = backend.queue("jobs")
-    await q.push_many([({"n": i}, 0) for i in range(3)])
+    await q.push_many([({"n": i}, i) for i in range(3)])  # (priority 0 has no entry)
     leased = await q.lease(2)
     await q.nack([leased[0].id], dead=True)
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
@@ -114,3 +114,34 @@ async def test_a_pushed_batch_is_one_script_call_so_readers_see_all_or_nothing()
         finally:
             await b.close()
     assert [verb for verb in sent if verb not in handshake] == ["EVALSHA"]
+
+
+async def test_priority_0_is_no_entry_and_every_reader_takes_it_as_0(
+    backend: RedisQueueBackend, redis_url: str
+) -> None:
+    """A push writes no priorities entry for priority 0 (one field less per message);
+    lease, nack back, a lease ended early and the dead letters all read such a message
+    as priority 0 and keep the order, as they read one an older push wrote "0" for."""
+    q = backend.queue("mixed")
+    ids = [f"{int(i):016d}" for i in  # (the members as stored: 16 digits)
+           await q.push_many([({"n": 0}, 0), ({"n": 1}, 5), ({"n": 2}, 0), ({"n": 3}, -2)])]
+    layout = queue_keys(backend.prefix, "mixed")
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        assert await client.hgetall(layout["priorities"]) == {ids[1]: "5", ids[3]: "-2"}
+        # as an older push left one: "0" stored (read the same)
+        await client.hset(layout["priorities"], ids[2], "0")
+        first = await q.lease(10)
+        assert [(m.payload["n"], m.priority) for m in first] == [(1, 5), (0, 0), (2, 0), (3, -2)]
+        assert await q.nack([m.id for m in first]) == 4  # back to ready, by priority
+        again = await q.lease(10)
+        assert [(m.payload["n"], m.priority) for m in again] == [(1, 5), (0, 0), (2, 0), (3, -2)]
+        assert await q.requeue_leased() == 4  # leases ended early: ready again
+        third = await q.lease(10)
+        assert [(m.payload["n"], m.priority) for m in third] == [(1, 5), (0, 0), (2, 0), (3, -2)]
+        await q.nack([m.id for m in third], dead=True)
+        dead = await q.dead_letters(10)
+        assert sorted((m.payload["n"], m.priority) for m in dead) == [(0, 0), (1, 5), (2, 0),
+                                                                       (3, -2)]
+    finally:
+        await client.aclose()

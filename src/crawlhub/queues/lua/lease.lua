@@ -14,7 +14,7 @@ for s = 1, #popped, 2 * CHUNK do
   local pl = redis.call('HMGET', payloads, unpack(ids))
   for j, id in ipairs(ids) do
     out[#out + 1] = id
-    out[#out + 1] = pr[j]
+    out[#out + 1] = pr[j] or '0'  -- (priority 0 is no entry)
     out[#out + 1] = redis.call('HINCRBY', attempts, id, 1)
     out[#out + 1] = pl[j]
   end

@@ -25,8 +25,13 @@ local function holds(id, want)
   return want == '' or redis.call('HGET', attempts, id) == want
 end
 
+-- a message's priority: its entry in priorities, none for 0 (pushes write none for 0)
+local function priority_of(id)
+  return redis.call('HGET', priorities, id) or '0'
+end
+
 local function to_ready(id)
-  redis.call('ZADD', ready, -tonumber(redis.call('HGET', priorities, id)), id)
+  redis.call('ZADD', ready, -tonumber(priority_of(id)), id)
 end
 
 -- the delivery limit in force; a configured one (given > 0) is stored for every process

@@ -14,11 +14,13 @@ local function push_list(ready, payloads, priorities, stats, seq, items, prios)
     local prio = prios[i]
     z[#z + 1] = prio == '0' and 0 or -tonumber(prio); z[#z + 1] = id
     p[#p + 1] = id; p[#p + 1] = items[i]
-    q[#q + 1] = id; q[#q + 1] = prio
-    if #q >= 2000 or i == n then
+    if prio ~= '0' then  -- (priority 0 is no entry: priority_of)
+      q[#q + 1] = id; q[#q + 1] = prio
+    end
+    if #p >= 2000 or i == n then
       redis.call('ZADD', ready, unpack(z))
       redis.call('HSET', payloads, unpack(p))
-      redis.call('HSET', priorities, unpack(q))
+      if #q > 0 then redis.call('HSET', priorities, unpack(q)) end
       z, p, q = {}, {}, {}
     end
   end

@@ -400,15 +400,17 @@ class RedisIntake:
                 if priority:
                     scores += (_bulk(b"%d" % -priority), member)
                     prios += (member, _bulk(b"%d" % priority))
-                else:
+                else:  # (priority 0 is no entry in priorities: see queues/redis.py)
                     scores += (_ZERO, member)
-                    prios += (member, _ZERO)
                 bodies += (member, b"$%d\r\n" % len(data), data, b"\r\n")
             count = _bulk(b"%d" % m)
             argc = b"*%d\r\n" % (2 * m + 2)
-            out += (argc, heads[0], *scores, argc, heads[1], *bodies, argc, heads[2], *prios,
-                    heads[3], count, heads[4], count, heads[5])
-            commands += 5 + (group.limit > 0)
+            out += (argc, heads[0], *scores, argc, heads[1], *bodies)
+            if prios:
+                out += (b"*%d\r\n" % (len(prios) + 2), heads[2], *prios)
+                commands += 1
+            out += (heads[3], count, heads[4], count, heads[5])
+            commands += 4 + (group.limit > 0)
             names.append(heads[6])
             ids.used_at = clock
             if not ids.asked and ids.available(clock) < ids.size // 2:
