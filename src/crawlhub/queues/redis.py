@@ -14,7 +14,9 @@ Layout (key names from :func:`crawlhub.core.keys.queue_keys`, one hash slot per 
 - ``dead``: list of ids in the order they died; ``reasons``: hash id -> why it died.
 - ``payloads`` / ``priorities`` / ``attempts``: hashes keyed by id; a message of
   priority 0 has no entry in ``priorities`` (pushes write none: a field less to store
-  for most messages; every reader takes a missing one as 0).
+  for most messages; every reader takes a missing one as 0). A crawlhub before
+  this layout fails on such a message (leasing it, returning it to ready): the
+  processes sharing a Redis are upgraded together.
 - ``stats``: hash of the persistent counters ``total success failed retried``,
   ``failed:<kind>`` (why messages died) and the configured delivery limit ``max_attempts``.
 - ``seq``: the id counter; kept by ``purge`` so an id is never reused.
