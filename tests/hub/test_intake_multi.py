@@ -96,6 +96,16 @@ def snapshot(url: str, prefix: str) -> dict[str, Any]:
         client.close()
 
 
+def queued_ns(url: str, prefix: str) -> list[int]:
+    """The ``n`` of every payload in the three queues, sorted (one per message)."""
+    client = redis.Redis.from_url(url)
+    try:
+        return sorted(json.loads(p)["n"] for name in ("urgent", "limited", "rest")
+                      for p in client.hvals(queue_keys(prefix, name)["payloads"]))
+    finally:
+        client.close()
+
+
 async def submit_all(svc: Any, batch: list[dict[str, Any]], size: int = 100) -> None:
     """Submit in batches of ``size``; each task routed."""
     for start in range(0, len(batch), size):
@@ -209,12 +219,7 @@ async def test_ids_held_across_a_redis_restart_that_lost_them_are_not_spent(
     pushed = multi[0]
     await submit_all(holder, tasks(300, 2000))
     assert multi[0] > pushed  # (it pushed by MULTI again, with ids drawn anew)
-    client = redis.Redis.from_url(throwaway.url)
-    try:
-        found = sorted(json.loads(p)["n"] for name in ("urgent", "limited", "rest")
-                       for p in client.hvals(queue_keys("x:", name)["payloads"]))
-    finally:
-        client.close()
+    found = queued_ns(throwaway.url, "x:")
     assert found == [*range(1000, 1600), *range(2000, 2300)]
 
 
@@ -364,12 +369,7 @@ async def test_a_kept_connection_the_server_closed_is_not_pushed_on(
     await asyncio.sleep(0.2)  # (the event loop reads each kept connection's end)
     await submit_all(svc, tasks(300, 1000))
     assert all(c.is_connected for c in svc.hub.state._held)
-    client = redis.Redis.from_url(throwaway.url)
-    try:
-        found = sorted(json.loads(p)["n"] for name in ("urgent", "limited", "rest")
-                       for p in client.hvals(queue_keys("x:", name)["payloads"]))
-    finally:
-        client.close()
+    found = queued_ns(throwaway.url, "x:")
     assert found == list(range(1000, 1300))  # (none written over by an id spent twice)
 
 

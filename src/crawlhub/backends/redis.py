@@ -190,14 +190,7 @@ async def write_commands(redis: Any, commands: Sequence[Sequence[Any]],
     packed: list[bytes] = []
     for command in commands:
         packed += pack_command(command, names)
-    return await write_packed(redis, packed, len(commands))
-
-
-async def write_packed(redis: Any, packed: list[bytes], n: int
-                       ) -> Coroutine[Any, Any, list[Any]]:
-    """:func:`write_commands` of commands in Redis's protocol already (``packed``, ``n``
-    of them)."""
-    return await write_on(redis, await take_connection(redis), packed, n)
+    return await write_on(redis, await take_connection(redis), packed, len(commands))
 
 
 async def take_connection(redis: Any) -> Any:
@@ -219,7 +212,8 @@ def socket_of(conn: Any) -> Any:
 async def write_on(redis: Any, conn: Any, packed: list[bytes], n: int,
                    keep: Callable[[Any], bool] | None = None
                    ) -> Coroutine[Any, Any, list[Any]]:
-    """:func:`write_packed` on ``conn``, taken by :func:`take_connection`. ``keep``: once
+    """:func:`write_commands` of commands packed already (``packed``, ``n`` of them) on
+    ``conn``, taken by :func:`take_connection` or kept by the caller. ``keep``: once
     every reply is read, ``conn`` goes to ``keep`` first (True: kept there, not given
     back to the pool); a connection dropped on an error always goes back to the pool."""
     pool = redis.connection_pool

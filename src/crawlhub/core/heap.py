@@ -8,9 +8,9 @@ collector would only scan it again and again, so it is paused while a command st
 collection then scans only what the command allocated since), and the youngest
 generation is collected every :data:`YOUNG_THRESHOLD` allocations instead of 700: most
 of what a download, a lease or a request allocates is freed by reference counting
-before a collection would look at it. On the 2-core machine this took a download-center agent's collector time from
-~0.35 s (16% of its CPU) to ~0.04 s over 10,000 downloads (``bench/center.py``, 2
-agents), and the center's from 0.14 s to 0.04 s.
+before a collection would look at it. On the 2-core machine this took a download-center
+agent's collector time from ~0.35 s (16% of its CPU) to ~0.04 s over 10,000 downloads
+(``bench/center.py``, 2 agents), and the center's from 0.14 s to 0.04 s.
 
 Only the process ``crawlhub``'s console script started does this (:func:`own`, from
 ``crawlhub.cli.main``): a command run inside another program (a test, a notebook)
